@@ -1,0 +1,64 @@
+/* status.c - thread-local last-error message, status names, logging and a clock. */
+#define _POSIX_C_SOURCE 200809L
+#include "status.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+static _Thread_local char g_msg[1024];
+static int g_log_level = 1;
+
+omni_status omni_fail(omni_status st, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(g_msg, sizeof g_msg, fmt, ap);
+    va_end(ap);
+    return st;
+}
+
+const char *omni_last_error(void) { return g_msg; }
+
+void omni_clear_error(void) { g_msg[0] = 0; }
+
+const char *omni_status_name(omni_status st) {
+    switch (st) {
+    case OMNI_OK: return "ok";
+    case OMNI_ERR_USAGE: return "usage";
+    case OMNI_ERR_INPUT: return "input";
+    case OMNI_ERR_MODEL: return "model";
+    case OMNI_ERR_UNSUPPORTED: return "unsupported";
+    case OMNI_ERR_NOMEM: return "out of memory";
+    case OMNI_ERR_RUNTIME: return "runtime";
+    }
+    return "unknown";
+}
+
+int omni_status_exit_code(omni_status st) {
+    switch (st) {
+    case OMNI_OK: return 0;
+    case OMNI_ERR_USAGE: return 1;
+    case OMNI_ERR_INPUT: return 2;
+    case OMNI_ERR_MODEL:
+    case OMNI_ERR_UNSUPPORTED: return 3;
+    default: return 4;
+    }
+}
+
+void omni_log_set_level(int level) { g_log_level = level; }
+int omni_log_level(void) { return g_log_level; }
+
+void omni_log(int level, const char *fmt, ...) {
+    if (level > g_log_level) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+}
+
+double omni_time_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+}
