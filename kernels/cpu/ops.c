@@ -1,0 +1,268 @@
+/* ops.c - plain-C reference implementations of the dense ops in kernels/ops.h (f32 math, OpenMP, OpenBLAS).
+ *
+ * These are the semantics every accelerated version is tested against. Accumulations are in f32 except where a
+ * comment says otherwise. */
+#include "kernels/ops.h"
+
+#include <cblas.h>
+#include <float.h>
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+
+static int g_threads = 0;
+
+void op_set_threads(int n) {
+    if (n <= 0) return;
+    g_threads = n;
+    omp_set_num_threads(n);
+    openblas_set_num_threads(n);
+}
+
+int op_get_threads(void) { return g_threads > 0 ? g_threads : omp_get_max_threads(); }
+
+/* ---- GEMM ---------------------------------------------------------------------------------------------- */
+
+void op_matmul_f32(float *y, const float *x, const float *w, int M, int N, int K) {
+    if (M <= 0 || N <= 0) return;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.f, x, K, w, K, 0.f, y, N);
+}
+
+/* Dot product of an f32 row with a bf16/f16 row, f32 accumulation in 8 lanes (vectorisable). */
+static float dot_half(const float *x, const uint16_t *w, int K, omni_dtype dt) {
+    float acc[8] = {0};
+    int k = 0;
+    if (dt == OMNI_BF16) {
+        for (; k + 8 <= K; k += 8)
+            for (int l = 0; l < 8; l++) acc[l] += x[k + l] * omni_bf16_to_f32(w[k + l]);
+        for (; k < K; k++) acc[0] += x[k] * omni_bf16_to_f32(w[k]);
+    } else {
+        for (; k < K; k++) acc[0] += x[k] * omni_f16_to_f32(w[k]);
+    }
+    return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
+/* Few rows: stream the half-precision weight once, converting on the fly (memory bound). */
+static void linear_half_gemv(float *y, const float *x, int M, const omni_tensor *w, int N, int K) {
+    const uint16_t *W = w->data;
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++)
+        for (int m = 0; m < M; m++) y[(int64_t)m * N + n] = dot_half(x + (int64_t)m * K, W + (int64_t)n * K, K, w->dtype);
+}
+
+/* Many rows: convert tiles of W to f32 and use sgemm. */
+#define TILE_N 256
+static void linear_half_tiled(float *y, const float *x, int M, const omni_tensor *w, int N, int K) {
+    float *tile = malloc(sizeof(float) * TILE_N * (size_t)K);
+    float *ytile = malloc(sizeof(float) * TILE_N * (size_t)M);
+    if (!tile || !ytile) { /* fall back to the streaming path rather than fail */
+        free(tile);
+        free(ytile);
+        linear_half_gemv(y, x, M, w, N, K);
+        return;
+    }
+    const uint16_t *W = w->data;
+    for (int n0 = 0; n0 < N; n0 += TILE_N) {
+        int nt = N - n0 < TILE_N ? N - n0 : TILE_N;
+#pragma omp parallel for schedule(static)
+        for (int i = 0; i < nt; i++) omni_to_f32(tile + (int64_t)i * K, W + (int64_t)(n0 + i) * K, w->dtype, K);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, nt, K, 1.f, x, K, tile, K, 0.f, ytile, nt);
+        for (int m = 0; m < M; m++)
+            for (int i = 0; i < nt; i++) y[(int64_t)m * N + n0 + i] = ytile[(int64_t)m * nt + i];
+    }
+    free(tile);
+    free(ytile);
+}
+
+void op_linear(float *y, const float *x, int M, const omni_tensor *w, const omni_tensor *b) {
+    int N = (int)w->shape[0];
+    int K = (int)(omni_tensor_numel(w) / w->shape[0]);
+    if (M <= 0) return;
+    if (w->dtype == OMNI_F32)
+        op_matmul_f32(y, x, w->data, M, N, K);
+    else if (M <= 4)
+        linear_half_gemv(y, x, M, w, N, K);
+    else
+        linear_half_tiled(y, x, M, w, N, K);
+    if (b) {
+        for (int m = 0; m < M; m++)
+            for (int n = 0; n < N; n++) y[(int64_t)m * N + n] += omni_get_f32(b->data, b->dtype, n);
+    }
+}
+
+/* ---- norms and activations ----------------------------------------------------------------------------- */
+
+void op_rmsnorm(float *y, const float *x, const omni_tensor *w, int rows, int dim, float eps) {
+#pragma omp parallel for schedule(static) if (rows > 16)
+    for (int r = 0; r < rows; r++) {
+        const float *xr = x + (int64_t)r * dim;
+        float *yr = y + (int64_t)r * dim;
+        double ss = 0;
+        for (int i = 0; i < dim; i++) ss += (double)xr[i] * xr[i];
+        float inv = 1.f / sqrtf((float)(ss / dim) + eps);
+        for (int i = 0; i < dim; i++) yr[i] = xr[i] * inv * omni_get_f32(w->data, w->dtype, i);
+    }
+}
+
+void op_layernorm(float *y, const float *x, const omni_tensor *w, const omni_tensor *b, int rows, int dim,
+                  float eps) {
+#pragma omp parallel for schedule(static) if (rows > 16)
+    for (int r = 0; r < rows; r++) {
+        const float *xr = x + (int64_t)r * dim;
+        float *yr = y + (int64_t)r * dim;
+        double s = 0, ss = 0;
+        for (int i = 0; i < dim; i++) s += xr[i];
+        double mean = s / dim;
+        for (int i = 0; i < dim; i++) ss += (xr[i] - mean) * (xr[i] - mean);
+        float inv = (float)(1.0 / sqrt(ss / dim + eps));
+        float mf = (float)mean;
+        for (int i = 0; i < dim; i++) {
+            float v = (xr[i] - mf) * inv * omni_get_f32(w->data, w->dtype, i);
+            yr[i] = b ? v + omni_get_f32(b->data, b->dtype, i) : v;
+        }
+    }
+}
+
+void op_silu_mul(float *y, const float *gate, const float *up, int64_t n) {
+#pragma omp parallel for schedule(static) if (n > 65536)
+    for (int64_t i = 0; i < n; i++) {
+        float g = gate[i];
+        y[i] = g / (1.f + expf(-g)) * up[i];
+    }
+}
+
+void op_silu(float *x, int64_t n) {
+    for (int64_t i = 0; i < n; i++) x[i] = x[i] / (1.f + expf(-x[i]));
+}
+
+void op_gelu_erf(float *x, int64_t n) {
+#pragma omp parallel for schedule(static) if (n > 65536)
+    for (int64_t i = 0; i < n; i++) x[i] = 0.5f * x[i] * (1.f + erff(x[i] * 0.70710678118654752f));
+}
+
+void op_gelu_tanh(float *x, int64_t n) {
+    const float c = 0.7978845608028654f; /* sqrt(2/pi) */
+#pragma omp parallel for schedule(static) if (n > 65536)
+    for (int64_t i = 0; i < n; i++) {
+        float v = x[i];
+        x[i] = 0.5f * v * (1.f + tanhf(c * (v + 0.044715f * v * v * v)));
+    }
+}
+
+void op_add(float *y, const float *x, int64_t n) {
+    for (int64_t i = 0; i < n; i++) y[i] += x[i];
+}
+
+void op_scale(float *y, float s, int64_t n) {
+    for (int64_t i = 0; i < n; i++) y[i] *= s;
+}
+
+static void softmax_row(float *x, int n) {
+    float mx = -INFINITY;
+    for (int i = 0; i < n; i++) mx = x[i] > mx ? x[i] : mx;
+    if (mx == -INFINITY) { /* fully masked row: define as zeros */
+        for (int i = 0; i < n; i++) x[i] = 0.f;
+        return;
+    }
+    double s = 0;
+    for (int i = 0; i < n; i++) {
+        x[i] = expf(x[i] - mx);
+        s += x[i];
+    }
+    float inv = (float)(1.0 / s);
+    for (int i = 0; i < n; i++) x[i] *= inv;
+}
+
+void op_softmax(float *x, int rows, int n) {
+    for (int r = 0; r < rows; r++) softmax_row(x + (int64_t)r * n, n);
+}
+
+/* ---- RoPE, embedding, selection ------------------------------------------------------------------------ */
+
+void op_rope_neox(float *x, int T, int H, int D, int64_t ld, const float *cos, const float *sin) {
+    int half = D / 2;
+    for (int t = 0; t < T; t++) {
+        const float *c = cos + (int64_t)t * D, *s = sin + (int64_t)t * D;
+        for (int h = 0; h < H; h++) {
+            float *v = x + (int64_t)t * ld + (int64_t)h * D;
+            for (int d = 0; d < half; d++) {
+                float a = v[d], b = v[d + half];
+                v[d] = a * c[d] - b * s[d];
+                v[d + half] = b * c[d + half] + a * s[d + half];
+            }
+        }
+    }
+}
+
+void op_embed(float *y, const omni_tensor *table, const int32_t *ids, int n) {
+    int64_t dim = table->shape[1];
+    size_t es = omni_dtype_size(table->dtype);
+    for (int i = 0; i < n; i++)
+        omni_to_f32(y + (int64_t)i * dim, (const char *)table->data + (size_t)ids[i] * dim * es, table->dtype, dim);
+}
+
+int op_argmax(const float *x, int n) {
+    int best = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[best]) best = i;
+    return best;
+}
+
+void op_topk(const float *x, int n, int k, int *idx, float *val) {
+    int m = 0; /* insertion into a sorted list of size k: fine for small k */
+    for (int i = 0; i < n; i++) {
+        float v = x[i];
+        if (m == k && !(v > val[k - 1])) continue;
+        int j = m < k ? m++ : k - 1;
+        while (j > 0 && v > val[j - 1]) {
+            val[j] = val[j - 1];
+            idx[j] = idx[j - 1];
+            j--;
+        }
+        val[j] = v;
+        idx[j] = i;
+    }
+}
+
+/* ---- attention ----------------------------------------------------------------------------------------- */
+
+void op_attention(float *out, int64_t ldo, const float *q, int64_t ldq, const float *k, int64_t ldk,
+                  const float *v, int64_t ldv, int Tq, int Tk, int Hq, int Hkv, int D, float scale,
+                  int causal_offset) {
+    int group = Hq / Hkv;
+#pragma omp parallel
+    {
+        float *p = malloc(sizeof(float) * (size_t)(Tk > 0 ? Tk : 1));
+#pragma omp for collapse(2) schedule(dynamic, 4)
+        for (int h = 0; h < Hq; h++) {
+            for (int i = 0; i < Tq; i++) {
+                const float *qi = q + (int64_t)i * ldq + (int64_t)h * D;
+                float *oi = out + (int64_t)i * ldo + (int64_t)h * D;
+                int kh = h / group;
+                int n = causal_offset < 0 ? Tk : i + causal_offset + 1;
+                if (n > Tk) n = Tk;
+                float mx = -INFINITY;
+                for (int j = 0; j < n; j++) {
+                    const float *kj = k + (int64_t)j * ldk + (int64_t)kh * D;
+                    float s = 0;
+                    for (int d = 0; d < D; d++) s += qi[d] * kj[d];
+                    p[j] = s * scale;
+                    mx = p[j] > mx ? p[j] : mx;
+                }
+                float sum = 0;
+                for (int j = 0; j < n; j++) {
+                    p[j] = expf(p[j] - mx);
+                    sum += p[j];
+                }
+                float inv = n > 0 ? 1.f / sum : 0.f;
+                for (int d = 0; d < D; d++) oi[d] = 0;
+                for (int j = 0; j < n; j++) {
+                    const float *vj = v + (int64_t)j * ldv + (int64_t)kh * D;
+                    float w = p[j] * inv;
+                    for (int d = 0; d < D; d++) oi[d] += w * vj[d];
+                }
+            }
+        }
+        free(p);
+    }
+}
