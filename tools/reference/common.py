@@ -32,6 +32,15 @@ QWEN_REGEX = (
 
 SMALL_VOCAB_REGULAR = 3000
 
+ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+CHAT_TEMPLATE_PATH = os.path.join(ROOT, "tests", "fixtures", "chat", "qwen3_vl_chat_template.jinja")
+
+
+def load_chat_template(path=CHAT_TEMPLATE_PATH):
+    """The exact official Qwen3-VL Instruct chat template text (committed fixture)."""
+    with open(path, encoding="utf-8") as f:
+        return f.read()
+
 # (content, special) in Qwen's order. All have single_word/lstrip/rstrip/normalized = false, as in the real file.
 QWEN3_VL_ADDED_TOKENS = [
     ("<|endoftext|>", True),
@@ -240,6 +249,6 @@ def write_f32(path, array):
 
 
 if __name__ == "__main__":
-    out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "../../tests/fixtures/tok-small")
-    t = build_small_tokenizer(out)
+    out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "tests", "fixtures", "tok-small")
+    t = build_small_tokenizer(out, chat_template=load_chat_template())
     print("wrote", out, "size", t.get_vocab_size())
