@@ -1,0 +1,47 @@
+/* args.h - command-line options shared by the omni commands (llama.cpp flag vocabulary). */
+#ifndef OMNI_APP_ARGS_H
+#define OMNI_APP_ARGS_H
+
+#include <stdint.h>
+
+#include "kernels/status.h"
+
+#define OMNI_MAX_MEDIA 16
+
+typedef struct {
+    const char *model;      /* -m */
+    const char *prompt;     /* -p, or positional */
+    const char *prompt_file;/* -f */
+    const char *system;     /* --system */
+    const char *out;        /* -o (logits) */
+    const char *device;     /* --device cpu|cuda */
+    const char *kv;         /* --kv MODE */
+    const char *kv_layers;  /* --kv-layers SPEC */
+    const char *text_file;  /* --text (eval) */
+    int kv_window, kv_sink, kv_rotate, kv_scale; /* -1 = mode default */
+    int n_predict;          /* -n (-1 = until EOS or context end) */
+    float temp, top_p;
+    int top_k;
+    uint64_t seed;
+    int seed_set;
+    int raw;                /* --raw: no chat template */
+    int ctx;                /* -c */
+    int threads;            /* -t */
+    int top_n;              /* --top N (logits) */
+    int json;               /* --json */
+    int no_perf, verbose;
+    int image_min_tokens, image_max_tokens;
+    const char *images[OMNI_MAX_MEDIA];
+    int n_images;
+    const char *audios[OMNI_MAX_MEDIA];
+    int n_audios;
+    const char *positional[OMNI_MAX_MEDIA];
+    int n_positional;
+} omni_args;
+
+/* Defaults: temp 0.7 top-k 20 top-p 0.8 (Qwen3-VL Instruct recommendation), -n 256, -c 4096, kv f32. */
+void omni_args_defaults(omni_args *a);
+/* Parse argv[first..argc). Unknown options are an error (OMNI_ERR_USAGE, message names the option). */
+omni_status omni_args_parse(omni_args *a, int argc, char **argv, int first);
+
+#endif

@@ -1,0 +1,111 @@
+/* cmd_text.c - the text commands: generate, tokenize, logits. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "app/commands.h"
+#include "app/model_path.h"
+#include "app/session.h"
+#include "kernels/ops.h"
+#include "llm/prompt.h"
+
+/* Prompt text as the model sees it: chat template unless --raw. */
+static omni_status build_prompt(const omni_args *a, char **text) {
+    char *user;
+    omni_status st = omni_args_prompt(a, &user);
+    if (st) return st;
+    if (a->raw) {
+        *text = user;
+        return OMNI_OK;
+    }
+    *text = llm_prompt_simple(a->system, user, 0, 0);
+    free(user);
+    return *text ? OMNI_OK : omni_fail(OMNI_ERR_NOMEM, "out of memory");
+}
+
+/* Open a session, tokenize the prompt, size the cache and prefill. */
+static omni_status open_and_prefill(omni_session *s, const omni_args *a, int extra, volatile int *intr) {
+    char *text = NULL;
+    int32_t *ids = NULL;
+    int n = 0;
+    omni_status st = build_prompt(a, &text);
+    if (!st) st = session_open(s, a);
+    s->interrupted = intr;
+    if (!st) st = session_tokenize(s, text, &ids, &n);
+    if (!st && n == 0) st = omni_fail(OMNI_ERR_USAGE, "empty prompt");
+    if (!st) {
+        int need = n + (extra > 0 ? extra : 0);
+        st = session_kv_init(s, need > a->ctx ? need : a->ctx);
+    }
+    if (!st) st = session_eval_prompt(s, ids, n, NULL, 0);
+    free(text);
+    free(ids);
+    return st;
+}
+
+omni_status cmd_generate(const omni_args *a, volatile int *intr) {
+    omni_session s;
+    omni_status st = open_and_prefill(&s, a, a->n_predict, intr);
+    if (!st) st = session_generate(&s, a->n_predict, 0, NULL, NULL);
+    if (!st) {
+        fputc('\n', stdout);
+        fflush(stdout);
+        session_print_perf(&s);
+    }
+    session_close(&s);
+    return st;
+}
+
+omni_status cmd_logits(const omni_args *a, volatile int *intr) {
+    if (!a->out && a->top_n <= 0) return omni_fail(OMNI_ERR_USAGE, "logits: give -o FILE and/or --top N");
+    omni_session s;
+    omni_status st = open_and_prefill(&s, a, 0, intr);
+    int V = st ? 0 : s.cfg->vocab;
+    if (!st && a->out) {
+        FILE *f = fopen(a->out, "wb");
+        if (!f) st = omni_fail(OMNI_ERR_INPUT, "cannot write %s", a->out);
+        else {
+            if (fwrite(s.logits, sizeof(float), (size_t)V, f) != (size_t)V) st = omni_fail(OMNI_ERR_RUNTIME, "write failed: %s", a->out);
+            if (fclose(f) != 0 && !st) st = omni_fail(OMNI_ERR_RUNTIME, "write failed: %s", a->out);
+        }
+    }
+    if (!st && a->top_n > 0) {
+        int k = a->top_n < V ? a->top_n : V;
+        int *idx = malloc(sizeof(int) * k);
+        float *val = malloc(sizeof(float) * k);
+        if (!idx || !val) st = omni_fail(OMNI_ERR_NOMEM, "out of memory");
+        else {
+            op_topk(s.logits, V, k, idx, val);
+            for (int i = 0; i < k; i++) printf("%d %.6f\n", idx[i], val[i]);
+        }
+        free(idx);
+        free(val);
+    }
+    if (!st) session_print_perf(&s);
+    session_close(&s);
+    return st;
+}
+
+omni_status cmd_tokenize(const omni_args *a, volatile int *intr) {
+    (void)intr;
+    char dir[4096], path[4200], *text = NULL;
+    llm_tokenizer *tok = NULL;
+    int32_t *ids = NULL;
+    int n = 0, bad = 0;
+    omni_status st = omni_args_prompt(a, &text);
+    if (!st) st = omni_resolve_model(a->model, dir, sizeof dir);
+    if (!st) {
+        snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+        st = llm_tokenizer_load(path, &tok);
+    }
+    if (!st) st = llm_tokenizer_encode(tok, text, strlen(text), 1, &ids, &n, &bad);
+    if (!st) {
+        if (bad) fprintf(stderr, "warning: input contains %d invalid UTF-8 sequence(s), replaced by U+FFFD\n", bad);
+        for (int i = 0; i < n; i++) printf(i ? " %d" : "%d", ids[i]);
+        printf("\n");
+    }
+    free(ids);
+    free(text);
+    llm_tokenizer_free(tok);
+    return st;
+}

@@ -1,0 +1,85 @@
+/* main.c - the `omni` program: command dispatch, usage, exit codes.
+ *
+ * Exit codes: 0 ok, 1 usage, 2 input file missing/unsupported, 3 model missing/invalid/unsupported,
+ * 4 runtime error or out of memory, 130 interrupted (Ctrl+C). Answers go to stdout; logs, timings to stderr. */
+#define _POSIX_C_SOURCE 200809L
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "app/commands.h"
+
+static volatile int g_interrupted = 0;
+
+static void on_sigint(int sig) {
+    (void)sig;
+    if (g_interrupted) _Exit(130); /* second Ctrl+C: leave now */
+    g_interrupted = 1;
+}
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: omni <command> [options]\n"
+            "\n"
+            "commands:\n"
+            "  generate  -m MODEL -p TEXT    generate a reply (chat template unless --raw), streamed to stdout\n"
+            "  chat      -m MODEL            interactive multi-turn chat (/clear, /quit)\n"
+            "  tokenize  -m MODEL -p TEXT    print token ids of TEXT (no template)\n"
+            "  logits    -m MODEL -p TEXT -o FILE [--top N]  last-position logits as float32\n"
+            "\n"
+            "options:\n"
+            "  -m, --model M      model directory, models--Org--Name cache dir, or Org/Name in the HF cache\n"
+            "  -p, --prompt TEXT  prompt text            -f, --file F     read the prompt from a file\n"
+            "  -n, --n-predict N  tokens to generate (default 256, -1 = until EOS)\n"
+            "  --temp T           temperature (default 0.7; 0 = greedy)\n"
+            "  --top-k K          top-k (default 20; 0 = off)   --top-p P   top-p (default 0.8)\n"
+            "  -s, --seed S       RNG seed (default 0)\n"
+            "  --system TEXT      system message             --raw      no chat template\n"
+            "  -c, --ctx-size N   KV capacity in tokens (default 4096)\n"
+            "  -t, --threads N    CPU threads\n"
+            "  --device cpu|cuda  (default cpu)\n"
+            "  --kv MODE          KV cache: f32 (default on CPU), bf16, int2, int4, kivi2, kivi4, k4v2 ...\n"
+            "  --kv-window R      recent tokens kept unquantized (multiple of 32, 0..256; default 128)\n"
+            "  --kv-sink N        first N tokens kept in BF16   --kv-rotate on|off   --kv-scale on|off\n"
+            "  --kv-layers SPEC   per-layer KV formats, e.g. 0-3:int4,27:bf16\n"
+            "  --no-perf          no timing block on stderr    -v, --verbose\n"
+            "\n"
+            "exit codes: 0 ok, 1 usage, 2 bad input file, 3 bad/unsupported model, 4 runtime error, 130 interrupted\n");
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) {
+        usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 1 : 0;
+    }
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_sigint;
+    sigaction(SIGINT, &sa, NULL);
+
+    const omni_command *cmd = omni_find_command(argv[1]);
+    if (!cmd) {
+        fprintf(stderr, "error: unknown command '%s' (see omni --help)\n", argv[1]);
+        return 1;
+    }
+    omni_args a;
+    omni_args_defaults(&a);
+    cmd->defaults(&a);
+    omni_status st = omni_args_parse(&a, argc, argv, 2);
+    if (st) {
+        fprintf(stderr, "error: %s\n", omni_last_error());
+        return omni_status_exit_code(st);
+    }
+    if (a.verbose) omni_log_set_level(2);
+    st = cmd->run(&a, &g_interrupted);
+    if (g_interrupted) {
+        fprintf(stderr, "\nInterrupted by user\n");
+        return 130;
+    }
+    if (st) {
+        fprintf(stderr, "error: %s\n", omni_last_error());
+        return omni_status_exit_code(st);
+    }
+    return 0;
+}

@@ -1,0 +1,226 @@
+/* session.c - model/tokenizer/cache lifetime, chunked prefill, the decode loop and the perf block. */
+#define _POSIX_C_SOURCE 200809L
+#include "app/session.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "app/model_path.h"
+#include "kernels/ops.h"
+
+#define PREFILL_CHUNK 512
+
+omni_status session_open(omni_session *s, const omni_args *a) {
+    memset(s, 0, sizeof *s);
+    s->args = *a;
+    s->seq = -1;
+    s->t_start = omni_time_ms();
+    if (a->device && strcmp(a->device, "cpu")) {
+        if (!strcmp(a->device, "cuda"))
+            return omni_fail(OMNI_ERR_UNSUPPORTED, "--device cuda: the CUDA backend is not built yet; use --device cpu");
+        return omni_fail(OMNI_ERR_USAGE, "--device: expected cpu or cuda, got '%s'", a->device);
+    }
+    if (a->threads > 0) op_set_threads(a->threads);
+    omni_status st = omni_resolve_model(a->model, s->model_dir, sizeof s->model_dir);
+    if (st) return st;
+    if ((st = llm_model_load(s->model_dir, &s->model))) return st;
+    s->cfg = llm_model_config(s->model);
+    char path[4200];
+    snprintf(path, sizeof path, "%s/tokenizer.json", s->model_dir);
+    if ((st = llm_tokenizer_load(path, &s->tok))) return st;
+    llm_sampler_params sp = {a->temp, a->top_k, a->top_p, a->seed};
+    if ((st = llm_sampler_init(&sp, s->cfg->vocab, &s->sampler))) return st;
+    s->logits = malloc(sizeof(float) * s->cfg->vocab);
+    if (!s->logits) return omni_fail(OMNI_ERR_NOMEM, "out of memory");
+    s->t_load_ms = omni_time_ms() - s->t_start;
+    omni_log(2, "model: %s (%s, %d layers, hidden %d, vocab %d, %.1f MiB of weights)\n", s->model_dir,
+             s->cfg->model_type, s->cfg->n_layers, s->cfg->hidden, s->cfg->vocab,
+             llm_model_weight_bytes(s->model) / 1048576.0);
+    return OMNI_OK;
+}
+
+static omni_status kv_format_from_args(const omni_args *a, kv_format *f) {
+    omni_status st = kv_parse_mode(a->kv, f);
+    if (st) return st;
+    if (a->kv_window >= 0) f->window = a->kv_window;
+    if (a->kv_sink >= 0) f->n_sink = a->kv_sink;
+    if (a->kv_rotate >= 0) f->rotate = a->kv_rotate;
+    if (a->kv_scale >= 0) f->scale = a->kv_scale;
+    return OMNI_OK;
+}
+
+omni_status session_kv_init(omni_session *s, int ctx) {
+    kv_free(s->kv);
+    s->kv = NULL;
+    kv_params p = llm_model_kv_params(s->model);
+    omni_status st = kv_format_from_args(&s->args, &p.fmt);
+    if (st) return st;
+    kv_format *layers = NULL;
+    if (s->args.kv_layers) {
+        layers = malloc(sizeof *layers * p.n_layers);
+        if (!layers) return omni_fail(OMNI_ERR_NOMEM, "out of memory");
+        if ((st = kv_parse_layer_overrides(s->args.kv_layers, &p.fmt, p.n_layers, layers))) {
+            free(layers);
+            return st;
+        }
+        p.layer_fmt = layers;
+    }
+    p.max_tokens = ctx;
+    p.max_seqs = 1;
+    p.max_chunk = PREFILL_CHUNK;
+    st = kv_init(&p, &s->kv);
+    free(layers);
+    if (st) return st;
+    s->ctx = ctx;
+    if ((st = kv_seq_add(s->kv, &s->seq))) return st;
+    char line[512];
+    kv_format_line(s->kv, line, sizeof line);
+    omni_log(1, "%s\n", line);
+    return OMNI_OK;
+}
+
+void session_close(omni_session *s) {
+    llm_sampler_free(s->sampler);
+    kv_free(s->kv);
+    llm_tokenizer_free(s->tok);
+    llm_model_free(s->model);
+    free(s->logits);
+    memset(s, 0, sizeof *s);
+}
+
+omni_status session_tokenize(omni_session *s, const char *text, int32_t **ids, int *n) {
+    int bad = 0;
+    omni_status st = llm_tokenizer_encode(s->tok, text, strlen(text), 1, ids, n, &bad);
+    if (!st && bad)
+        omni_log(0, "warning: input contains %d invalid UTF-8 sequence%s, replaced by U+FFFD\n", bad,
+                 bad == 1 ? "" : "s");
+    return st;
+}
+
+/* Run tokens [c0, c1) of a prompt whose full positions/spans are given, as one chunk. */
+static omni_status eval_chunk(omni_session *s, const int32_t *ids, const int32_t *pos, int n, int c0, int c1,
+                              const llm_span *spans, int n_spans, int want_logits) {
+    int T = c1 - c0, H = s->cfg->hidden;
+    int32_t *cpos = NULL;
+    llm_span cs[OMNI_MAX_MEDIA];
+    int ncs = 0;
+    if (pos) {
+        cpos = malloc(sizeof(int32_t) * 3 * T);
+        if (!cpos) return omni_fail(OMNI_ERR_NOMEM, "out of memory");
+        for (int k = 0; k < 3; k++) memcpy(cpos + k * T, pos + (int64_t)k * n + c0, sizeof(int32_t) * T);
+    }
+    for (int i = 0; i < n_spans; i++) { /* the part of each span inside this chunk */
+        int a = spans[i].start > c0 ? spans[i].start : c0;
+        int b = spans[i].start + spans[i].len < c1 ? spans[i].start + spans[i].len : c1;
+        if (a >= b) continue;
+        llm_span x = spans[i];
+        int off = a - spans[i].start;
+        x.start = a - c0;
+        x.len = b - a;
+        x.embd = spans[i].embd + (int64_t)off * H;
+        for (int d = 0; d < x.n_deepstack; d++) x.deepstack[d] = spans[i].deepstack[d] + (int64_t)off * H;
+        cs[ncs++] = x;
+    }
+    llm_input in = {T, ids + c0, cpos, ncs, cs};
+    omni_status st = llm_forward(s->model, s->kv, s->seq, &in, want_logits ? s->logits : NULL);
+    free(cpos);
+    return st;
+}
+
+/* Prefill in chunks of PREFILL_CHUNK tokens. */
+static omni_status eval_tokens(omni_session *s, const int32_t *ids, const int32_t *pos, int n, const llm_span *spans,
+                               int n_spans) {
+    if (kv_seq_len(s->kv, s->seq) + n > s->ctx)
+        return omni_fail(OMNI_ERR_USAGE, "prompt of %d tokens does not fit the context (%lld used of %d; raise -c)", n,
+                         (long long)kv_seq_len(s->kv, s->seq), s->ctx);
+    for (int c0 = 0; c0 < n; c0 += PREFILL_CHUNK) {
+        int c1 = c0 + PREFILL_CHUNK < n ? c0 + PREFILL_CHUNK : n;
+        omni_status st = eval_chunk(s, ids, pos, n, c0, c1, spans, n_spans, c1 == n);
+        if (st) return st;
+    }
+    return OMNI_OK;
+}
+
+omni_status session_eval_prompt(omni_session *s, const int32_t *ids, int n, omni_media *media, int n_media) {
+    if (n <= 0) return omni_fail(OMNI_ERR_USAGE, "empty prompt");
+    if (n_media > 0)
+        return omni_fail(OMNI_ERR_UNSUPPORTED, "images/audio are not wired into this build yet");
+    double t0 = omni_time_ms();
+    omni_status st = eval_tokens(s, ids, NULL, n, NULL, 0);
+    s->t_prompt_ms += omni_time_ms() - t0;
+    s->n_prompt += n;
+    return st;
+}
+
+omni_status session_eval_token(omni_session *s, int32_t id) {
+    if (kv_seq_len(s->kv, s->seq) + 1 > s->ctx) return omni_fail(OMNI_ERR_USAGE, "context full (%d tokens)", s->ctx);
+    int64_t p = kv_seq_len(s->kv, s->seq) + s->rope_delta;
+    int32_t pos[3] = {(int32_t)p, (int32_t)p, (int32_t)p};
+    llm_input in = {1, &id, pos, 0, NULL};
+    double t0 = omni_time_ms();
+    omni_status st = llm_forward(s->model, s->kv, s->seq, &in, s->logits);
+    s->t_eval_ms += omni_time_ms() - t0;
+    s->n_eval++;
+    return st;
+}
+
+omni_status session_generate(omni_session *s, int n_predict, int keep_eos, int32_t **ids_out, int *n_out) {
+    int cap = 64, n = 0;
+    int32_t *ids = malloc(sizeof(int32_t) * cap);
+    llm_detok *dt = llm_detok_new(s->tok, 1);
+    char buf[1024];
+    omni_status st = ids && dt ? OMNI_OK : omni_fail(OMNI_ERR_NOMEM, "out of memory");
+    while (!st && (n_predict < 0 || n < n_predict)) {
+        if (s->interrupted && *s->interrupted) break;
+        int id = llm_sampler_sample(s->sampler, s->logits);
+        int eos = llm_config_is_eos(s->cfg, id);
+        if (n == cap) {
+            int32_t *t = realloc(ids, sizeof(int32_t) * (cap *= 2));
+            if (!t) { st = omni_fail(OMNI_ERR_NOMEM, "out of memory"); break; }
+            ids = t;
+        }
+        ids[n++] = id;
+        if (!eos) {
+            int l = llm_detok_push(dt, id, buf, sizeof buf);
+            if (l > 0) { fwrite(buf, 1, (size_t)l, stdout); fflush(stdout); }
+        }
+        if (eos && !keep_eos) break;
+        if (kv_seq_len(s->kv, s->seq) >= s->ctx) {
+            omni_log(1, "\nwarning: context full (%d tokens), stopping\n", s->ctx);
+            break;
+        }
+        st = session_eval_token(s, id);
+        if (eos) break;
+    }
+    if (dt) {
+        int l = llm_detok_flush(dt, buf, sizeof buf);
+        if (l > 0) fwrite(buf, 1, (size_t)l, stdout);
+        fflush(stdout);
+    }
+    llm_detok_free(dt);
+    if (n_out) *n_out = n;
+    if (ids_out && !st) *ids_out = ids;
+    else free(ids);
+    return st;
+}
+
+void session_print_perf(const omni_session *s) {
+    if (s->args.no_perf) return;
+    double total = omni_time_ms() - s->t_start;
+    const char *p = "omni_perf:";
+    fprintf(stderr, "\n%s        load time = %10.2f ms\n", p, s->t_load_ms);
+    if (s->t_encode_ms > 0) fprintf(stderr, "%s      encode time = %10.2f ms\n", p, s->t_encode_ms);
+    fprintf(stderr, "%s prompt eval time = %10.2f ms / %5d tokens (%8.2f ms per token, %8.2f tokens per second)\n", p,
+            s->t_prompt_ms, s->n_prompt, s->n_prompt ? s->t_prompt_ms / s->n_prompt : 0.0,
+            s->t_prompt_ms > 0 ? 1e3 * s->n_prompt / s->t_prompt_ms : 0.0);
+    fprintf(stderr, "%s        eval time = %10.2f ms / %5d runs   (%8.2f ms per token, %8.2f tokens per second)\n", p,
+            s->t_eval_ms, s->n_eval, s->n_eval ? s->t_eval_ms / s->n_eval : 0.0,
+            s->t_eval_ms > 0 ? 1e3 * s->n_eval / s->t_eval_ms : 0.0);
+    fprintf(stderr, "%s       total time = %10.2f ms / %5d tokens\n", p, total, s->n_prompt + s->n_eval);
+    if (s->kv) {
+        char line[512];
+        kv_format_line(s->kv, line, sizeof line);
+        fprintf(stderr, "%s\n", line);
+    }
+}

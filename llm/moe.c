@@ -1,0 +1,64 @@
+/* moe.c - sparse MoE MLP (see moe.h). Scratch layout for T tokens (E experts, k top, H hidden, I inter):
+ *   probs [T, E] | sel_w [T, k] | sel_e [T, k] (int32) | rows [T] (int32) | rw [T] | xg [T, H] | g [T, I] |
+ *   u [T, I] | og [T, H] */
+#include "llm/moe.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "kernels/ops.h"
+
+size_t llm_moe_scratch_floats(const llm_moe *m, int T) {
+    size_t t = (size_t)T;
+    return t * m->n_experts + 2 * t * m->top_k + 2 * t + 2 * t * m->hidden + 2 * t * m->inter;
+}
+
+/* Router: softmax over experts in f32, top-k (lower index first on ties), optional renormalisation. */
+static void route(const llm_moe *m, const float *x, int T, float *probs, float *sel_w, int32_t *sel_e) {
+    int E = m->n_experts, k = m->top_k;
+    op_linear(probs, x, T, &m->router, NULL);
+    op_softmax(probs, T, E);
+    int idx[256];
+    float val[256];
+    for (int t = 0; t < T; t++) {
+        op_topk(probs + (int64_t)t * E, E, k, idx, val);
+        float sum = 0;
+        for (int j = 0; j < k; j++) sum += val[j];
+        for (int j = 0; j < k; j++) {
+            sel_e[t * k + j] = idx[j];
+            sel_w[t * k + j] = m->norm_topk_prob ? val[j] / sum : val[j];
+        }
+    }
+}
+
+void llm_moe_forward(const llm_moe *m, float *y, const float *x, int T, float *scratch) {
+    int E = m->n_experts, k = m->top_k, H = m->hidden, I = m->inter;
+    float *probs = scratch, *sel_w = probs + (size_t)T * E;
+    int32_t *sel_e = (int32_t *)(sel_w + (size_t)T * k), *rows = sel_e + (size_t)T * k;
+    float *rw = (float *)(rows + T), *xg = rw + T, *g = xg + (size_t)T * H, *u = g + (size_t)T * I;
+    float *og = u + (size_t)T * I;
+    route(m, x, T, probs, sel_w, sel_e);
+    memset(y, 0, sizeof(float) * (size_t)T * H);
+    for (int e = 0; e < E; e++) {
+        int n = 0; /* gather the tokens routed to expert e */
+        for (int t = 0; t < T; t++)
+            for (int j = 0; j < k; j++)
+                if (sel_e[t * k + j] == e) {
+                    rows[n] = t;
+                    rw[n] = sel_w[t * k + j];
+                    memcpy(xg + (size_t)n * H, x + (size_t)t * H, sizeof(float) * H);
+                    n++;
+                }
+        if (!n) continue;
+        op_linear(g, xg, n, &m->gate[e], NULL);
+        op_linear(u, xg, n, &m->up[e], NULL);
+        op_silu_mul(g, g, u, (int64_t)n * I);
+        op_linear(og, g, n, &m->down[e], NULL);
+        for (int i = 0; i < n; i++) {
+            float *yr = y + (size_t)rows[i] * H;
+            const float *orow = og + (size_t)i * H;
+            for (int h = 0; h < H; h++) yr[h] += rw[i] * orow[h];
+        }
+    }
+}

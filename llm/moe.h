@@ -1,0 +1,29 @@
+/* moe.h - the sparse MoE MLP of the Qwen3-Omni thinker (router softmax in f32, top-k, optional renormalisation,
+ * per-expert SwiGLU, weighted sum accumulated in expert-index order as transformers' index_add does). */
+#ifndef OMNI_LLM_MOE_H
+#define OMNI_LLM_MOE_H
+
+#include <stddef.h>
+
+#include "kernels/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+    omni_tensor router;              /* [E, H] (mlp.gate.weight) */
+    omni_tensor *gate, *up, *down;   /* arrays of E views: gate/up [I, H], down [H, I] */
+    int n_experts, top_k, inter, hidden, norm_topk_prob;
+} llm_moe;
+
+/* Floats of scratch llm_moe_forward needs for T tokens (the caller allocates once and reuses). */
+size_t llm_moe_scratch_floats(const llm_moe *m, int T);
+
+/* y[T, H] = MoE(x[T, H]). Tokens are grouped by expert so each expert's weights are read once per call. */
+void llm_moe_forward(const llm_moe *m, float *y, const float *x, int T, float *scratch);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

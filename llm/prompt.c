@@ -1,0 +1,74 @@
+/* prompt.c - renders the Qwen3-VL/Omni chat template (see prompt.h) with a small growable buffer. */
+#include "llm/prompt.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    char *s;
+    size_t n, cap;
+    int oom;
+} strbuf;
+
+static void sb_add(strbuf *b, const char *t) {
+    size_t l = strlen(t);
+    if (b->oom) return;
+    if (b->n + l + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->n + l + 1) cap *= 2;
+        char *s = realloc(b->s, cap);
+        if (!s) { b->oom = 1; return; }
+        b->s = s;
+        b->cap = cap;
+    }
+    memcpy(b->s + b->n, t, l + 1);
+    b->n += l;
+}
+
+static void add_parts(strbuf *b, const llm_message *m, int media) {
+    for (int i = 0; i < m->n_parts; i++) {
+        const llm_part *p = &m->parts[i];
+        if (p->type == LLM_PART_TEXT) sb_add(b, p->text ? p->text : "");
+        else if (!media) continue;
+        else if (p->type == LLM_PART_IMAGE) sb_add(b, "<|vision_start|><|image_pad|><|vision_end|>");
+        else if (p->type == LLM_PART_VIDEO) sb_add(b, "<|vision_start|><|video_pad|><|vision_end|>");
+        else if (p->type == LLM_PART_AUDIO) sb_add(b, "<|audio_start|><|audio_pad|><|audio_end|>");
+    }
+}
+
+char *llm_prompt_render(const llm_message *msgs, int n, int add_generation_prompt) {
+    strbuf b = {0};
+    sb_add(&b, "");
+    for (int i = 0; i < n; i++) {
+        const llm_message *m = &msgs[i];
+        int is_system = !strcmp(m->role, "system");
+        if (is_system && i != 0) continue;
+        sb_add(&b, "<|im_start|>");
+        sb_add(&b, m->role);
+        sb_add(&b, "\n");
+        add_parts(&b, m, !strcmp(m->role, "user"));
+        sb_add(&b, "<|im_end|>\n");
+    }
+    if (add_generation_prompt) sb_add(&b, "<|im_start|>assistant\n");
+    if (b.oom) {
+        free(b.s);
+        return NULL;
+    }
+    return b.s;
+}
+
+char *llm_prompt_simple(const char *system, const char *user_text, int n_images, int n_audio) {
+    int np = n_images + n_audio + 1;
+    llm_part *parts = calloc((size_t)np, sizeof *parts);
+    if (!parts) return NULL;
+    int k = 0;
+    for (int i = 0; i < n_audio; i++) parts[k++].type = LLM_PART_AUDIO;
+    for (int i = 0; i < n_images; i++) parts[k++].type = LLM_PART_IMAGE;
+    parts[k].type = LLM_PART_TEXT;
+    parts[k++].text = user_text;
+    llm_part sys = {LLM_PART_TEXT, system};
+    llm_message msgs[2] = {{"system", 1, &sys}, {"user", k, parts}};
+    char *s = system ? llm_prompt_render(msgs, 2, 1) : llm_prompt_render(msgs + 1, 1, 1);
+    free(parts);
+    return s;
+}

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# setup.sh - install what is missing (Debian 12, as root), build, then run the main job or the test suite.
+#   bash scripts/setup.sh run    # build and generate from the smallest model in the repo
+#   bash scripts/setup.sh test   # build and run the whole test suite (normal build, then ASan/UBSan build)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+mode=${1:-run}
+
+PKGS="build-essential cmake pkg-config libopenblas-dev libcjson-dev libpcre2-dev libutf8proc-dev libstb-dev
+libsndfile1-dev libavformat-dev libavcodec-dev libswresample-dev libavutil-dev libfftw3-dev libsdl2-dev
+libsdl2-ttf-dev fonts-dejavu-core libcmocka-dev"
+missing=""
+for p in $PKGS; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+done
+if [ -n "$missing" ]; then
+  echo "setup: installing:$missing" >&2
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends $missing >&2
+fi
+
+jobs=$(nproc)
+build() { # build DIR [cmake args...]
+  local dir=$1; shift
+  cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Release -DOMNI_CUDA=OFF "$@" >/dev/null
+  cmake --build "$dir" -j"$jobs"
+}
+
+case "$mode" in
+  run)
+    build build
+    model=tests/fixtures/text/tiny-tied-hd64
+    [ -d "$model" ] || model=$(ls -d tests/fixtures/text/*/ | head -n1)
+    ./build/omni generate -m "$model" -p "Tell me a story about a robot." -n 32 --temp 0
+    ;;
+  test)
+    build build
+    (cd build && ctest --output-on-failure -j"$jobs" --timeout 900)
+    # Second pass with AddressSanitizer + UndefinedBehaviorSanitizer (leaks, overflows, UB).
+    build build-asan -DOMNI_SANITIZE=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo
+    (cd build-asan && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j"$jobs" -LE slow --timeout 900)
+    ;;
+  *)
+    echo "usage: bash scripts/setup.sh run|test" >&2
+    exit 1
+    ;;
+esac

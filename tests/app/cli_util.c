@@ -1,0 +1,101 @@
+/* cli_util.c - see cli_util.h. */
+#define _DEFAULT_SOURCE
+#include "cli_util.h"
+
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+char *read_all(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *b = malloc((size_t)n + 1);
+    if (b && fread(b, 1, (size_t)n, f) != (size_t)n) { free(b); b = NULL; }
+    fclose(f);
+    if (b) { b[n] = 0; if (len) *len = (size_t)n; }
+    return b;
+}
+
+int write_all(const char *path, const void *data, size_t len) {
+    FILE *f = fopen(path, "wb");
+    if (!f) return -1;
+    int ok = fwrite(data, 1, len, f) == len;
+    return fclose(f) == 0 && ok ? 0 : -1;
+}
+
+cli_result cli_run(const char *fmt, ...) {
+    char args[8192], cmd[9000];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(args, sizeof args, fmt, ap);
+    va_end(ap);
+    char outp[64], errp[64];
+    snprintf(outp, sizeof outp, "/tmp/omni_cli_%d.out", (int)getpid());
+    snprintf(errp, sizeof errp, "/tmp/omni_cli_%d.err", (int)getpid());
+    snprintf(cmd, sizeof cmd, "%s %s </dev/null >%s 2>%s", OMNI_BIN, args, outp, errp);
+    int st = system(cmd);
+    cli_result r;
+    r.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    r.out = read_all(outp, NULL);
+    r.err = read_all(errp, NULL);
+    if (!r.out) r.out = calloc(1, 1);
+    if (!r.err) r.err = calloc(1, 1);
+    unlink(outp);
+    unlink(errp);
+    return r;
+}
+
+void cli_free(cli_result *r) {
+    free(r->out);
+    free(r->err);
+}
+
+int cli_lines(const char *s) {
+    int n = 0, cur = 0;
+    for (; *s; s++) {
+        if (*s == '\n') { n += cur > 0; cur = 0; }
+        else cur++;
+    }
+    return n + (cur > 0);
+}
+
+char *make_tmpdir(void) {
+    char *p = strdup("/tmp/omni_test_XXXXXX");
+    return p && mkdtemp(p) ? p : NULL;
+}
+
+int copy_dir(const char *src, const char *dst) {
+    char cmd[8192];
+    snprintf(cmd, sizeof cmd, "mkdir -p '%s' && cp -r '%s'/. '%s'/", dst, src, dst);
+    return system(cmd);
+}
+
+int rewrite_header(const char *path, void (*edit)(cJSON *hdr, void *ctx), void *ctx) {
+    size_t len;
+    unsigned char *b = (unsigned char *)read_all(path, &len);
+    if (!b || len < 8) { free(b); return -1; }
+    uint64_t n = 0;
+    for (int i = 0; i < 8; i++) n |= (uint64_t)b[i] << (8 * i);
+    cJSON *h = cJSON_ParseWithLength((const char *)b + 8, (size_t)n);
+    if (!h) { free(b); return -1; }
+    edit(h, ctx);
+    char *js = cJSON_PrintUnformatted(h);
+    cJSON_Delete(h);
+    size_t hn = strlen(js), dn = len - 8 - (size_t)n;
+    unsigned char *o = malloc(8 + hn + dn);
+    for (int i = 0; i < 8; i++) o[i] = (unsigned char)((uint64_t)hn >> (8 * i));
+    memcpy(o + 8, js, hn);
+    memcpy(o + 8 + hn, b + 8 + n, dn);
+    int rc = write_all(path, o, 8 + hn + dn);
+    free(js);
+    free(o);
+    free(b);
+    return rc;
+}
