@@ -209,6 +209,7 @@ int op_argmax(const float *x, int n) {
 }
 
 void op_topk(const float *x, int n, int k, int *idx, float *val) {
+    if (k <= 0) return; /* k == 0 would read and write val[-1] below */
     int m = 0; /* insertion into a sorted list of size k: fine for small k */
     for (int i = 0; i < n; i++) {
         float v = x[i];
