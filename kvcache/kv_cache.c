@@ -1,0 +1,684 @@
+/* kv_cache.c - the KV cache: page pools (one allocation), per-sequence page tables, attention of a chunk over
+ * the stored history plus itself, and appending/flushing (quantizing) blocks. Layout and semantics: kvcache.h.
+ *
+ * Notation: D = head_dim, Hkv = KV heads, Hq = query heads, G = 32 (block), R = window, S = n_sink.
+ * A sequence of committed length L has nq quantized blocks (positions < 32 nq), nq = max(0, (L - R) / 32) in a
+ * quantizing cache (0 otherwise); the other blocks live in raw pages. */
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kv_quant.h"
+#include "kvcache.h"
+#include "kernels/tensor.h"
+
+_Static_assert(KV_GROUP == KVQ_G, "block size");
+
+typedef struct {
+    int quant;             /* K and V quantized in blocks beyond the window */
+    int kbits, vbits;      /* when quant */
+    int kesz, vesz;        /* raw element bytes: 4 (f32) or 2 (bf16) */
+    size_t raw_k, raw_v;   /* offsets of the layer's K and V regions in a raw page */
+    size_t q_k, q_v;       /* offsets in a quant page */
+    size_t q_kh, q_vh;     /* bytes per KV head of a K / V block in a quant page */
+} kv_layer;
+
+typedef struct {
+    uint8_t *base;
+    size_t page_bytes;
+    int64_t n_pages, n_free;
+    int32_t *free_list; /* stack of free page indices */
+} kv_pool;
+
+typedef struct {
+    int active;
+    int64_t len;   /* committed tokens */
+    int nq;        /* quantized blocks (committed) */
+    int pending;   /* tokens of the step in flight (pages reserved), -1 = none */
+    int nq_new;    /* quantized blocks after the step in flight */
+    int nb_alloc;  /* table entries [0, nb_alloc) may hold pages */
+    int32_t *raw, *qp; /* [nb_max] page per block or -1 */
+} kv_seq;
+
+struct kv_cache {
+    kv_params p;
+    kv_format *fmt;  /* [n_layers] */
+    kv_layer *lay;   /* [n_layers] */
+    int quantizing, R, S, D, Hkv, nb_max;
+    kv_pool raw, qnt;
+    void *mem;       /* the one pool allocation */
+    kv_seq *seqs;    /* [max_seqs] */
+    int32_t *tables; /* [max_seqs][2][nb_max] */
+    int64_t raw_k_bytes, raw_v_bytes, q_k_bytes, q_v_bytes; /* per page */
+    int n_threads;
+    size_t thr_floats;
+    float *thr;      /* [n_threads][thr_floats] */
+    float *ck, *cv;  /* [max_chunk][Hkv][D] chunk keys/values (rotated when the layer rotates) */
+    int *tok_seq, *tok_i, *seq_start, *mark; /* [max_chunk], [max_chunk], [max_seqs], [max_seqs] */
+    int epoch;       /* batch counter for duplicate-id detection via mark[] */
+};
+
+static int is_q(kv_type t) { return t == KV_Q2 || t == KV_Q4; }
+static int type_bits(kv_type t) { return t == KV_Q2 ? 2 : 4; }
+static int raw_esz(kv_type t) { return t == KV_F32 ? 4 : 2; }
+static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+/* ---------------------------------------------------------------- validation + init */
+
+static omni_status check_format(const kv_format *f, int l, int D) {
+    if ((unsigned)f->k_type > KV_Q2 || (unsigned)f->v_type > KV_Q2)
+        return omni_fail(OMNI_ERR_USAGE, "kv: layer %d: invalid K/V storage type", l);
+    if (is_q(f->k_type) != is_q(f->v_type))
+        return omni_fail(OMNI_ERR_USAGE, "kv: layer %d: K and V must both be quantized or both not (got K %s, V %s)",
+                         l, kv_type_name(f->k_type), kv_type_name(f->v_type));
+    if (f->window < 0 || f->window > KV_MAX_WINDOW || f->window % KV_GROUP)
+        return omni_fail(OMNI_ERR_USAGE, "kv: window %d is invalid (must be a multiple of %d in 0..%d)", f->window,
+                         KV_GROUP, KV_MAX_WINDOW);
+    if (f->n_sink < 0 || f->n_sink > KV_GROUP)
+        return omni_fail(OMNI_ERR_USAGE, "kv: n_sink %d is invalid (must be in 0..%d)", f->n_sink, KV_GROUP);
+    if (f->rotate && (D & (D - 1)))
+        return omni_fail(OMNI_ERR_USAGE, "kv: head_dim %d is not a power of two, required by the Hadamard rotation "
+                         "(use a non-rotating mode such as kivi2 or bf16)", D);
+    if (is_q(f->k_type) && D % KV_GROUP)
+        return omni_fail(OMNI_ERR_USAGE, "kv: head_dim %d is not a multiple of %d, required by quantized modes", D,
+                         KV_GROUP);
+    return OMNI_OK;
+}
+
+static omni_status check_params(const kv_params *p) {
+    if (p->n_layers <= 0 || p->n_kv_heads <= 0 || p->head_dim <= 0 || p->max_tokens <= 0 || p->max_seqs <= 0 ||
+        p->max_chunk <= 0)
+        return omni_fail(OMNI_ERR_USAGE, "kv: n_layers (%d), n_kv_heads (%d), head_dim (%d), max_tokens (%lld), "
+                         "max_seqs (%d) and max_chunk (%d) must all be > 0", p->n_layers, p->n_kv_heads, p->head_dim,
+                         (long long)p->max_tokens, p->max_seqs, p->max_chunk);
+    if (p->max_tokens > ((int64_t)1 << 34) || p->head_dim > 4096 || p->max_chunk > (1 << 24))
+        return omni_fail(OMNI_ERR_USAGE, "kv: sizes too large (max_tokens %lld, head_dim %d, max_chunk %d)",
+                         (long long)p->max_tokens, p->head_dim, p->max_chunk);
+    int any_q = 0;
+    for (int l = 0; l < p->n_layers; l++) {
+        const kv_format *f = p->layer_fmt ? &p->layer_fmt[l] : &p->fmt;
+        omni_status st = check_format(f, l, p->head_dim);
+        if (st) return st;
+        any_q |= is_q(f->k_type);
+    }
+    const kv_format *f0 = p->layer_fmt ? &p->layer_fmt[0] : &p->fmt;
+    for (int l = 1; any_q && p->layer_fmt && l < p->n_layers; l++)
+        if (p->layer_fmt[l].window != f0->window || p->layer_fmt[l].n_sink != f0->n_sink)
+            return omni_fail(OMNI_ERR_USAGE, "kv: window and n_sink must be the same in all layers (layer %d differs)",
+                             l);
+    return OMNI_OK;
+}
+
+/* Per-layer offsets inside raw and quant pages; returns the page sizes. */
+static void plan_layout(kv_cache *c) {
+    size_t roff = 0, qoff = 0, blk = (size_t)KV_GROUP * c->D;
+    for (int l = 0; l < c->p.n_layers; l++) {
+        const kv_format *f = &c->fmt[l];
+        kv_layer *y = &c->lay[l];
+        y->quant = is_q(f->k_type);
+        y->kbits = y->quant ? type_bits(f->k_type) : 0;
+        y->vbits = y->quant ? type_bits(f->v_type) : 0;
+        y->kesz = y->quant ? 2 : raw_esz(f->k_type);
+        y->vesz = y->quant ? 2 : raw_esz(f->v_type);
+        y->raw_k = roff;
+        y->raw_v = roff + c->Hkv * blk * y->kesz;
+        roff = y->raw_v + c->Hkv * blk * y->vesz;
+        c->raw_k_bytes += c->Hkv * blk * y->kesz;
+        c->raw_v_bytes += c->Hkv * blk * y->vesz;
+        y->q_kh = y->quant ? kvq_key_bytes(c->D, y->kbits, f->scale) : blk * y->kesz;
+        y->q_vh = y->quant ? kvq_value_bytes(c->D, y->vbits) : blk * y->vesz;
+        y->q_k = qoff;
+        y->q_v = qoff + c->Hkv * y->q_kh;
+        qoff = y->q_v + c->Hkv * y->q_vh;
+        c->q_k_bytes += c->Hkv * y->q_kh;
+        c->q_v_bytes += c->Hkv * y->q_vh;
+    }
+    c->raw.page_bytes = roff;
+    c->qnt.page_bytes = qoff;
+}
+
+static void pool_setup(kv_pool *pl, uint8_t *base, int32_t *list) {
+    pl->base = base;
+    pl->free_list = list;
+    pl->n_free = pl->n_pages;
+    for (int64_t i = 0; i < pl->n_pages; i++) list[i] = (int32_t)(pl->n_pages - 1 - i); /* pops 0, 1, 2 ... */
+}
+
+static int32_t pool_get(kv_pool *pl) { return pl->free_list[--pl->n_free]; }
+static void pool_put(kv_pool *pl, int32_t pg) { pl->free_list[pl->n_free++] = pg; }
+static uint8_t *page_ptr(const kv_pool *pl, int32_t pg) { return pl->base + (size_t)pg * pl->page_bytes; }
+
+static omni_status alloc_pools(kv_cache *c) {
+    int64_t blocks = ceil_div(c->p.max_tokens, KV_GROUP) + c->p.max_seqs;
+    if (c->quantizing) {
+        int64_t per_seq = 2 * (c->R / KV_GROUP + 1) + 1; /* old + new window blocks in flight, + sink block */
+        c->raw.n_pages = blocks < per_seq * c->p.max_seqs ? blocks : per_seq * c->p.max_seqs;
+        c->qnt.n_pages = c->p.max_tokens / KV_GROUP + 1;
+    } else {
+        c->raw.n_pages = blocks;
+        c->qnt.n_pages = 0;
+    }
+    if (c->raw.n_pages + c->qnt.n_pages > INT32_MAX)
+        return omni_fail(OMNI_ERR_USAGE, "kv: too many pages (%lld)", (long long)(c->raw.n_pages + c->qnt.n_pages));
+    size_t rb = (size_t)c->raw.n_pages * c->raw.page_bytes, qb = (size_t)c->qnt.n_pages * c->qnt.page_bytes;
+    size_t total = (rb + qb + 63) & ~(size_t)63;
+    c->mem = aligned_alloc(64, total ? total : 64);
+    int32_t *lists = malloc((size_t)(c->raw.n_pages + c->qnt.n_pages + 1) * sizeof(int32_t));
+    c->tables = malloc((size_t)c->p.max_seqs * 2 * c->nb_max * sizeof(int32_t));
+    if (!c->mem || !lists || !c->tables) {
+        free(lists);
+        return omni_fail(OMNI_ERR_NOMEM, "kv: cannot allocate the KV pool (%.1f MiB)", total / 1048576.0);
+    }
+    pool_setup(&c->raw, c->mem, lists);
+    pool_setup(&c->qnt, (uint8_t *)c->mem + rb, lists + c->raw.n_pages);
+    for (int s = 0; s < c->p.max_seqs; s++) {
+        c->seqs[s].raw = c->tables + (size_t)s * 2 * c->nb_max;
+        c->seqs[s].qp = c->seqs[s].raw + c->nb_max;
+    }
+    return OMNI_OK;
+}
+
+static omni_status alloc_scratch(kv_cache *c) {
+    int T = c->p.max_chunk, D = c->D;
+    c->n_threads = omp_get_max_threads();
+    if (c->n_threads < 1) c->n_threads = 1;
+    /* per thread: q~ [D], acc [D], w [32], scores [max_tokens + max_chunk], gather K/V + tmp [3][32][D] */
+    c->thr_floats = (size_t)2 * D + KV_GROUP + (size_t)c->p.max_tokens + T + (size_t)3 * KV_GROUP * D;
+    c->thr_floats = (c->thr_floats + 15) & ~(size_t)15;
+    c->thr = malloc(c->thr_floats * c->n_threads * sizeof(float));
+    c->ck = malloc((size_t)T * c->Hkv * D * sizeof(float));
+    c->cv = malloc((size_t)T * c->Hkv * D * sizeof(float));
+    c->tok_seq = malloc((size_t)T * sizeof(int));
+    c->tok_i = malloc((size_t)T * sizeof(int));
+    c->seq_start = malloc((size_t)c->p.max_seqs * sizeof(int));
+    c->mark = calloc((size_t)c->p.max_seqs, sizeof(int));
+    if (!c->thr || !c->ck || !c->cv || !c->tok_seq || !c->tok_i || !c->seq_start || !c->mark)
+        return omni_fail(OMNI_ERR_NOMEM, "kv: cannot allocate scratch");
+    return OMNI_OK;
+}
+
+omni_status kv_init(const kv_params *p, kv_cache **out) {
+    *out = NULL;
+    omni_status st = check_params(p);
+    if (st) return st;
+    kv_cache *c = calloc(1, sizeof *c);
+    if (!c) return omni_fail(OMNI_ERR_NOMEM, "kv: out of memory");
+    c->p = *p;
+    c->p.layer_fmt = NULL;
+    c->D = p->head_dim;
+    c->Hkv = p->n_kv_heads;
+    c->nb_max = (int)ceil_div(p->max_tokens, KV_GROUP) + 1;
+    c->fmt = malloc((size_t)p->n_layers * sizeof(kv_format));
+    c->lay = calloc((size_t)p->n_layers, sizeof(kv_layer));
+    c->seqs = calloc((size_t)p->max_seqs, sizeof(kv_seq));
+    if (!c->fmt || !c->lay || !c->seqs) {
+        kv_free(c);
+        return omni_fail(OMNI_ERR_NOMEM, "kv: out of memory");
+    }
+    for (int l = 0; l < p->n_layers; l++) {
+        c->fmt[l] = p->layer_fmt ? p->layer_fmt[l] : p->fmt;
+        c->quantizing |= is_q(c->fmt[l].k_type);
+    }
+    c->R = c->fmt[0].window;
+    c->S = c->quantizing ? c->fmt[0].n_sink : 0;
+    plan_layout(c);
+    if ((st = alloc_pools(c)) || (st = alloc_scratch(c))) {
+        kv_free(c);
+        return st;
+    }
+    *out = c;
+    return OMNI_OK;
+}
+
+void kv_free(kv_cache *c) {
+    if (!c) return;
+    free(c->mem);
+    free(c->raw.free_list); /* one allocation holds both lists */
+    free(c->tables);
+    free(c->fmt);
+    free(c->lay);
+    free(c->seqs);
+    free(c->thr);
+    free(c->ck);
+    free(c->cv);
+    free(c->tok_seq);
+    free(c->tok_i);
+    free(c->seq_start);
+    free(c->mark);
+    free(c);
+}
+
+const kv_format *kv_layer_format(const kv_cache *c, int layer) {
+    return layer >= 0 && layer < c->p.n_layers ? &c->fmt[layer] : NULL;
+}
+
+/* ---------------------------------------------------------------- sequences */
+
+static kv_seq *get_seq(const kv_cache *c, int id) {
+    return id >= 0 && id < c->p.max_seqs && c->seqs[id].active ? &c->seqs[id] : NULL;
+}
+
+static void seq_release_pages(kv_cache *c, kv_seq *s) {
+    for (int b = 0; b < s->nb_alloc; b++) {
+        if (s->raw[b] >= 0) pool_put(&c->raw, s->raw[b]);
+        if (s->qp[b] >= 0) pool_put(&c->qnt, s->qp[b]);
+        s->raw[b] = s->qp[b] = -1;
+    }
+    s->nb_alloc = 0;
+    s->len = 0;
+    s->nq = s->nq_new = 0;
+    s->pending = -1;
+}
+
+omni_status kv_seq_add(kv_cache *c, int *seq_id) {
+    for (int i = 0; i < c->p.max_seqs; i++) {
+        kv_seq *s = &c->seqs[i];
+        if (s->active) continue;
+        s->active = 1;
+        s->nb_alloc = 0;
+        for (int b = 0; b < c->nb_max; b++) s->raw[b] = s->qp[b] = -1;
+        seq_release_pages(c, s);
+        *seq_id = i;
+        return OMNI_OK;
+    }
+    return omni_fail(OMNI_ERR_NOMEM, "kv: all %d sequences are in use", c->p.max_seqs);
+}
+
+void kv_seq_remove(kv_cache *c, int seq_id) {
+    kv_seq *s = c ? get_seq(c, seq_id) : NULL;
+    if (!s) return;
+    seq_release_pages(c, s);
+    s->active = 0;
+}
+
+void kv_seq_clear(kv_cache *c, int seq_id) {
+    kv_seq *s = c ? get_seq(c, seq_id) : NULL;
+    if (s) seq_release_pages(c, s);
+}
+
+int64_t kv_seq_len(const kv_cache *c, int seq_id) {
+    const kv_seq *s = c ? get_seq(c, seq_id) : NULL;
+    return s ? s->len : -1;
+}
+
+/* Quantized blocks of a sequence of length L. */
+static int n_quant_blocks(const kv_cache *c, int64_t L) {
+    return c->quantizing && L >= c->R ? (int)((L - c->R) / KV_GROUP) : 0;
+}
+
+/* Does block b need a raw page once the sequence holds L tokens with nq quantized blocks? */
+static int needs_raw(const kv_cache *c, int b, int nq) { return b >= nq || (b == 0 && c->S > 0); }
+
+/* Pages a step of n tokens needs: new raw pages and new quant pages. */
+static void step_pages(const kv_cache *c, const kv_seq *s, int n, int64_t *nraw, int64_t *nqnt) {
+    int64_t L1 = s->len + n;
+    int nq1 = n_quant_blocks(c, L1), nb0 = (int)ceil_div(s->len, KV_GROUP), nb1 = (int)ceil_div(L1, KV_GROUP);
+    *nqnt += nq1 - s->nq;
+    for (int b = nb0; b < nb1; b++) *nraw += needs_raw(c, b, nq1);
+}
+
+static void reserve_step(kv_cache *c, kv_seq *s, int n) {
+    int64_t L1 = s->len + n;
+    int nq1 = n_quant_blocks(c, L1), nb0 = (int)ceil_div(s->len, KV_GROUP), nb1 = (int)ceil_div(L1, KV_GROUP);
+    for (int b = s->nq; b < nq1; b++) s->qp[b] = pool_get(&c->qnt);
+    for (int b = nb0; b < nb1; b++)
+        if (needs_raw(c, b, nq1)) s->raw[b] = pool_get(&c->raw);
+    if (nb1 > s->nb_alloc) s->nb_alloc = nb1;
+    s->nq_new = nq1;
+    s->pending = n;
+}
+
+/* Validates a batch; reserves its pages on the first kv_forward of the step. */
+static omni_status begin_step(kv_cache *c, int n_seq, const int *ids, const int *n_new, int reserve) {
+    if (n_seq < 0 || n_seq > c->p.max_seqs) return omni_fail(OMNI_ERR_USAGE, "kv: bad batch size %d", n_seq);
+    int64_t T = 0, need_raw = 0, need_q = 0;
+    int fresh = 0, in_flight = 0;
+    int epoch = ++c->epoch;
+    for (int i = 0; i < n_seq; i++) {
+        kv_seq *s = get_seq(c, ids[i]);
+        if (!s) return omni_fail(OMNI_ERR_USAGE, "kv: sequence id %d is not in use", ids[i]);
+        if (c->mark[ids[i]] == epoch) return omni_fail(OMNI_ERR_USAGE, "kv: sequence %d twice in one batch", ids[i]);
+        c->mark[ids[i]] = epoch;
+        if (n_new[i] < 0) return omni_fail(OMNI_ERR_USAGE, "kv: negative token count %d", n_new[i]);
+        if (s->len + n_new[i] > c->p.max_tokens)
+            return omni_fail(OMNI_ERR_NOMEM, "kv: sequence %d would hold %lld tokens, more than max_tokens %lld",
+                             ids[i], (long long)(s->len + n_new[i]), (long long)c->p.max_tokens);
+        T += n_new[i];
+        if (s->pending < 0) {
+            fresh++;
+            step_pages(c, s, n_new[i], &need_raw, &need_q);
+        } else if (s->pending == n_new[i]) {
+            in_flight++;
+        } else {
+            return omni_fail(OMNI_ERR_USAGE, "kv: sequence %d has a step of %d tokens in flight, got %d (kv_commit "
+                             "first)", ids[i], s->pending, n_new[i]);
+        }
+    }
+    if (T > c->p.max_chunk)
+        return omni_fail(OMNI_ERR_USAGE, "kv: %lld new tokens in one call, more than max_chunk %d", (long long)T,
+                         c->p.max_chunk);
+    if (fresh && in_flight) return omni_fail(OMNI_ERR_USAGE, "kv: batch mixes sequences with and without a step");
+    if (!reserve || !fresh) return OMNI_OK;
+    if (need_raw > c->raw.n_free || need_q > c->qnt.n_free)
+        return omni_fail(OMNI_ERR_NOMEM, "kv: cache full (need %lld window + %lld quantized pages, %lld + %lld free)",
+                         (long long)need_raw, (long long)need_q, (long long)c->raw.n_free, (long long)c->qnt.n_free);
+    for (int i = 0; i < n_seq; i++) reserve_step(c, get_seq(c, ids[i]), n_new[i]);
+    return OMNI_OK;
+}
+
+omni_status kv_commit(kv_cache *c, int n_seq, const int *seq_ids, const int *n_new) {
+    omni_status st = begin_step(c, n_seq, seq_ids, n_new, 0);
+    if (st) return st;
+    for (int i = 0; i < n_seq; i++) {
+        kv_seq *s = get_seq(c, seq_ids[i]);
+        if (s->pending < 0 && n_new[i] > 0)
+            return omni_fail(OMNI_ERR_USAGE, "kv: kv_commit of sequence %d without kv_forward", seq_ids[i]);
+    }
+    for (int i = 0; i < n_seq; i++) {
+        kv_seq *s = get_seq(c, seq_ids[i]);
+        if (s->pending < 0) continue;
+        for (int b = s->nq; b < s->nq_new; b++)
+            if (!(b == 0 && c->S > 0) && s->raw[b] >= 0) {
+                pool_put(&c->raw, s->raw[b]);
+                s->raw[b] = -1;
+            }
+        s->len += s->pending;
+        s->nq = s->nq_new;
+        s->pending = -1;
+    }
+    return OMNI_OK;
+}
+
+/* ---------------------------------------------------------------- usage */
+
+void kv_get_usage(const kv_cache *c, kv_usage *u) {
+    memset(u, 0, sizeof *u);
+    u->raw_pages = c->raw.n_pages - c->raw.n_free;
+    u->quant_pages = c->qnt.n_pages - c->qnt.n_free;
+    u->raw_page_bytes = (int64_t)c->raw.page_bytes;
+    u->quant_page_bytes = (int64_t)c->qnt.page_bytes;
+    u->k_bytes = u->raw_pages * c->raw_k_bytes + u->quant_pages * c->q_k_bytes;
+    u->v_bytes = u->raw_pages * c->raw_v_bytes + u->quant_pages * c->q_v_bytes;
+    u->total_bytes = u->k_bytes + u->v_bytes;
+    u->cells_capacity = c->p.max_tokens;
+    u->n_layers = c->p.n_layers;
+    u->max_seqs = c->p.max_seqs;
+    u->pool_bytes = (int64_t)(c->raw.n_pages * c->raw.page_bytes + c->qnt.n_pages * c->qnt.page_bytes);
+    for (int i = 0; i < c->p.max_seqs; i++)
+        if (c->seqs[i].active) {
+            u->n_seqs++;
+            u->cells_used += c->seqs[i].len;
+        }
+}
+
+static const char *tensor_type(const kv_cache *c, int v) {
+    kv_type t0 = v ? c->fmt[0].v_type : c->fmt[0].k_type;
+    for (int l = 1; l < c->p.n_layers; l++)
+        if ((v ? c->fmt[l].v_type : c->fmt[l].k_type) != t0) return "mixed";
+    return kv_type_name(t0);
+}
+
+void kv_format_line(const kv_cache *c, char *buf, int cap) {
+    kv_usage u;
+    kv_get_usage(c, &u);
+    const double mib = 1024.0 * 1024.0;
+    snprintf(buf, (size_t)cap,
+             "kv_cache: size = %7.2f MiB (%6lld cells, %3d layers, %2d/%d seqs), K (%s): %7.2f MiB, V (%s): %7.2f MiB",
+             u.total_bytes / mib, (long long)u.cells_used, u.n_layers, u.n_seqs, u.max_seqs, tensor_type(c, 0),
+             u.k_bytes / mib, tensor_type(c, 1), u.v_bytes / mib);
+}
+
+/* ---------------------------------------------------------------- attention */
+
+/* 8 partial sums in a fixed order (deterministic, vectorizable by hand-unrolling). */
+static float dot_f32(const float *a, const float *b, int n) {
+    float s[8] = {0};
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int k = 0; k < 8; k++) s[k] += a[i + k] * b[i + k];
+    for (; i < n; i++) s[i & 7] += a[i] * b[i];
+    return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+}
+
+static float dot_bf16(const float *a, const uint16_t *b, int n) {
+    float s[8] = {0};
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int k = 0; k < 8; k++) s[k] += a[i + k] * omni_bf16_to_f32(b[i + k]);
+    for (; i < n; i++) s[i & 7] += a[i] * omni_bf16_to_f32(b[i]);
+    return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+}
+
+static float dot_raw(const float *q, const uint8_t *row, int esz, int n) {
+    return esz == 4 ? dot_f32(q, (const float *)row, n) : dot_bf16(q, (const uint16_t *)row, n);
+}
+
+static void axpy_raw(float *acc, float w, const uint8_t *row, int esz, int n) {
+    if (esz == 4) {
+        const float *r = (const float *)row;
+        for (int i = 0; i < n; i++) acc[i] += w * r[i];
+    } else {
+        const uint16_t *r = (const uint16_t *)row;
+        for (int i = 0; i < n; i++) acc[i] += w * omni_bf16_to_f32(r[i]);
+    }
+}
+
+/* Raw rows [32][D] of block b (K or V) of one layer/head in the committed state, with element size. */
+static const uint8_t *raw_block(const kv_cache *c, const kv_seq *s, int layer, int g, int b, int v, int *esz) {
+    const kv_layer *y = &c->lay[layer];
+    *esz = v ? y->vesz : y->kesz;
+    size_t head = (size_t)KV_GROUP * c->D * *esz;
+    if (b < s->nq) /* a non-quantized layer inside a quantizing cache: raw layout in the quant page */
+        return page_ptr(&c->qnt, s->qp[b]) + (v ? y->q_v : y->q_k) + (size_t)g * head;
+    return page_ptr(&c->raw, s->raw[b]) + (v ? y->raw_v : y->raw_k) + (size_t)g * head;
+}
+
+static const uint8_t *quant_block(const kv_cache *c, const kv_seq *s, int layer, int g, int b, int v) {
+    const kv_layer *y = &c->lay[layer];
+    return page_ptr(&c->qnt, s->qp[b]) + (v ? y->q_v + (size_t)g * y->q_vh : y->q_k + (size_t)g * y->q_kh);
+}
+
+/* sc[0..L) = scale * q . k_j over the stored history. */
+static void history_scores(const kv_cache *c, const kv_seq *s, int layer, int g, const float *q, float scale,
+                           float *sc) {
+    const kv_layer *y = &c->lay[layer];
+    const int D = c->D;
+    int nb = (int)ceil_div(s->len, KV_GROUP), esz;
+    for (int b = 0; b < nb; b++) {
+        float *o = sc + (size_t)b * KV_GROUP;
+        int n = s->len - (int64_t)b * KV_GROUP < KV_GROUP ? (int)(s->len - (int64_t)b * KV_GROUP) : KV_GROUP;
+        if (y->quant && b < s->nq) {
+            kvq_key_scores(quant_block(c, s, layer, g, b, 0), D, y->kbits, c->fmt[layer].scale, q, o);
+            if (b == 0 && c->S > 0) {
+                const uint8_t *r = page_ptr(&c->raw, s->raw[0]) + y->raw_k + (size_t)g * KV_GROUP * D * 2;
+                for (int j = 0; j < c->S; j++) o[j] = dot_bf16(q, (const uint16_t *)r + (size_t)j * D, D);
+            }
+            for (int j = 0; j < KV_GROUP; j++) o[j] *= scale;
+        } else {
+            const uint8_t *r = raw_block(c, s, layer, g, b, 0, &esz);
+            for (int j = 0; j < n; j++) o[j] = scale * dot_raw(q, r + (size_t)j * D * esz, esz, D);
+        }
+    }
+}
+
+/* acc += sum_j w_j v_j over the stored history (w unnormalized softmax weights). */
+static void history_values(const kv_cache *c, const kv_seq *s, int layer, int g, const float *w, float *acc,
+                           float *w32) {
+    const kv_layer *y = &c->lay[layer];
+    const int D = c->D;
+    int nb = (int)ceil_div(s->len, KV_GROUP), esz;
+    for (int b = 0; b < nb; b++) {
+        const float *wb = w + (size_t)b * KV_GROUP;
+        int n = s->len - (int64_t)b * KV_GROUP < KV_GROUP ? (int)(s->len - (int64_t)b * KV_GROUP) : KV_GROUP;
+        if (y->quant && b < s->nq) {
+            if (b == 0 && c->S > 0) {
+                const uint8_t *r = page_ptr(&c->raw, s->raw[0]) + y->raw_v + (size_t)g * KV_GROUP * D * 2;
+                for (int j = 0; j < KV_GROUP; j++) w32[j] = j < c->S ? 0.0f : wb[j];
+                for (int j = 0; j < c->S; j++) axpy_raw(acc, wb[j], r + (size_t)j * D * 2, 2, D);
+                kvq_value_accum(quant_block(c, s, layer, g, b, 1), D, y->vbits, w32, acc);
+            } else {
+                kvq_value_accum(quant_block(c, s, layer, g, b, 1), D, y->vbits, wb, acc);
+            }
+        } else {
+            const uint8_t *r = raw_block(c, s, layer, g, b, 1, &esz);
+            for (int j = 0; j < n; j++) axpy_raw(acc, wb[j], r + (size_t)j * D * esz, esz, D);
+        }
+    }
+}
+
+/* One query row (token t of the batch, head h): out[D]. */
+static void attend_one(kv_cache *c, int layer, const int *ids, int t, int h, int Hq, const float *q, float scale,
+                       float *out, float *thr) {
+    const int D = c->D, Hkv = c->Hkv, g = h / (Hq / Hkv), si = c->tok_seq[t], i = c->tok_i[t];
+    const kv_seq *s = &c->seqs[ids[si]];
+    const kv_format *f = &c->fmt[layer];
+    float *qb = thr, *acc = qb + D, *w32 = acc + D, *sc = w32 + KV_GROUP;
+    memcpy(qb, q + ((size_t)t * Hq + h) * D, (size_t)D * sizeof(float));
+    if (f->rotate) kvq_fwht(qb, D);
+    const int64_t L = s->len, n = L + i + 1;
+    history_scores(c, s, layer, g, qb, scale, sc);
+    const float *ck = c->ck + ((size_t)c->seq_start[si] * Hkv + g) * D, *cv = c->cv + ((size_t)c->seq_start[si] * Hkv + g) * D;
+    for (int j = 0; j <= i; j++) sc[L + j] = scale * dot_f32(qb, ck + (size_t)j * Hkv * D, D);
+    float m = sc[0], sum = 0.0f;
+    for (int64_t j = 1; j < n; j++) m = sc[j] > m ? sc[j] : m;
+    for (int64_t j = 0; j < n; j++) {
+        sc[j] = expf(sc[j] - m);
+        sum += sc[j];
+    }
+    memset(acc, 0, (size_t)D * sizeof(float));
+    history_values(c, s, layer, g, sc, acc, w32);
+    for (int j = 0; j <= i; j++) axpy_raw(acc, sc[L + j], (const uint8_t *)(cv + (size_t)j * Hkv * D), 4, D);
+    float inv = 1.0f / sum;
+    for (int d = 0; d < D; d++) acc[d] *= inv;
+    if (f->rotate) kvq_fwht(acc, D);
+    memcpy(out + ((size_t)t * Hq + h) * D, acc, (size_t)D * sizeof(float));
+}
+
+/* ---------------------------------------------------------------- append + flush */
+
+static void store_row(uint8_t *dst, const float *x, int esz, int n) {
+    if (esz == 4) {
+        memcpy(dst, x, (size_t)n * 4);
+    } else {
+        uint16_t *d = (uint16_t *)dst;
+        for (int i = 0; i < n; i++) d[i] = omni_f32_to_bf16(x[i]);
+    }
+}
+
+static void load_row(float *dst, const uint8_t *src, int esz, int n) {
+    if (esz == 4) {
+        memcpy(dst, src, (size_t)n * 4);
+    } else {
+        const uint16_t *s = (const uint16_t *)src;
+        for (int i = 0; i < n; i++) dst[i] = omni_bf16_to_f32(s[i]);
+    }
+}
+
+/* Write the new tokens of sequence si (batch index) that stay raw (window, sinks) for one layer/head. */
+static void append_raw(kv_cache *c, kv_seq *s, int si, int n, int layer, int g) {
+    const kv_layer *y = &c->lay[layer];
+    const int D = c->D, Hkv = c->Hkv;
+    for (int i = 0; i < n; i++) {
+        int64_t p = s->len + i;
+        int b = (int)(p / KV_GROUP), j = (int)(p % KV_GROUP);
+        if (!(b >= s->nq_new || (b == 0 && p < c->S))) continue;
+        uint8_t *pg = page_ptr(&c->raw, s->raw[b]);
+        size_t t = (size_t)(c->seq_start[si] + i);
+        store_row(pg + y->raw_k + ((size_t)g * KV_GROUP + j) * D * y->kesz, c->ck + (t * Hkv + g) * D, y->kesz, D);
+        store_row(pg + y->raw_v + ((size_t)g * KV_GROUP + j) * D * y->vesz, c->cv + (t * Hkv + g) * D, y->vesz, D);
+    }
+}
+
+/* Gather the 32 rows of block b (K or V) as the window stores them: committed rows from the raw page, new rows
+ * from the chunk rounded to the window's element type. */
+static void gather_block(const kv_cache *c, const kv_seq *s, int si, int layer, int g, int b, int v, float *dst) {
+    const kv_layer *y = &c->lay[layer];
+    const int D = c->D, esz = v ? y->vesz : y->kesz;
+    const float *chunk = v ? c->cv : c->ck;
+    for (int j = 0; j < KV_GROUP; j++) {
+        int64_t p = (int64_t)b * KV_GROUP + j;
+        float *row = dst + (size_t)j * D;
+        if (p < s->len) {
+            const uint8_t *pg = page_ptr(&c->raw, s->raw[b]) + (v ? y->raw_v : y->raw_k);
+            load_row(row, pg + ((size_t)g * KV_GROUP + j) * D * esz, esz, D);
+        } else {
+            memcpy(row, chunk + ((size_t)(c->seq_start[si] + (p - s->len)) * c->Hkv + g) * D, (size_t)D * 4);
+            if (esz == 2)
+                for (int d = 0; d < D; d++) row[d] = kvq_bf16_round(row[d]);
+        }
+    }
+}
+
+/* Blocks [nq, nq_new) of one layer/head move to their quant pages. */
+static void flush_blocks(kv_cache *c, kv_seq *s, int si, int layer, int g, float *thr) {
+    const kv_layer *y = &c->lay[layer];
+    const int D = c->D;
+    float *kb = thr, *vb = kb + (size_t)KV_GROUP * D, *tmp = vb + (size_t)KV_GROUP * D;
+    for (int b = s->nq; b < s->nq_new; b++) {
+        gather_block(c, s, si, layer, g, b, 0, kb);
+        gather_block(c, s, si, layer, g, b, 1, vb);
+        uint8_t *kd = page_ptr(&c->qnt, s->qp[b]) + y->q_k + (size_t)g * y->q_kh;
+        uint8_t *vd = page_ptr(&c->qnt, s->qp[b]) + y->q_v + (size_t)g * y->q_vh;
+        if (y->quant) {
+            kvq_quant_keys(kb, b == 0 ? c->S : 0, D, y->kbits, c->fmt[layer].scale, kd, tmp);
+            kvq_quant_values(vb, D, y->vbits, vd);
+        } else {
+            for (int j = 0; j < KV_GROUP; j++) {
+                store_row(kd + (size_t)j * D * y->kesz, kb + (size_t)j * D, y->kesz, D);
+                store_row(vd + (size_t)j * D * y->vesz, vb + (size_t)j * D, y->vesz, D);
+            }
+        }
+    }
+}
+
+/* ck/cv = chunk k/v, rotated when the layer rotates. */
+static void load_chunk(kv_cache *c, int layer, const float *k, const float *v, int T) {
+    const int D = c->D, rot = c->fmt[layer].rotate;
+    const int64_t rows = (int64_t)T * c->Hkv;
+    memcpy(c->ck, k, (size_t)rows * D * sizeof(float));
+    memcpy(c->cv, v, (size_t)rows * D * sizeof(float));
+    if (!rot) return;
+#pragma omp parallel for num_threads(c->n_threads) schedule(static)
+    for (int64_t r = 0; r < rows; r++) {
+        kvq_fwht(c->ck + r * D, D);
+        kvq_fwht(c->cv + r * D, D);
+    }
+}
+
+omni_status kv_forward(kv_cache *c, int layer, int n_seq, const int *seq_ids, const int *n_new, const float *q,
+                       const float *k, const float *v, float *out, int n_q_heads, float scale) {
+    if (!c) return omni_fail(OMNI_ERR_USAGE, "kv: no cache");
+    if (layer < 0 || layer >= c->p.n_layers)
+        return omni_fail(OMNI_ERR_USAGE, "kv: layer %d out of range (%d layers)", layer, c->p.n_layers);
+    if (n_q_heads <= 0 || n_q_heads % c->Hkv)
+        return omni_fail(OMNI_ERR_USAGE, "kv: %d query heads is not a multiple of %d KV heads", n_q_heads, c->Hkv);
+    omni_status st = begin_step(c, n_seq, seq_ids, n_new, 1);
+    if (st) return st;
+    int T = 0;
+    for (int i = 0; i < n_seq; i++) {
+        c->seq_start[i] = T;
+        for (int j = 0; j < n_new[i]; j++, T++) {
+            c->tok_seq[T] = i;
+            c->tok_i[T] = j;
+        }
+    }
+    if (T == 0) return OMNI_OK;
+    load_chunk(c, layer, k, v, T);
+    const int ntask = T * n_q_heads;
+#pragma omp parallel for num_threads(c->n_threads) schedule(dynamic, 1)
+    for (int task = 0; task < ntask; task++)
+        attend_one(c, layer, seq_ids, task / n_q_heads, task % n_q_heads, n_q_heads, q, scale, out,
+                   c->thr + (size_t)omp_get_thread_num() * c->thr_floats);
+    const int njob = n_seq * c->Hkv;
+#pragma omp parallel for num_threads(c->n_threads) schedule(dynamic, 1)
+    for (int job = 0; job < njob; job++) {
+        int si = job / c->Hkv, g = job % c->Hkv;
+        kv_seq *s = &c->seqs[seq_ids[si]];
+        float *thr = c->thr + (size_t)omp_get_thread_num() * c->thr_floats + 2 * c->D + KV_GROUP;
+        append_raw(c, s, si, n_new[si], layer, g);
+        flush_blocks(c, s, si, layer, g, thr);
+    }
+    return OMNI_OK;
+}

@@ -1,0 +1,151 @@
+/* kvcache.h - the KV cache of the decoder: formats (f32, bf16, OScaR int2/int4, KIVI), a page pool with exact
+ * byte accounting, per-sequence page tables, and attention over the cache (CPU reference).
+ *
+ * Algorithm (spec/oscar.md): for rotating formats q, k and v are multiplied by the normalized Walsh-Hadamard
+ * matrix H (d x d, Sylvester order, H = H^T = H^-1) inside the cache; keys beyond the recent window are divided
+ * by their per-token per-KV-head l2 norm s (stored) and quantized per channel over groups of G = 32 tokens;
+ * values are quantized per token over groups of 32 channels; the attention output is un-rotated (o = H o~).
+ * The newest R tokens (the window, R in 0..256, multiple of 32) stay in BF16; whenever the window holds R + 32
+ * tokens the oldest 32 are flushed (quantized), so it holds R..R+31 tokens. The first n_sink tokens may be kept
+ * in BF16 for ever (default 0). A chunk of new tokens attends to the stored history plus itself (causal) in full
+ * precision, then is appended.
+ *
+ * Usage per forward step of the decoder (one batch of sequences):
+ *     for each layer l: kv_forward(c, l, n_seq, ids, n_new, q, k, v, out, Hq, 1/sqrt(D));
+ *     kv_commit(c, n_seq, ids, n_new);
+ * kv_forward of the first layer reserves the pages for the step (so a full cache fails there, before any
+ * layer has written); kv_commit advances the lengths and returns flushed window pages to the pool.
+ * Sequences of one batch are independent: results are bit-identical to running each alone.
+ *
+ * ---- Storage layout (what a GPU kernel must mirror) ----
+ * A sequence's tokens are split into blocks of G = 32 consecutive positions (block b = positions 32b..32b+31).
+ * Every block lives in one page holding that block for ALL layers and KV heads; the sequence's page table maps
+ * block -> page. Two page kinds, each of fixed size, carved from one pool allocation, each with a free list:
+ *   raw page   (window, sinks, and every block of non-quantized caches), per layer l, in this order:
+ *       K [Hkv][32][D] elements, then V [Hkv][32][D]; element = f32 for KV_F32, bf16 otherwise.
+ *       Rotating formats store H k and H v (rotated), bf16 rounded (round-to-nearest-even).
+ *   quant page (blocks beyond the window), per layer l: K [Hkv] key blocks, then V [Hkv] value blocks;
+ *       a layer whose format is not quantized stores a raw layout there instead (same as the raw page).
+ *   key block (one KV head, 32 tokens, b = K bits), bytes in this order:
+ *       codes  [D][32*b/8]  channel c's 32 token codes; token j at byte j/(8/b), bits (j%(8/b))*b (LSB first)
+ *       scale  [D] fp16     per-channel step (rounded up to fp16)
+ *       min    [D] fp16     per-channel minimum (rounded down to fp16)
+ *       norm   [32] fp16    per-token l2 norm s of the (rotated) key, RNE (only when fmt.scale; else absent)
+ *       dequantized key j, channel c = norm[j] * (codes[c][j] * scale[c] + min[c])   (norm = 1 when absent)
+ *   value block (one KV head, 32 tokens, b = V bits):
+ *       codes  [32][D*b/8]  token j's codes; channel c at byte c/(8/b), bits (c%(8/b))*b (LSB first)
+ *       scale  [32][D/32] fp16, min [32][D/32] fp16   (per token, per group of 32 channels)
+ *   Sizes at D = 128: int2 key block 1024 + 256 + 256 + 64 = 1600 B, value block 1536 B, i.e. 98 B per token per
+ *   KV head (bf16: 512 B). Quantizer, per group x_1..x_n (n = 32; sink tokens of block 0 excluded from keys):
+ *       mn = fp16_round_down(min x); sc = fp16_round_up((max x - mn) / (2^b - 1)); sc == 0 -> 1;
+ *       code = clamp(rintf((x - mn) / sc), 0, 2^b - 1)  (f32 IEEE division, round-half-to-even);
+ *   hence |x - x^| <= sc/2 for every element. Key norm: s = sqrt(sum k~_c^2) in double, -> f32 -> fp16 RNE
+ *   (saturating; 0 -> 1); unit key u = k~ / s_fp16 (f32 division). Norms are fp16: measured in test_kv_tni,
+ *   fp16 instead of fp32 norms changes the int2 attention error by < 0.1% of itself and saves 2 B/token/head.
+ *   Quantized blocks are always built from the bf16-rounded window values, so the stored bytes do not depend on
+ *   how the tokens were split into chunks.
+ * Sinks (n_sink = S > 0, quantizing caches): block 0 keeps its raw page for S tokens; its key groups use tokens
+ *   S..31 only (codes of tokens < S are 0, norms 0) and attention reads tokens < S from the raw page.
+ */
+#ifndef OMNI_KVCACHE_H
+#define OMNI_KVCACHE_H
+
+#include <stdint.h>
+
+#include "kernels/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define KV_GROUP 32       /* tokens per key group = channels per value group = tokens per block/page */
+#define KV_MAX_WINDOW 256 /* largest recent window R */
+
+typedef enum { KV_F32 = 0, KV_BF16, KV_Q4, KV_Q2 } kv_type; /* storage of history beyond the window */
+
+typedef struct {
+    kv_type k_type, v_type; /* KV_Q2/KV_Q4: quantized (OScaR or KIVI per rotate/scale); both quantized or neither */
+    int rotate;             /* Hadamard rotation of q,k (and online v) - OScaR: 1, KIVI: 0 */
+    int scale;              /* per-token per-KV-head l2 key normalisation - OScaR: 1, KIVI: 0 */
+    int window;             /* recent window R in tokens, multiple of 32, 0..256; default 128 (same in all layers) */
+    int n_sink;             /* first n_sink tokens kept in BF16, 0..32; default 0 (same in all layers) */
+} kv_format;
+
+typedef struct {
+    kv_format fmt;              /* default for all layers */
+    const kv_format *layer_fmt; /* optional [n_layers] per-layer overrides, NULL = none (copied by kv_init) */
+    int n_layers, n_kv_heads, head_dim;
+    int64_t max_tokens; /* capacity: total tokens over all sequences (pool sized from it) */
+    int max_seqs;
+    int max_chunk;      /* most new tokens (summed over the batch) per kv_forward; default 2048 */
+} kv_params;
+
+typedef struct kv_cache kv_cache;
+
+/* fmt = f32 everywhere, window 128, sink 0; n_layers etc. 0 (must be set), max_tokens 4096, max_seqs 1,
+ * max_chunk 2048. */
+kv_params kv_default_params(void);
+
+/* Modes: "f32" (alias "fp32"), "bf16", "int2", "int4" (OScaR), "kivi2", "kivi4" (no rotation, no scaling),
+ * "k4v2", "k2v4", "k2v2", "k4v4" (OScaR bits for K and V), "kivi-k4v2" (and the other KIVI mixes).
+ * Sets k_type, v_type, rotate, scale; window = 128 and n_sink = 0 (set them afterwards if needed).
+ * Unknown -> OMNI_ERR_USAGE with a message listing the valid modes. */
+omni_status kv_parse_mode(const char *mode, kv_format *fmt);
+
+/* Per-layer override spec "0-3:int4,27:bf16" applied on top of a base format (for the CLI): out_layers[n_layers]
+ * is filled with *base, then each listed layer range gets the mode (window and n_sink stay the base's). */
+omni_status kv_parse_layer_overrides(const char *spec, const kv_format *base, int n_layers, kv_format *out_layers);
+
+/* "f32", "bf16", "int2", "int4", "kivi2", "k4v2", "kivi-k4v2"; ablations get "-norot" / "-noscale" suffixes.
+ * Returns buf. */
+const char *kv_format_name(const kv_format *fmt, char *buf, int cap);
+
+/* Short name of one storage type: "f32", "bf16", "int4", "int2". */
+const char *kv_type_name(kv_type t);
+
+/* Validates everything before any work (window multiple of 32 and <= 256, head_dim power of two when rotating,
+ * head_dim multiple of 32 when quantizing, sizes > 0), then makes the pool (one allocation) and the scratch. */
+omni_status kv_init(const kv_params *p, kv_cache **out);
+void kv_free(kv_cache *c); /* NULL is a no-op */
+
+omni_status kv_seq_add(kv_cache *c, int *seq_id); /* new empty sequence; OMNI_ERR_NOMEM when max_seqs are in use */
+void kv_seq_remove(kv_cache *c, int seq_id);      /* frees its pages and the id */
+void kv_seq_clear(kv_cache *c, int seq_id);       /* length 0, pages back to the pool */
+int64_t kv_seq_len(const kv_cache *c, int seq_id); /* committed tokens (-1 for an invalid id) */
+
+/* One layer of attention for a batch of sequences, then append this layer's new k/v.
+ * q: [T, n_q_heads, D] post-RoPE (T = sum of n_new <= max_chunk), k, v: [T, n_kv_heads, D] post-RoPE,
+ * out: [T, n_q_heads, D]. Token rows are ordered by sequence (seq 0's n_new[0] tokens first, ...).
+ * Each new query of sequence s attends to s's stored history (kv_seq_len tokens) plus the new chunk causally,
+ * the chunk itself in full precision. GQA: q head h uses kv head h / (n_q_heads / n_kv_heads).
+ * Rotation/un-rotation happen inside. scale: softmax scale (usually 1/sqrt(D)).
+ * Call for every layer with the same seq_ids/n_new, then kv_commit. No allocation (scratch made by kv_init).
+ * Errors (bad ids/sizes, cache full): returned before anything is written. */
+omni_status kv_forward(kv_cache *c, int layer, int n_seq, const int *seq_ids, const int *n_new, const float *q,
+                       const float *k, const float *v, float *out, int n_q_heads, float scale);
+
+/* After every layer ran kv_forward for this batch: lengths += n_new; flushed window pages go back to the pool. */
+omni_status kv_commit(kv_cache *c, int n_seq, const int *seq_ids, const int *n_new);
+
+typedef struct {
+    int64_t k_bytes, v_bytes, total_bytes; /* true bytes of pages in use (codes, scales, norms, windows, sinks) */
+    int64_t cells_used, cells_capacity;    /* committed tokens over all sequences; max_tokens */
+    int n_layers;
+    int n_seqs, max_seqs;                  /* sequences in use; capacity */
+    int64_t pool_bytes;                    /* the one pool allocation (reserved, mostly untouched until used) */
+    int64_t raw_pages, quant_pages;        /* pages in use */
+    int64_t raw_page_bytes, quant_page_bytes;
+} kv_usage;
+void kv_get_usage(const kv_cache *c, kv_usage *u);
+
+/* "kv_cache: size = %7.2f MiB (%6lld cells, %3d layers, %2d/%d seqs), K (int2): %7.2f MiB, V (int2): %7.2f MiB"
+ * (bytes and cells in use; K/V type of the default format, "mixed" when layers differ), no newline. */
+void kv_format_line(const kv_cache *c, char *buf, int cap);
+
+/* The format used by a layer (after overrides). */
+const kv_format *kv_layer_format(const kv_cache *c, int layer);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
