@@ -168,9 +168,10 @@ def training_corpus():
     return texts
 
 
-def build_small_tokenizer(out_dir, chat_template=None):
+def build_small_tokenizer(out_dir, chat_template=None, compact=False):
     """Train the small Qwen-structured byte-level BPE tokenizer and write tokenizer.json + tokenizer_config.json
-    to out_dir. chat_template (str or None) goes into tokenizer_config.json. Returns the tokenizers.Tokenizer."""
+    to out_dir. chat_template (str or None) goes into tokenizer_config.json; compact=True writes tokenizer.json
+    without indentation (same content). Returns the tokenizers.Tokenizer."""
     os.environ.setdefault("RAYON_NUM_THREADS", "1")
     from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
     from tokenizers import processors, trainers
@@ -206,7 +207,10 @@ def build_small_tokenizer(out_dir, chat_template=None):
     data["model"]["continuing_subword_prefix"] = ""
     data["model"]["end_of_word_suffix"] = ""
     with open(os.path.join(out_dir, "tokenizer.json"), "w", encoding="utf-8") as f:
-        json.dump(data, f, ensure_ascii=False, indent=2)
+        if compact:  # same content, no indentation (the model fixture dirs use this to stay small)
+            json.dump(data, f, ensure_ascii=False, separators=(",", ":"))
+        else:
+            json.dump(data, f, ensure_ascii=False, indent=2)
         f.write("\n")
     tok = Tokenizer.from_file(os.path.join(out_dir, "tokenizer.json"))
     assert tok.get_vocab_size() == small_tokenizer_size()
