@@ -93,7 +93,8 @@ static omni_status parse_tensor(omni_ckpt *c, int shard, const cJSON *item, uint
         numel *= d->valuedouble;
     }
     const cJSON *b = cJSON_GetArrayItem(offs, 0), *en = cJSON_GetArrayItem(offs, 1);
-    if (!cJSON_IsNumber(b) || !cJSON_IsNumber(en) || b->valuedouble < 0 || en->valuedouble < b->valuedouble)
+    if (!cJSON_IsNumber(b) || !cJSON_IsNumber(en) || b->valuedouble < 0 || en->valuedouble < b->valuedouble ||
+        en->valuedouble > 0x1p53) /* larger values do not convert to uint64_t exactly (or at all) */
         return omni_fail(OMNI_ERR_MODEL, "%s: tensor '%s': bad data_offsets", file, item->string);
     e.begin = (uint64_t)b->valuedouble;
     e.end = (uint64_t)en->valuedouble;
@@ -127,9 +128,12 @@ static omni_status check_overlap(omni_ckpt *c, int first, int last, const char *
     for (int i = 0; i < n; i++) v[i] = &c->entries[first + i];
     qsort(v, n, sizeof *v, cmp_begin);
     omni_status st = OMNI_OK;
-    for (int i = 1; i < n && !st; i++)
-        if (v[i]->begin < v[i - 1]->end && v[i]->end > v[i]->begin)
-            st = omni_fail(OMNI_ERR_MODEL, "%s: tensors '%s' and '%s' overlap", file, v[i - 1]->name, v[i]->name);
+    const ckpt_entry *far = v[0]; /* the entry reaching furthest so far (an empty one must not hide an overlap) */
+    for (int i = 1; i < n && !st; i++) {
+        if (v[i]->begin < far->end && v[i]->end > v[i]->begin)
+            st = omni_fail(OMNI_ERR_MODEL, "%s: tensors '%s' and '%s' overlap", file, far->name, v[i]->name);
+        if (v[i]->end > far->end) far = v[i];
+    }
     free(v);
     return st;
 }
