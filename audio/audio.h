@@ -1,0 +1,111 @@
+/* audio.h - the audio front end of Qwen3-Omni: decode any sound file to 16 kHz mono f32, the Whisper log-mel
+ * spectrogram, the audio token count, and the AuT audio tower (thinker.audio_tower.*).
+ *
+ * Decode: libsndfile first (WAV 8/16/24/32-bit int and float, FLAC, Ogg/Vorbis, Opus, MP3, AIFF ...); when it
+ * cannot open the file and the build has FFmpeg (OMNI_HAVE_FFMPEG), libavformat/libavcodec (m4a/AAC, webm, the
+ * audio track of a video ...). Channels are averaged to mono, then every input whose rate is not 16 kHz goes
+ * through the same libswresample resampler (default filter). NaN/Inf samples, zero-length audio, audio shorter
+ * than one STFT window, missing/empty/truncated/non-audio files fail with OMNI_ERR_INPUT.
+ * Without FFmpeg, inputs that are not already 16 kHz fail with OMNI_ERR_UNSUPPORTED.
+ *
+ * Log-mel: WhisperFeatureExtractor (n_fft 400, hop 160, 128 Slaney mel bins, periodic Hann, centred reflect-padded
+ * STFT, last frame dropped, log10 clamp 1e-10, floor at global max - 8, (x + 4) / 4). No truncation at 30 s; the
+ * STFT is streamed frame by frame (memory: the output plus O(n_fft)).
+ *
+ * Tower: chunks of 2·n_window mel frames, 3 stride-2 conv2d + GELU, conv_out, per-chunk sinusoidal positions,
+ * bidirectional attention inside windows of n_window_infer frames, pre-LN encoder layers, ln_post, proj1, GELU,
+ * proj2. Windows are independent, so the tower runs a group of windows at a time (memory bounded by the group,
+ * not by the clip length). */
+#ifndef OMNI_AUDIO_H
+#define OMNI_AUDIO_H
+
+#include <stdint.h>
+
+#include "kernels/safetensors.h"
+#include "kernels/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define AUDIO_SAMPLE_RATE 16000
+#define AUDIO_N_FFT 400
+#define AUDIO_HOP 160
+#define AUDIO_N_MELS 128
+
+/* ---- decode ---------------------------------------------------------------------------------------------- */
+
+typedef struct {
+    float *samples;     /* [n] mono, AUDIO_SAMPLE_RATE Hz, owned (audio_pcm_free) */
+    int64_t n;          /* sample count after resampling */
+    int orig_rate;      /* sample rate of the file */
+    int orig_channels;  /* channel count of the file */
+    int64_t orig_frames;/* frames at the original rate */
+    double duration_s;  /* orig_frames / orig_rate */
+    char decoder[16];   /* "sndfile" or "ffmpeg" */
+} audio_pcm;
+
+/* Decode `path` to 16 kHz mono. On failure *out is zeroed and the message names the file and the reason. */
+omni_status audio_load(const char *path, audio_pcm *out);
+void audio_pcm_free(audio_pcm *a); /* NULL or zeroed is a no-op */
+
+/* Average `channels` interleaved channels of `frames` frames into mono (mono[i] = mean over channels). */
+void audio_downmix(float *mono, const float *interleaved, int64_t frames, int channels);
+
+/* Resample mono f32 from `rate` to 16 kHz (libswresample, default filter; copy when rate == 16000).
+ * *out is malloc'ed (free()), *n_out its length. Fails with OMNI_ERR_UNSUPPORTED without FFmpeg. */
+omni_status audio_resample(const float *in, int64_t n, int rate, float **out, int64_t *n_out);
+
+/* ---- log-mel --------------------------------------------------------------------------------------------- */
+
+/* Mel frames for n samples at 16 kHz: n / 160 (the STFT's last frame is dropped). */
+int64_t audio_mel_frames(int64_t n_samples);
+
+/* Whisper log-mel of `wave` [n] (16 kHz mono) into mel [AUDIO_N_MELS, T] (row-major, T = audio_mel_frames(n)).
+ * Fails (OMNI_ERR_INPUT) when n <= n_fft/2 (reflect padding needs n > 200) or a sample is not finite. */
+omni_status audio_log_mel(const float *wave, int64_t n, float *mel);
+
+/* The Slaney mel filter bank [n_freq = n_fft/2 + 1][n_mels] as HF builds it (f64), for tests. */
+void audio_mel_filters(double *fb, int n_freq, int n_mels, double sr, double fmin, double fmax);
+
+/* ---- tower ----------------------------------------------------------------------------------------------- */
+
+/* Audio tokens for `frames` mel frames (Python floor-division formula; 0 for frames <= 0).
+ * n_window: half a chunk (50 for Qwen3-Omni). */
+int64_t audio_token_count(int64_t frames, int n_window);
+
+typedef struct {
+    int n_mels;           /* num_mel_bins (128) */
+    int d_model;          /* 1280 */
+    int n_layers;         /* encoder_layers */
+    int n_heads;          /* encoder_attention_heads */
+    int ffn;              /* encoder_ffn_dim */
+    int conv_ch;          /* downsample_hidden_size (480) */
+    int out_dim;          /* output_dim (= text hidden) */
+    int n_window;         /* 50: chunks of 2·n_window frames */
+    int n_window_infer;   /* 800: attention windows of n_window_infer frames */
+    int max_source_positions; /* rows of the sinusoidal table (1500) */
+    char prefix[64];      /* tensor name prefix, "thinker.audio_tower." */
+} audio_tower_config;
+
+/* Qwen3-Omni-30B-A3B values. */
+audio_tower_config audio_tower_default_config(void);
+
+/* Read thinker_config.audio_config (or a top-level audio_config) from <model_dir>/config.json. Missing keys keep
+ * the defaults. OMNI_ERR_MODEL when the file is missing or not JSON, or the values are inconsistent. */
+omni_status audio_tower_config_read(const char *model_dir, audio_tower_config *cfg);
+
+typedef struct audio_tower audio_tower;
+
+/* Bind the tower's tensors in `ckpt` (not copied: keep ckpt open while the tower lives). */
+omni_status audio_tower_load(const omni_ckpt *ckpt, const audio_tower_config *cfg, audio_tower **out);
+void audio_tower_free(audio_tower *t); /* NULL is a no-op */
+const audio_tower_config *audio_tower_get_config(const audio_tower *t);
+
+/* Encode mel [n_mels, T] (row stride T) to out [audio_token_count(T), out_dim]. */
+omni_status audio_tower_encode(audio_tower *t, const float *mel, int64_t T, float *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,154 @@
+/* mel.c - Whisper log-mel spectrogram (as WhisperFeatureExtractor's torch path) with FFTW3, streamed.
+ *
+ * wave [n] -> centred STFT (reflect pad n_fft/2, periodic Hann 400, hop 160) -> |X|² [201] per frame
+ * -> mel = filters · power (128 Slaney filters, f64-built, used as f32) -> log10(max(mel, 1e-10))
+ * -> second pass over the output: max(x, global_max - 8), (x + 4) / 4.
+ * Frames are processed in blocks of MEL_BLOCK so the filter bank product is one GEMM per block; memory is the
+ * output [128, T] plus O(MEL_BLOCK · 201). */
+#include "audio/audio.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <fftw3.h>
+
+#include "kernels/ops.h"
+
+#define MEL_BLOCK 256
+#define N_FREQ (AUDIO_N_FFT / 2 + 1)
+
+static pthread_mutex_t fftw_lock = PTHREAD_MUTEX_INITIALIZER; /* the FFTW planner is not thread-safe */
+
+int64_t audio_mel_frames(int64_t n_samples) { return n_samples > 0 ? n_samples / AUDIO_HOP : 0; }
+
+static double hz_to_mel(double f) { /* Slaney */
+    const double logstep = 27.0 / log(6.4);
+    return f >= 1000.0 ? 15.0 + log(f / 1000.0) * logstep : 3.0 * f / 200.0;
+}
+
+static double mel_to_hz(double m) {
+    const double logstep = log(6.4) / 27.0;
+    return m >= 15.0 ? 1000.0 * exp(logstep * (m - 15.0)) : 200.0 * m / 3.0;
+}
+
+/* transformers.audio_utils.mel_filter_bank(norm="slaney", mel_scale="slaney"), fb[k * n_mels + m]. */
+void audio_mel_filters(double *fb, int n_freq, int n_mels, double sr, double fmin, double fmax) {
+    double mmin = hz_to_mel(fmin), mmax = hz_to_mel(fmax);
+    double *ff = malloc((size_t)(n_mels + 2) * sizeof(double));
+    double mstep = (mmax - mmin) / (n_mels + 1);
+    for (int i = 0; i < n_mels + 2; i++) ff[i] = mel_to_hz(i == n_mels + 1 ? mmax : mmin + i * mstep);
+    double fstep = (double)((int)sr / 2) / (n_freq - 1);
+    for (int k = 0; k < n_freq; k++) {
+        double f = k == n_freq - 1 ? (double)((int)sr / 2) : k * fstep;
+        for (int m = 0; m < n_mels; m++) {
+            double down = -(ff[m] - f) / (ff[m + 1] - ff[m]);
+            double up = (ff[m + 2] - f) / (ff[m + 2] - ff[m + 1]);
+            double v = down < up ? down : up;
+            if (v < 0.0) v = 0.0;
+            fb[(size_t)k * n_mels + m] = v * (2.0 / (ff[m + 2] - ff[m]));
+        }
+    }
+    free(ff);
+}
+
+/* Sample j of the reflect-padded signal (pad = n_fft/2 on both sides, no edge repeat). */
+static inline float padded_at(const float *x, int64_t n, int64_t j) {
+    j -= AUDIO_N_FFT / 2;
+    if (j < 0) j = -j;
+    if (j >= n) j = 2 * (n - 1) - j;
+    return x[j];
+}
+
+typedef struct {
+    float *frame;        /* [400] fftw-aligned */
+    fftwf_complex *spec; /* [201] */
+    fftwf_plan plan;
+    float window[AUDIO_N_FFT];
+    float *fb;    /* [128, 201] (N, K) for op_matmul_f32 */
+    float *power; /* [MEL_BLOCK, 201] */
+    float *mel;   /* [MEL_BLOCK, 128] */
+} mel_state;
+
+static void mel_state_free(mel_state *s) {
+    pthread_mutex_lock(&fftw_lock);
+    if (s->plan) fftwf_destroy_plan(s->plan);
+    pthread_mutex_unlock(&fftw_lock);
+    fftwf_free(s->frame);
+    fftwf_free(s->spec);
+    free(s->fb);
+    free(s->power);
+    free(s->mel);
+}
+
+static omni_status mel_state_init(mel_state *s) {
+    memset(s, 0, sizeof *s);
+    s->frame = fftwf_malloc(sizeof(float) * AUDIO_N_FFT);
+    s->spec = fftwf_malloc(sizeof(fftwf_complex) * N_FREQ);
+    s->fb = malloc(sizeof(float) * AUDIO_N_MELS * N_FREQ);
+    s->power = malloc(sizeof(float) * MEL_BLOCK * N_FREQ);
+    s->mel = malloc(sizeof(float) * MEL_BLOCK * AUDIO_N_MELS);
+    double *fb = malloc(sizeof(double) * AUDIO_N_MELS * N_FREQ);
+    if (!s->frame || !s->spec || !s->fb || !s->power || !s->mel || !fb) {
+        free(fb);
+        mel_state_free(s);
+        return omni_fail(OMNI_ERR_NOMEM, "log-mel: out of memory");
+    }
+    audio_mel_filters(fb, N_FREQ, AUDIO_N_MELS, AUDIO_SAMPLE_RATE, 0.0, 8000.0);
+    for (int k = 0; k < N_FREQ; k++)
+        for (int m = 0; m < AUDIO_N_MELS; m++) s->fb[m * N_FREQ + k] = (float)fb[k * AUDIO_N_MELS + m];
+    free(fb);
+    for (int i = 0; i < AUDIO_N_FFT; i++) /* periodic Hann, as torch.hann_window(400) */
+        s->window[i] = (float)(0.5 - 0.5 * cos(2.0 * 3.14159265358979323846 * i / AUDIO_N_FFT));
+    pthread_mutex_lock(&fftw_lock);
+    s->plan = fftwf_plan_dft_r2c_1d(AUDIO_N_FFT, s->frame, s->spec, FFTW_ESTIMATE);
+    pthread_mutex_unlock(&fftw_lock);
+    if (!s->plan) {
+        mel_state_free(s);
+        return omni_fail(OMNI_ERR_RUNTIME, "log-mel: FFTW plan failed");
+    }
+    return OMNI_OK;
+}
+
+/* Power spectra of frames [f0, f0+nb) into s->power. */
+static void stft_block(mel_state *s, const float *x, int64_t n, int64_t f0, int nb) {
+    for (int b = 0; b < nb; b++) {
+        int64_t start = (f0 + b) * AUDIO_HOP;
+        int interior = start >= AUDIO_N_FFT / 2 && start + AUDIO_N_FFT / 2 <= n;
+        for (int i = 0; i < AUDIO_N_FFT; i++)
+            s->frame[i] = s->window[i] * (interior ? x[start - AUDIO_N_FFT / 2 + i] : padded_at(x, n, start + i));
+        fftwf_execute(s->plan);
+        float *p = s->power + (size_t)b * N_FREQ;
+        for (int k = 0; k < N_FREQ; k++) p[k] = s->spec[k][0] * s->spec[k][0] + s->spec[k][1] * s->spec[k][1];
+    }
+}
+
+omni_status audio_log_mel(const float *wave, int64_t n, float *out) {
+    if (n <= AUDIO_N_FFT / 2)
+        return omni_fail(OMNI_ERR_INPUT, "log-mel: audio too short (%lld samples; need more than %d)", (long long)n,
+                         AUDIO_N_FFT / 2);
+    for (int64_t i = 0; i < n; i++)
+        if (!isfinite(wave[i]))
+            return omni_fail(OMNI_ERR_INPUT, "log-mel: non-finite sample at %lld", (long long)i);
+    mel_state s;
+    omni_status st = mel_state_init(&s);
+    if (st) return st;
+    const int64_t T = audio_mel_frames(n);
+    float mx = -INFINITY;
+    for (int64_t f0 = 0; f0 < T; f0 += MEL_BLOCK) {
+        int nb = (int)(T - f0 < MEL_BLOCK ? T - f0 : MEL_BLOCK);
+        stft_block(&s, wave, n, f0, nb);
+        op_matmul_f32(s.mel, s.power, s.fb, nb, AUDIO_N_MELS, N_FREQ); /* [nb,128] = [nb,201]·[128,201]ᵀ */
+        for (int b = 0; b < nb; b++)
+            for (int m = 0; m < AUDIO_N_MELS; m++) {
+                float v = log10f(fmaxf(s.mel[b * AUDIO_N_MELS + m], 1e-10f));
+                out[(size_t)m * T + f0 + b] = v;
+                mx = fmaxf(mx, v);
+            }
+    }
+    const float floor_v = mx - 8.0f;
+    for (int64_t i = 0; i < (int64_t)AUDIO_N_MELS * T; i++) out[i] = (fmaxf(out[i], floor_v) + 4.0f) / 4.0f;
+    mel_state_free(&s);
+    return OMNI_OK;
+}

@@ -1,0 +1,364 @@
+/* tower.c - the Qwen3-Omni AuT audio encoder (Qwen3OmniMoeAudioEncoder, transformers 5.17.0), CPU f32.
+ *
+ * mel [128, T] -> chunks of L = 2·n_window frames (the last holds T mod L, or L; every chunk is zero-padded to the
+ * longest chunk Lc of the clip) -> per chunk: conv2d1/2/3 (3x3, stride 2, pad 1) + exact GELU, channel-last
+ * [F=16, t, C] -> conv_out over (C·16) -> + sinusoidal position p = 0..t-1 -> keep the chunk's valid prefix
+ * -> tokens [N, d] -> pre-LN encoder layers with attention only inside windows of t(Lc)·(n_window_infer / L)
+ * tokens -> ln_post -> proj1 -> GELU -> proj2 -> [N, out_dim].
+ * Windows never interact, so a group of whole windows runs through every layer at a time (memory bounded by the
+ * group). Conv2d is im2col + op_linear (weights [C_out, C_in, 3, 3] are already [C_out, C_in·9]). */
+#include "audio/audio.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/ops.h"
+
+#define GROUP_TOKENS 1024 /* tokens per group of windows (at least one window) */
+
+typedef struct {
+    omni_tensor ln1_w, ln1_b, q_w, q_b, k_w, k_b, v_w, v_b, o_w, o_b; /* [d], [d,d], [d] */
+    omni_tensor ln2_w, ln2_b, fc1_w, fc1_b, fc2_w, fc2_b;             /* fc1 [ffn,d], fc2 [d,ffn] */
+} aut_layer;
+
+struct audio_tower {
+    audio_tower_config cfg;
+    int f1, f2, f3;                          /* frequency rows after each conv: 128 -> 64 -> 32 -> 16 */
+    omni_tensor c1_w, c1_b, c2_w, c2_b, c3_w, c3_b; /* [C,1,3,3] / [C,C,3,3], [C] */
+    omni_tensor conv_out;                    /* [d, C·f3] */
+    omni_tensor lnp_w, lnp_b, p1_w, p1_b, p2_w, p2_b; /* ln_post [d]; proj1 [d,d]; proj2 [out,d] */
+    aut_layer *layers;
+    float *pos; /* [max_source_positions, d] sinusoidal table */
+};
+
+static int64_t floordiv(int64_t a, int64_t b) { /* Python // for b > 0 */
+    int64_t q = a / b;
+    return (a % b != 0 && a < 0) ? q - 1 : q;
+}
+
+int64_t audio_token_count(int64_t frames, int n_window) {
+    if (frames <= 0 || n_window <= 0) return 0;
+    int64_t L = 2 * (int64_t)n_window, r = frames % L;
+    int64_t a = floordiv(r - 1, 2) + 1, b = floordiv(a - 1, 2) + 1, c = floordiv(b - 1, 2) + 1;
+    return c + (frames / L) * 13;
+}
+
+static int conv_len(int n) { return (n - 1) / 2 + 1; } /* k3 s2 p1, n >= 1 */
+
+audio_tower_config audio_tower_default_config(void) {
+    audio_tower_config c = {.n_mels = 128, .d_model = 1280, .n_layers = 32, .n_heads = 20, .ffn = 5120,
+                            .conv_ch = 480, .out_dim = 2048, .n_window = 50, .n_window_infer = 800,
+                            .max_source_positions = 1500};
+    snprintf(c.prefix, sizeof c.prefix, "thinker.audio_tower.");
+    return c;
+}
+
+static void json_int(const cJSON *o, const char *key, int *v) {
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (cJSON_IsNumber(x)) *v = (int)x->valuedouble;
+}
+
+static char *read_text(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *s = n >= 0 ? malloc((size_t)n + 1) : NULL;
+    if (s && fread(s, 1, (size_t)n, f) != (size_t)n) {
+        free(s);
+        s = NULL;
+    }
+    if (s) s[n] = 0;
+    fclose(f);
+    return s;
+}
+
+omni_status audio_tower_config_read(const char *model_dir, audio_tower_config *cfg) {
+    *cfg = audio_tower_default_config();
+    char path[4096];
+    snprintf(path, sizeof path, "%s/config.json", model_dir);
+    char *text = read_text(path);
+    if (!text) return omni_fail(OMNI_ERR_MODEL, "audio tower: cannot read %s", path);
+    cJSON *root = cJSON_Parse(text);
+    free(text);
+    if (!root) return omni_fail(OMNI_ERR_MODEL, "audio tower: %s is not valid JSON", path);
+    const cJSON *th = cJSON_GetObjectItemCaseSensitive(root, "thinker_config");
+    const cJSON *ac = cJSON_GetObjectItemCaseSensitive(th ? th : root, "audio_config");
+    if (!cJSON_IsObject(ac)) {
+        cJSON_Delete(root);
+        return omni_fail(OMNI_ERR_MODEL, "audio tower: %s has no audio_config", path);
+    }
+    json_int(ac, "num_mel_bins", &cfg->n_mels);
+    json_int(ac, "d_model", &cfg->d_model);
+    json_int(ac, "encoder_layers", &cfg->n_layers);
+    json_int(ac, "encoder_attention_heads", &cfg->n_heads);
+    json_int(ac, "encoder_ffn_dim", &cfg->ffn);
+    json_int(ac, "downsample_hidden_size", &cfg->conv_ch);
+    json_int(ac, "output_dim", &cfg->out_dim);
+    json_int(ac, "n_window", &cfg->n_window);
+    json_int(ac, "n_window_infer", &cfg->n_window_infer);
+    json_int(ac, "max_source_positions", &cfg->max_source_positions);
+    cJSON_Delete(root);
+    return OMNI_OK;
+}
+
+static omni_status check_config(const audio_tower_config *c) {
+    if (c->n_mels != AUDIO_N_MELS || c->d_model <= 0 || c->n_heads <= 0 || c->d_model % c->n_heads ||
+        c->d_model % 2 || c->n_layers < 0 || c->ffn <= 0 || c->conv_ch <= 0 || c->out_dim <= 0 ||
+        c->n_window <= 0 || c->n_window_infer < 2 * c->n_window || c->max_source_positions <= 0)
+        return omni_fail(OMNI_ERR_MODEL,
+                         "audio tower: unsupported config (mels %d, d %d, heads %d, layers %d, ffn %d, conv %d, "
+                         "out %d, n_window %d, n_window_infer %d)",
+                         c->n_mels, c->d_model, c->n_heads, c->n_layers, c->ffn, c->conv_ch, c->out_dim, c->n_window,
+                         c->n_window_infer);
+    return OMNI_OK;
+}
+
+/* Bind one tensor "<prefix><name>" with the given shape. */
+static omni_status get(const audio_tower *t, const omni_ckpt *ck, omni_tensor *out, const char *name, int ndim,
+                       int64_t a, int64_t b, int64_t c, int64_t d) {
+    int64_t shape[4] = {a, b, c, d};
+    return omni_ckpt_getf(ck, out, ndim, shape, "%s%s", t->cfg.prefix, name);
+}
+
+static omni_status load_layer(const audio_tower *t, const omni_ckpt *ck, int i, aut_layer *L) {
+    const int64_t d = t->cfg.d_model, f = t->cfg.ffn;
+    struct { omni_tensor *w; const char *n; int nd; int64_t a, b; } tab[] = {
+        {&L->ln1_w, "self_attn_layer_norm.weight", 1, d, 0}, {&L->ln1_b, "self_attn_layer_norm.bias", 1, d, 0},
+        {&L->q_w, "self_attn.q_proj.weight", 2, d, d},      {&L->q_b, "self_attn.q_proj.bias", 1, d, 0},
+        {&L->k_w, "self_attn.k_proj.weight", 2, d, d},      {&L->k_b, "self_attn.k_proj.bias", 1, d, 0},
+        {&L->v_w, "self_attn.v_proj.weight", 2, d, d},      {&L->v_b, "self_attn.v_proj.bias", 1, d, 0},
+        {&L->o_w, "self_attn.out_proj.weight", 2, d, d},    {&L->o_b, "self_attn.out_proj.bias", 1, d, 0},
+        {&L->ln2_w, "final_layer_norm.weight", 1, d, 0},    {&L->ln2_b, "final_layer_norm.bias", 1, d, 0},
+        {&L->fc1_w, "fc1.weight", 2, f, d},                 {&L->fc1_b, "fc1.bias", 1, f, 0},
+        {&L->fc2_w, "fc2.weight", 2, d, f},                 {&L->fc2_b, "fc2.bias", 1, d, 0},
+    };
+    for (size_t k = 0; k < sizeof tab / sizeof tab[0]; k++) {
+        char name[128];
+        snprintf(name, sizeof name, "layers.%d.%s", i, tab[k].n);
+        omni_status st = get(t, ck, tab[k].w, name, tab[k].nd, tab[k].a, tab[k].b, 0, 0);
+        if (st) return st;
+    }
+    return OMNI_OK;
+}
+
+static omni_status load_stem(audio_tower *t, const omni_ckpt *ck) {
+    const int64_t C = t->cfg.conv_ch, d = t->cfg.d_model;
+    omni_status st;
+    if ((st = get(t, ck, &t->c1_w, "conv2d1.weight", 4, C, 1, 3, 3)) || (st = get(t, ck, &t->c1_b, "conv2d1.bias", 1, C, 0, 0, 0)) ||
+        (st = get(t, ck, &t->c2_w, "conv2d2.weight", 4, C, C, 3, 3)) || (st = get(t, ck, &t->c2_b, "conv2d2.bias", 1, C, 0, 0, 0)) ||
+        (st = get(t, ck, &t->c3_w, "conv2d3.weight", 4, C, C, 3, 3)) || (st = get(t, ck, &t->c3_b, "conv2d3.bias", 1, C, 0, 0, 0)) ||
+        (st = get(t, ck, &t->conv_out, "conv_out.weight", 2, d, C * t->f3, 0, 0)) ||
+        (st = get(t, ck, &t->lnp_w, "ln_post.weight", 1, d, 0, 0, 0)) || (st = get(t, ck, &t->lnp_b, "ln_post.bias", 1, d, 0, 0, 0)) ||
+        (st = get(t, ck, &t->p1_w, "proj1.weight", 2, d, d, 0, 0)) || (st = get(t, ck, &t->p1_b, "proj1.bias", 1, d, 0, 0, 0)) ||
+        (st = get(t, ck, &t->p2_w, "proj2.weight", 2, t->cfg.out_dim, d, 0, 0)) ||
+        (st = get(t, ck, &t->p2_b, "proj2.bias", 1, t->cfg.out_dim, 0, 0, 0)))
+        return st;
+    return OMNI_OK;
+}
+
+/* SinusoidsPositionEmbedding in f32 as torch computes it: inv[i] = exp(-(f32)(ln 1e4 / (half-1)) · i). */
+static void make_positions(float *pos, int rows, int d) {
+    int half = d / 2;
+    float inc = (float)(log(10000.0) / (half - 1));
+    for (int p = 0; p < rows; p++)
+        for (int i = 0; i < half; i++) {
+            float st = (float)p * expf(-inc * (float)i);
+            pos[(size_t)p * d + i] = sinf(st);
+            pos[(size_t)p * d + half + i] = cosf(st);
+        }
+}
+
+omni_status audio_tower_load(const omni_ckpt *ckpt, const audio_tower_config *cfg, audio_tower **out) {
+    *out = NULL;
+    omni_status st = check_config(cfg);
+    if (st) return st;
+    audio_tower *t = calloc(1, sizeof *t);
+    if (!t) return omni_fail(OMNI_ERR_NOMEM, "audio tower: out of memory");
+    t->cfg = *cfg;
+    t->f1 = conv_len(cfg->n_mels);
+    t->f2 = conv_len(t->f1);
+    t->f3 = conv_len(t->f2);
+    t->layers = calloc((size_t)(cfg->n_layers > 0 ? cfg->n_layers : 1), sizeof *t->layers);
+    t->pos = malloc((size_t)cfg->max_source_positions * cfg->d_model * sizeof(float));
+    if (!t->layers || !t->pos) st = omni_fail(OMNI_ERR_NOMEM, "audio tower: out of memory");
+    if (!st) st = load_stem(t, ckpt);
+    for (int i = 0; !st && i < cfg->n_layers; i++) st = load_layer(t, ckpt, i, &t->layers[i]);
+    if (st) {
+        audio_tower_free(t);
+        return st;
+    }
+    make_positions(t->pos, cfg->max_source_positions, cfg->d_model);
+    *out = t;
+    return OMNI_OK;
+}
+
+void audio_tower_free(audio_tower *t) {
+    if (!t) return;
+    free(t->layers);
+    free(t->pos);
+    free(t);
+}
+
+const audio_tower_config *audio_tower_get_config(const audio_tower *t) { return &t->cfg; }
+
+/* ---- encode -------------------------------------------------------------------------------------------- */
+
+/* Per-call work buffers, sized for the longest chunk and the largest group. */
+typedef struct {
+    float *in;       /* conv2d1 input [F, Lc] */
+    float *col;      /* im2col [f2·t2, C·9] (largest) */
+    float *y1, *y2, *y3; /* conv outputs, channel-last [F, t, C] */
+    float *flat;     /* [t3, C·f3] conv_out input */
+    float *h;        /* [G, d] tokens of the group */
+    float *a, *q, *k, *v, *o; /* [G, d] */
+    float *ff;       /* [G, max(ffn, d)] */
+} aut_work;
+
+static void work_free(aut_work *w) {
+    float **p[] = {&w->in, &w->col, &w->y1, &w->y2, &w->y3, &w->flat, &w->h, &w->a, &w->q, &w->k, &w->v, &w->o, &w->ff};
+    for (size_t i = 0; i < sizeof p / sizeof p[0]; i++) {
+        free(*p[i]);
+        *p[i] = NULL;
+    }
+}
+
+static omni_status work_alloc(aut_work *w, const audio_tower *t, int Lc, int G) {
+    const size_t C = t->cfg.conv_ch, d = t->cfg.d_model;
+    int t1 = conv_len(Lc), t2 = conv_len(t1), t3 = conv_len(t2);
+    size_t col = (size_t)t->f1 * t1 * 9;
+    if ((size_t)t->f2 * t2 * C * 9 > col) col = (size_t)t->f2 * t2 * C * 9;
+    size_t ffw = (size_t)t->cfg.ffn > d ? (size_t)t->cfg.ffn : d;
+    memset(w, 0, sizeof *w);
+    w->in = malloc((size_t)t->cfg.n_mels * Lc * sizeof(float));
+    w->col = malloc(col * sizeof(float));
+    w->y1 = malloc((size_t)t->f1 * t1 * C * sizeof(float));
+    w->y2 = malloc((size_t)t->f2 * t2 * C * sizeof(float));
+    w->y3 = malloc((size_t)t->f3 * t3 * C * sizeof(float));
+    w->flat = malloc((size_t)t3 * C * t->f3 * sizeof(float));
+    float **g[] = {&w->h, &w->a, &w->q, &w->k, &w->v, &w->o};
+    int ok = w->in && w->col && w->y1 && w->y2 && w->y3 && w->flat;
+    for (size_t i = 0; i < sizeof g / sizeof g[0]; i++) ok &= (*g[i] = malloc((size_t)G * d * sizeof(float))) != NULL;
+    ok &= (w->ff = malloc((size_t)G * ffw * sizeof(float))) != NULL;
+    if (!ok) {
+        work_free(w);
+        return omni_fail(OMNI_ERR_NOMEM, "audio tower: out of memory (group of %d tokens)", G);
+    }
+    return OMNI_OK;
+}
+
+/* 3x3 stride-2 pad-1 im2col of channel-last x [H, W, C] -> col [Ho·Wo, C·9] (column = c·9 + kh·3 + kw). */
+static void im2col(float *col, const float *x, int H, int W, int C) {
+    int Ho = conv_len(H), Wo = conv_len(W);
+#pragma omp parallel for schedule(static)
+    for (int ho = 0; ho < Ho; ho++)
+        for (int wo = 0; wo < Wo; wo++) {
+            float *cr = col + ((size_t)ho * Wo + wo) * C * 9;
+            for (int kh = 0; kh < 3; kh++)
+                for (int kw = 0; kw < 3; kw++) {
+                    int hi = 2 * ho - 1 + kh, wi = 2 * wo - 1 + kw, j = kh * 3 + kw;
+                    const float *src = (hi >= 0 && hi < H && wi >= 0 && wi < W) ? x + ((size_t)hi * W + wi) * C : NULL;
+                    for (int c = 0; c < C; c++) cr[c * 9 + j] = src ? src[c] : 0.0f;
+                }
+        }
+}
+
+/* Conv stem + conv_out + positions for one chunk: frames [start, start+len) of mel, zero-padded to Lc.
+ * Writes `valid` token rows to h. */
+static void chunk_stem(const audio_tower *t, aut_work *w, const float *mel, int64_t T, int64_t start, int len,
+                       int Lc, int valid, float *h) {
+    const int C = t->cfg.conv_ch, d = t->cfg.d_model, F = t->cfg.n_mels;
+    int t1 = conv_len(Lc), t2 = conv_len(t1), t3 = conv_len(t2);
+    /* conv2d1 input is single-channel [F, Lc]: channel-last == plain [F, Lc] (columns >= len are zero). */
+    for (int f = 0; f < F; f++)
+        for (int j = 0; j < Lc; j++) w->in[(size_t)f * Lc + j] = j < len ? mel[(size_t)f * T + start + j] : 0.0f;
+    im2col(w->col, w->in, F, Lc, 1);
+    op_linear(w->y1, w->col, t->f1 * t1, &t->c1_w, &t->c1_b);
+    op_gelu_erf(w->y1, (int64_t)t->f1 * t1 * C);
+    im2col(w->col, w->y1, t->f1, t1, C);
+    op_linear(w->y2, w->col, t->f2 * t2, &t->c2_w, &t->c2_b);
+    op_gelu_erf(w->y2, (int64_t)t->f2 * t2 * C);
+    im2col(w->col, w->y2, t->f2, t2, C);
+    op_linear(w->y3, w->col, t->f3 * t3, &t->c3_w, &t->c3_b);
+    op_gelu_erf(w->y3, (int64_t)t->f3 * t3 * C);
+    /* [F3, t3, C] -> flat [t, C·F3] with index c·F3 + f (torch permute(0,3,1,2).view). */
+    for (int p = 0; p < valid; p++)
+        for (int c = 0; c < C; c++)
+            for (int f = 0; f < t->f3; f++)
+                w->flat[((size_t)p * C + c) * t->f3 + f] = w->y3[((size_t)f * t3 + p) * C + c];
+    op_linear(h, w->flat, valid, &t->conv_out, NULL);
+    for (int p = 0; p < valid; p++) op_add(h + (size_t)p * d, t->pos + (size_t)p * d, d);
+}
+
+/* One pre-LN encoder layer over n tokens whose attention windows are [0, win), [win, 2·win), ... */
+static void encoder_layer(const audio_tower *t, const aut_layer *L, aut_work *w, int n, int win) {
+    const int d = t->cfg.d_model, H = t->cfg.n_heads, D = d / H, ffn = t->cfg.ffn;
+    op_layernorm(w->a, w->h, &L->ln1_w, &L->ln1_b, n, d, 1e-5f);
+    op_linear(w->q, w->a, n, &L->q_w, &L->q_b);
+    op_linear(w->k, w->a, n, &L->k_w, &L->k_b);
+    op_linear(w->v, w->a, n, &L->v_w, &L->v_b);
+    float scale = 1.0f / sqrtf((float)D);
+    for (int s = 0; s < n; s += win) {
+        int len = n - s < win ? n - s : win;
+        size_t o = (size_t)s * d;
+        op_attention(w->o + o, d, w->q + o, d, w->k + o, d, w->v + o, d, len, len, H, H, D, scale, -1);
+    }
+    op_linear(w->a, w->o, n, &L->o_w, &L->o_b);
+    op_add(w->h, w->a, (int64_t)n * d);
+    op_layernorm(w->a, w->h, &L->ln2_w, &L->ln2_b, n, d, 1e-5f);
+    op_linear(w->ff, w->a, n, &L->fc1_w, &L->fc1_b);
+    op_gelu_erf(w->ff, (int64_t)n * ffn);
+    op_linear(w->a, w->ff, n, &L->fc2_w, &L->fc2_b);
+    op_add(w->h, w->a, (int64_t)n * d);
+}
+
+/* ln_post -> proj1 -> GELU -> proj2 for n tokens into out [n, out_dim]. */
+static void tower_head(const audio_tower *t, aut_work *w, int n, float *out) {
+    const int d = t->cfg.d_model;
+    op_layernorm(w->a, w->h, &t->lnp_w, &t->lnp_b, n, d, 1e-5f);
+    op_linear(w->q, w->a, n, &t->p1_w, &t->p1_b);
+    op_gelu_erf(w->q, (int64_t)n * d);
+    op_linear(out, w->q, n, &t->p2_w, &t->p2_b);
+}
+
+omni_status audio_tower_encode(audio_tower *t, const float *mel, int64_t T, float *out) {
+    const audio_tower_config *c = &t->cfg;
+    const int L = 2 * c->n_window;
+    if (T <= 0) return omni_fail(OMNI_ERR_INPUT, "audio tower: no mel frames");
+    const int64_t n_chunks = (T + L - 1) / L;
+    const int tail = (int)(T % L ? T % L : L);
+    const int Lc = n_chunks > 1 ? L : tail; /* the longest chunk: what every chunk is padded to */
+    const int t_max = (int)audio_token_count(Lc, c->n_window);
+    const int win = t_max * (c->n_window_infer / L); /* attention window in tokens (104 for Qwen3-Omni) */
+    if (t_max > c->max_source_positions)
+        return omni_fail(OMNI_ERR_MODEL, "audio tower: %d positions per chunk > max_source_positions %d", t_max,
+                         c->max_source_positions);
+    const int chunks_per_win = c->n_window_infer / L;
+    int wins_per_group = GROUP_TOKENS / win > 0 ? GROUP_TOKENS / win : 1;
+    const int64_t chunks_per_group = (int64_t)wins_per_group * chunks_per_win;
+    aut_work w;
+    omni_status st = work_alloc(&w, t, Lc, wins_per_group * win);
+    if (st) return st;
+    int64_t row = 0;
+    for (int64_t c0 = 0; c0 < n_chunks; c0 += chunks_per_group) {
+        int n = 0;
+        for (int64_t ci = c0; ci < n_chunks && ci < c0 + chunks_per_group; ci++) {
+            int len = ci == n_chunks - 1 ? tail : L;
+            int valid = (int)audio_token_count(len, c->n_window);
+            chunk_stem(t, &w, mel, T, ci * L, len, Lc, valid, w.h + (size_t)n * c->d_model);
+            n += valid;
+        }
+        for (int l = 0; l < c->n_layers; l++) encoder_layer(t, &t->layers[l], &w, n, win);
+        tower_head(t, &w, n, out + (size_t)row * c->out_dim);
+        row += n;
+    }
+    work_free(&w);
+    if (row != audio_token_count(T, c->n_window))
+        return omni_fail(OMNI_ERR_RUNTIME, "audio tower: produced %lld tokens, expected %lld", (long long)row,
+                         (long long)audio_token_count(T, c->n_window));
+    return OMNI_OK;
+}
