@@ -1,0 +1,320 @@
+/* image.c - image file loading through stb_image (Debian libstb; the implementation lives in -lstb).
+ *
+ * Accepted: PNG, JPEG, BMP, GIF (first frame), PNM (P5/P6), TGA. The format is recognised from the first bytes
+ * (TGA, which has no signature, from the file extension); anything else is refused with a message naming it.
+ * The header is read with stbi_info first and width*height is checked against a limit before any pixel is
+ * decoded. Truncated PNG (no IEND) and JPEG (no EOI after the scan) are refused explicitly because stb decodes
+ * some truncated files without complaint. Output: RGB uint8, alpha composited on white.
+ * When built with libjpeg(-turbo) (OMNI_HAVE_LIBJPEG), JPEG pixels come from it (islow IDCT, fancy upsampling:
+ * the same pixels as PIL/transformers); stb's JPEG decoder differs by a few levels on chroma-subsampled files. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include <stb_image.h>
+#ifdef OMNI_HAVE_LIBJPEG
+#include <jpeglib.h>
+#include <setjmp.h>
+#endif
+
+#include "vision/vision.h"
+
+#define MAX_FILE_BYTES ((size_t)1 << 30)
+
+typedef enum { FMT_UNKNOWN, FMT_PNG, FMT_JPEG, FMT_BMP, FMT_GIF, FMT_PNM, FMT_TGA } img_format;
+
+static int has_ext(const char *name, const char *ext) {
+    size_t n = strlen(name), e = strlen(ext);
+    return n >= e && strcasecmp(name + n - e, ext) == 0;
+}
+
+/* Names of common formats stb does not (or we do not) accept, for the error message. */
+static const char *unsupported_name(const uint8_t *d, size_t n) {
+    if (n >= 12 && !memcmp(d, "RIFF", 4) && !memcmp(d + 8, "WEBP", 4)) return "WebP";
+    if (n >= 4 && (!memcmp(d, "II*\0", 4) || !memcmp(d, "MM\0*", 4))) return "TIFF";
+    if (n >= 4 && !memcmp(d, "8BPS", 4)) return "PSD";
+    if (n >= 10 && !memcmp(d, "#?RADIANCE", 10)) return "HDR";
+    if (n >= 12 && !memcmp(d + 4, "ftyp", 4)) return "HEIF/AVIF";
+    if (n >= 4 && !memcmp(d, "\0\0\1\0", 4)) return "ICO";
+    if (n >= 2 && d[0] == 'P' && (d[1] == '1' || d[1] == '2' || d[1] == '3' || d[1] == '4')) return "ASCII/bitmap PNM";
+    return NULL;
+}
+
+static img_format detect_format(const uint8_t *d, size_t n, const char *name) {
+    if (n >= 8 && !memcmp(d, "\x89PNG\r\n\x1a\n", 8)) return FMT_PNG;
+    if (n >= 3 && d[0] == 0xFF && d[1] == 0xD8 && d[2] == 0xFF) return FMT_JPEG;
+    if (n >= 2 && d[0] == 'B' && d[1] == 'M') return FMT_BMP;
+    if (n >= 6 && (!memcmp(d, "GIF87a", 6) || !memcmp(d, "GIF89a", 6))) return FMT_GIF;
+    if (n >= 2 && d[0] == 'P' && (d[1] == '5' || d[1] == '6')) return FMT_PNM;
+    if (has_ext(name, ".tga") || has_ext(name, ".tpic")) return FMT_TGA;
+    return FMT_UNKNOWN;
+}
+
+/* A complete PNG ends with an IEND chunk (allow a little trailing garbage). */
+static int png_complete(const uint8_t *d, size_t n) {
+    if (n < 20) return 0;
+    for (size_t i = n > 72 ? n - 72 : 8; i + 8 <= n; i++)
+        if (!memcmp(d + i, "IEND", 4)) return 1;
+    return 0;
+}
+
+/* Walk JPEG segments (skipping APPn payloads, which may hold thumbnails) to the first SOS, then require an EOI
+ * marker somewhere after it. */
+static int jpeg_complete(const uint8_t *d, size_t n) {
+    size_t i = 2;
+    while (i + 4 <= n) {
+        if (d[i] != 0xFF) return 0;
+        uint8_t m = d[i + 1];
+        if (m == 0xFF) { i++; continue; }
+        if (m == 0xD8 || (m >= 0xD0 && m <= 0xD7) || m == 0x01) { i += 2; continue; }
+        if (m == 0xD9) return 0; /* EOI before any scan */
+        size_t len = ((size_t)d[i + 2] << 8) | d[i + 3];
+        if (m == 0xDA) { i += 2 + len; break; }
+        i += 2 + len;
+    }
+    for (; i + 1 < n; i++)
+        if (d[i] == 0xFF && d[i + 1] == 0xD9) return 1;
+    return 0;
+}
+
+static const char *format_name(img_format f) {
+    static const char *names[] = {"unknown", "PNG", "JPEG", "BMP", "GIF", "PNM", "TGA"};
+    return names[f];
+}
+
+/* PIL Image.alpha_composite(white, src) for one channel value (AlphaComposite.c, PRECISION_BITS 7). */
+static uint8_t over_white(uint32_t c, uint32_t a) {
+    if (a == 0) return 255;
+    uint32_t coef1 = a * 255u * 255u * 128u / (255u * 255u); /* dst alpha 255: outa255 = 255*255 */
+    uint32_t coef2 = 255u * 128u - coef1;
+    uint32_t tmp = c * coef1 + 255u * coef2 + (0x80u << 7);
+    return (uint8_t)(((((tmp >> 8) + tmp) >> 8)) >> 7);
+}
+
+/* RGBA (stb, 4 channels requested) -> RGB composited on white. */
+static void rgba_to_rgb(const uint8_t *rgba, int64_t n, int has_alpha, uint8_t *rgb) {
+    for (int64_t i = 0; i < n; i++) {
+        const uint8_t *s = rgba + 4 * i;
+        uint8_t *o = rgb + 3 * i;
+        if (!has_alpha || s[3] == 255) {
+            o[0] = s[0], o[1] = s[1], o[2] = s[2];
+        } else {
+            o[0] = over_white(s[0], s[3]), o[1] = over_white(s[1], s[3]), o[2] = over_white(s[2], s[3]);
+        }
+    }
+}
+
+static omni_status check_container(const uint8_t *data, size_t size, const char *name, img_format *fmt) {
+    if (size == 0) return omni_fail(OMNI_ERR_INPUT, "image '%s' is an empty file", name);
+    *fmt = detect_format(data, size, name);
+    if (*fmt == FMT_UNKNOWN) {
+        const char *u = unsupported_name(data, size);
+        if (u)
+            return omni_fail(OMNI_ERR_INPUT, "image '%s': unsupported format %s (use PNG, JPEG, BMP, GIF, PNM or TGA)",
+                             name, u);
+        return omni_fail(OMNI_ERR_INPUT,
+                         "image '%s': not a recognized image file (expected PNG, JPEG, BMP, GIF, PNM or TGA)", name);
+    }
+    if (*fmt == FMT_PNG && !png_complete(data, size))
+        return omni_fail(OMNI_ERR_INPUT, "image '%s': truncated PNG (no IEND chunk)", name);
+    if (*fmt == FMT_JPEG && !jpeg_complete(data, size))
+        return omni_fail(OMNI_ERR_INPUT, "image '%s': truncated JPEG (no end-of-image marker after the scan)", name);
+    return OMNI_OK;
+}
+
+#ifdef OMNI_HAVE_LIBJPEG
+typedef struct {
+    struct jpeg_error_mgr mgr;
+    jmp_buf jmp;
+    char msg[JMSG_LENGTH_MAX];
+} jpeg_err;
+
+static void jpeg_error_exit(j_common_ptr cinfo) {
+    jpeg_err *e = (jpeg_err *)cinfo->err;
+    (*cinfo->err->format_message)(cinfo, e->msg);
+    longjmp(e->jmp, 1);
+}
+
+static void jpeg_quiet(j_common_ptr cinfo, int level) {
+    (void)cinfo, (void)level;
+}
+
+/* Decode a JPEG to RGB with libjpeg (grey and CMYK-free files; others are left to stb). */
+static omni_status decode_jpeg(const uint8_t *data, size_t size, const char *name, vision_image *out) {
+    struct jpeg_decompress_struct cinfo;
+    jpeg_err err;
+    uint8_t *volatile rgb = NULL;
+    cinfo.err = jpeg_std_error(&err.mgr);
+    err.mgr.error_exit = jpeg_error_exit;
+    err.mgr.emit_message = jpeg_quiet;
+    if (setjmp(err.jmp)) {
+        jpeg_destroy_decompress(&cinfo);
+        free(rgb);
+        return omni_fail(OMNI_ERR_INPUT, "image '%s': cannot decode JPEG (%s)", name, err.msg);
+    }
+    jpeg_create_decompress(&cinfo);
+    jpeg_mem_src(&cinfo, data, (unsigned long)size);
+    jpeg_read_header(&cinfo, TRUE);
+    cinfo.out_color_space = JCS_RGB;
+    jpeg_start_decompress(&cinfo);
+    const int w = (int)cinfo.output_width, h = (int)cinfo.output_height;
+    rgb = malloc((size_t)w * h * 3);
+    if (!rgb) {
+        jpeg_destroy_decompress(&cinfo);
+        return omni_fail(OMNI_ERR_NOMEM, "image '%s': out of memory for %dx%d", name, w, h);
+    }
+    while (cinfo.output_scanline < cinfo.output_height) {
+        JSAMPROW row = rgb + (size_t)cinfo.output_scanline * w * 3;
+        jpeg_read_scanlines(&cinfo, &row, 1);
+    }
+    const int comps = cinfo.num_components;
+    jpeg_finish_decompress(&cinfo);
+    jpeg_destroy_decompress(&cinfo);
+    out->rgb = rgb, out->width = w, out->height = h, out->src_channels = comps;
+    return OMNI_OK;
+}
+#endif
+
+static uint32_t be16(const uint8_t *p) { return ((uint32_t)p[0] << 8) | p[1]; }
+static uint32_t be32(const uint8_t *p) { return (be16(p) << 16) | be16(p + 2); }
+static uint32_t le16(const uint8_t *p) { return ((uint32_t)p[1] << 8) | p[0]; }
+
+/* Width and height as the header states them, read without stb (whose info call refuses very large images
+ * with a generic message). Returns 0 when the header cannot be parsed here. */
+static int header_dims(const uint8_t *d, size_t n, img_format f, int64_t *w, int64_t *h) {
+    if (f == FMT_PNG && n >= 24 && !memcmp(d + 12, "IHDR", 4)) {
+        *w = be32(d + 16), *h = be32(d + 20);
+        return 1;
+    }
+    if (f == FMT_GIF && n >= 10) {
+        *w = le16(d + 6), *h = le16(d + 8);
+        return 1;
+    }
+    if (f == FMT_BMP && n >= 26) {
+        int32_t bw, bh;
+        memcpy(&bw, d + 18, 4), memcpy(&bh, d + 22, 4);
+        *w = bw < 0 ? -(int64_t)bw : bw, *h = bh < 0 ? -(int64_t)bh : bh;
+        return 1;
+    }
+    if (f == FMT_TGA && n >= 16) {
+        *w = le16(d + 12), *h = le16(d + 14);
+        return 1;
+    }
+    if (f == FMT_JPEG) {
+        for (size_t i = 2; i + 9 < n;) {
+            if (d[i] != 0xFF) return 0;
+            uint8_t m = d[i + 1];
+            if (m == 0xFF) { i++; continue; }
+            if (m >= 0xC0 && m <= 0xCF && m != 0xC4 && m != 0xC8 && m != 0xCC) {
+                *h = be16(d + i + 5), *w = be16(d + i + 7);
+                return 1;
+            }
+            i += 2 + be16(d + i + 2);
+        }
+    }
+    return 0;
+}
+
+omni_status vision_image_load_memory(const uint8_t *data, size_t size, const char *name, int64_t max_pixels,
+                                     vision_image *out) {
+    memset(out, 0, sizeof(*out));
+    if (!name) name = "<memory>";
+    if (max_pixels <= 0) max_pixels = VISION_DEFAULT_MAX_IMAGE_PIXELS;
+    img_format fmt = FMT_UNKNOWN;
+    omni_status st = check_container(data, size, name, &fmt);
+    if (st != OMNI_OK) return st;
+    if (size > (size_t)0x7fffffff) return omni_fail(OMNI_ERR_INPUT, "image '%s' is too large (%zu bytes)", name, size);
+
+    int64_t hw, hh;
+    if (header_dims(data, size, fmt, &hw, &hh) && hw * hh > max_pixels)
+        return omni_fail(OMNI_ERR_INPUT, "image '%s' is %lldx%lld = %lld pixels, over the limit of %lld", name,
+                         (long long)hw, (long long)hh, (long long)(hw * hh), (long long)max_pixels);
+    int w = 0, h = 0, comp = 0;
+    if (!stbi_info_from_memory(data, (int)size, &w, &h, &comp))
+        return omni_fail(OMNI_ERR_INPUT, "image '%s': cannot read the %s header (%s)", name, format_name(fmt),
+                         stbi_failure_reason());
+    if (w <= 0 || h <= 0) return omni_fail(OMNI_ERR_INPUT, "image '%s' has size %dx%d", name, w, h);
+    if ((int64_t)w * h > max_pixels)
+        return omni_fail(OMNI_ERR_INPUT, "image '%s' is %dx%d = %lld pixels, over the limit of %lld", name, w, h,
+                         (long long)w * h, (long long)max_pixels);
+
+#ifdef OMNI_HAVE_LIBJPEG
+    if (fmt == FMT_JPEG && comp != 4) return decode_jpeg(data, size, name, out);
+#endif
+    int w2, h2, c2;
+    uint8_t *rgba = stbi_load_from_memory(data, (int)size, &w2, &h2, &c2, 4);
+    if (!rgba)
+        return omni_fail(OMNI_ERR_INPUT, "image '%s': cannot decode %s (%s)", name, format_name(fmt),
+                         stbi_failure_reason());
+    if (w2 != w || h2 != h) {
+        stbi_image_free(rgba);
+        return omni_fail(OMNI_ERR_INPUT, "image '%s': header says %dx%d, decoder %dx%d", name, w, h, w2, h2);
+    }
+    out->rgb = malloc((size_t)w * h * 3);
+    if (!out->rgb) {
+        stbi_image_free(rgba);
+        return omni_fail(OMNI_ERR_NOMEM, "image '%s': out of memory for %dx%d", name, w, h);
+    }
+    rgba_to_rgb(rgba, (int64_t)w * h, c2 == 2 || c2 == 4, out->rgb);
+    stbi_image_free(rgba);
+    out->width = w, out->height = h, out->src_channels = c2;
+    return OMNI_OK;
+}
+
+static omni_status read_file(const char *path, uint8_t **data, size_t *size) {
+    *data = NULL, *size = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f) return omni_fail(OMNI_ERR_INPUT, "cannot open image '%s': %s", path, strerror(errno));
+    if (fseek(f, 0, SEEK_END) != 0) {
+        fclose(f);
+        return omni_fail(OMNI_ERR_INPUT, "cannot read image '%s' (not a regular file?)", path);
+    }
+    long n = ftell(f);
+    if (n < 0 || (size_t)n > MAX_FILE_BYTES) {
+        fclose(f);
+        return omni_fail(OMNI_ERR_INPUT, "cannot read image '%s' (size %ld)", path, n);
+    }
+    rewind(f);
+    uint8_t *buf = malloc(n > 0 ? (size_t)n : 1);
+    if (!buf) {
+        fclose(f);
+        return omni_fail(OMNI_ERR_NOMEM, "out of memory reading '%s'", path);
+    }
+    size_t got = fread(buf, 1, (size_t)n, f);
+    fclose(f);
+    if (got != (size_t)n) {
+        free(buf);
+        return omni_fail(OMNI_ERR_INPUT, "cannot read image '%s': short read", path);
+    }
+    *data = buf, *size = (size_t)n;
+    return OMNI_OK;
+}
+
+omni_status vision_image_load(const char *path, int64_t max_pixels, vision_image *out) {
+    memset(out, 0, sizeof(*out));
+    uint8_t *data;
+    size_t size;
+    omni_status st = read_file(path, &data, &size);
+    if (st != OMNI_OK) return st;
+    st = vision_image_load_memory(data, size, path, max_pixels, out);
+    free(data);
+    return st;
+}
+
+omni_status vision_image_from_rgb(const uint8_t *rgb, int width, int height, vision_image *out) {
+    memset(out, 0, sizeof(*out));
+    if (width <= 0 || height <= 0) return omni_fail(OMNI_ERR_INPUT, "image size %dx%d", width, height);
+    out->rgb = malloc((size_t)width * height * 3);
+    if (!out->rgb) return omni_fail(OMNI_ERR_NOMEM, "out of memory for a %dx%d image", width, height);
+    memcpy(out->rgb, rgb, (size_t)width * height * 3);
+    out->width = width, out->height = height, out->src_channels = 3;
+    return OMNI_OK;
+}
+
+void vision_image_free(vision_image *img) {
+    if (!img) return;
+    free(img->rgb);
+    memset(img, 0, sizeof(*img));
+}

@@ -1,0 +1,134 @@
+/* vision.h - image input for Qwen3-VL / Qwen3-Omni: loading, preprocessing and the vision tower.
+ *
+ * Pipeline (one image):
+ *   vision_image_load(path)            -> RGB uint8 [h, w, 3] (alpha composited on white)
+ *   vision_preprocess(img, params)     -> pixel_values [N, C*T*P*P = 1536] f32 in merge-block order + grid (t, h, w)
+ *   vision_tower_encode(tower, pixels) -> embeddings [N/4, out_hidden] + deepstack [n_ds][N/4, out_hidden]
+ * Preprocessing reproduces transformers 5.17.0's Qwen2VLImageProcessor (torchvision backend): smart_resize with
+ * factor patch*merge, bicubic antialiased resize on uint8 (ATen's separable int16-weight kernel), fused
+ * rescale+normalize in fp32, patches in merge-block order. The tower is the Qwen3-VL vision model (same tower in the
+ * Qwen3-Omni thinker, `thinker.visual.` with ln_q/mlp.0/mlp.2/merger_list names).
+ * Every function returns an omni_status and sets omni_last_error() on failure; *_free(NULL) is a no-op. */
+#ifndef OMNI_VISION_H
+#define OMNI_VISION_H
+
+#include <stdint.h>
+
+#include "kernels/safetensors.h"
+#include "kernels/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- images ------------------------------------------------------------------------------------------------ */
+
+/* Default limit on width*height checked from the header before any pixel is decoded. */
+#define VISION_DEFAULT_MAX_IMAGE_PIXELS ((int64_t)1 << 27) /* 134M pixels, e.g. 11585 x 11585 */
+
+typedef struct {
+    int width, height;
+    int src_channels; /* channels in the file: 1 grey, 2 grey+alpha, 3 RGB, 4 RGBA */
+    uint8_t *rgb;     /* [height, width, 3], row-major, owned */
+} vision_image;
+
+/* Load PNG, JPEG, BMP, GIF (first frame), PNM (P5/P6) or TGA. Grey, grey+alpha, RGBA and 16-bit images become
+ * 8-bit RGB; alpha is composited on white (PIL alpha_composite arithmetic). max_pixels <= 0: the default limit.
+ * Errors (OMNI_ERR_INPUT): missing/unreadable file, empty file, unknown or unsupported format, truncated PNG/JPEG,
+ * too many pixels (refused from the header, before decoding), corrupt data. */
+omni_status vision_image_load(const char *path, int64_t max_pixels, vision_image *out);
+/* Same from a memory buffer; `name` is used in messages. */
+omni_status vision_image_load_memory(const uint8_t *data, size_t size, const char *name, int64_t max_pixels,
+                                     vision_image *out);
+/* Wrap an existing RGB buffer (copied). */
+omni_status vision_image_from_rgb(const uint8_t *rgb, int width, int height, vision_image *out);
+void vision_image_free(vision_image *img); /* frees img->rgb, zeroes *img; NULL is a no-op */
+
+/* ---- preprocessing ----------------------------------------------------------------------------------------- */
+
+typedef struct {
+    int patch_size;          /* 16 */
+    int temporal_patch_size; /* 2 */
+    int merge_size;          /* 2 */
+    int64_t min_pixels;      /* size.shortest_edge (65536 for Qwen3-VL) */
+    int64_t max_pixels;      /* size.longest_edge (16777216 for Qwen3-VL) */
+    float mean[3], std[3];   /* 0.5 */
+    double rescale_factor;   /* 1/255 */
+} vision_prep_params;
+
+/* Qwen3-VL defaults (preprocessor_config.json of Qwen3-VL-2B/4B/8B-Instruct). */
+vision_prep_params vision_prep_default_params(void);
+/* Read <model_dir>/preprocessor_config.json over the defaults: size {shortest_edge, longest_edge}, then
+ * min_pixels/max_pixels (which override size, as the processor does), patch_size, temporal_patch_size,
+ * merge_size, image_mean, image_std, rescale_factor. A missing file leaves the defaults (OMNI_OK). */
+omni_status vision_prep_load_config(const char *model_dir, vision_prep_params *p);
+/* Express the pixel budget in visual tokens (one token = (patch*merge)^2 pixels): min_tokens/max_tokens <= 0
+ * leave that bound unchanged. Fails with OMNI_ERR_USAGE if min > max. */
+omni_status vision_prep_set_token_limits(vision_prep_params *p, int min_tokens, int max_tokens);
+
+/* smart_resize: target (h, w), multiples of factor = patch*merge, within [min_pixels, max_pixels].
+ * OMNI_ERR_INPUT for an aspect ratio over 200 or a zero-sized image. */
+omni_status vision_smart_resize(int height, int width, const vision_prep_params *p, int *out_h, int *out_w);
+
+/* Bicubic antialiased resize of interleaved uint8 images [h, w, c] -> [oh, ow, c], bit-exact with torch
+ * F.interpolate(mode="bicubic", antialias=True, align_corners=False) on uint8 (CPU): separable, horizontal pass
+ * first into a uint8 buffer, Keys cubic a=-0.5 widened by the downscale factor, int16 weights. */
+omni_status vision_resize_bicubic_aa(const uint8_t *src, int h, int w, int c, uint8_t *dst, int oh, int ow);
+
+typedef struct {
+    int grid_t, grid_h, grid_w; /* patch units (pre-merge) */
+    int resized_h, resized_w;   /* pixels after smart_resize */
+    int n_patches;              /* grid_t * grid_h * grid_w */
+    int patch_dim;              /* 3 * temporal_patch_size * patch_size^2 */
+    float *pixels;              /* [n_patches, patch_dim], owned */
+} vision_patches;
+
+/* Resize + normalize + patchify one image. Rows in merge-block order; each row (channel, time, y, x) with the
+ * single frame repeated temporal_patch_size times. */
+omni_status vision_preprocess(const vision_image *img, const vision_prep_params *p, vision_patches *out);
+void vision_patches_free(vision_patches *pp); /* NULL is a no-op */
+
+/* Number of merged visual tokens an image of height x width produces (0 and an error if refused). */
+omni_status vision_image_token_count(int height, int width, const vision_prep_params *p, int *grid_h, int *grid_w,
+                                     int *n_tokens);
+
+/* ---- vision tower ------------------------------------------------------------------------------------------ */
+
+#define VISION_MAX_DEEPSTACK 4
+
+typedef struct {
+    int depth, hidden, n_heads, head_dim, intermediate;
+    int patch_size, temporal_patch_size, merge_size, in_channels;
+    int out_hidden, num_position_embeddings;
+    int n_deepstack, deepstack_index[VISION_MAX_DEEPSTACK];
+    float rope_theta;        /* 10000 */
+    int gelu_tanh;           /* block MLP activation: 1 gelu_pytorch_tanh, 0 exact gelu */
+} vision_config;
+
+typedef struct vision_tower vision_tower;
+
+/* Build the tower from <model_dir>/config.json (vision_config, or thinker_config.vision_config for Qwen3-Omni)
+ * and the tensors of `ckpt` under `model.visual.` (Qwen3-VL) or `thinker.visual.` (Qwen3-Omni). The tower
+ * borrows the weights: `ckpt` must outlive it. */
+omni_status vision_tower_load(const char *model_dir, const omni_ckpt *ckpt, vision_tower **out);
+void vision_tower_free(vision_tower *t); /* NULL is a no-op */
+const vision_config *vision_tower_config(const vision_tower *t);
+
+typedef struct {
+    int grid_t, grid_h, grid_w; /* patch units */
+    int n_tokens;               /* grid_t * grid_h * grid_w / merge^2 */
+    int out_hidden;
+    int n_deepstack;
+    float *embd;                                  /* [n_tokens, out_hidden], owned */
+    float *deepstack[VISION_MAX_DEEPSTACK];       /* each [n_tokens, out_hidden], owned */
+    double encode_ms;
+} vision_output;
+
+/* Encode one image (its own attention segment). */
+omni_status vision_tower_encode(vision_tower *t, const vision_patches *pp, vision_output *out);
+void vision_output_free(vision_output *o); /* NULL is a no-op */
+
+#ifdef __cplusplus
+}
+#endif
+#endif
