@@ -567,6 +567,13 @@ int llm_tokenizer_is_special(const llm_tokenizer *t, int32_t id) {
 
 /* ---------------------------------------------------------------- encoding */
 
+/* Per-call cache of short pieces -> ids (direct-mapped; enabled for long texts, where words repeat). */
+#define CACHE_SLOTS 4096
+#define CACHE_KEY 14
+#define CACHE_IDS 6
+#define CACHE_MIN_TEXT 4096
+typedef struct { uint8_t klen, nids; char key[CACHE_KEY]; int32_t ids[CACHE_IDS]; } cache_slot;
+
 typedef struct { int32_t id, prev, next, alive; } bpe_sym;
 typedef struct { int32_t rank, pos, new_id; } bpe_merge;
 
@@ -579,6 +586,7 @@ typedef struct {
     bpe_merge *heap;
     size_t sym_cap;
     char *bl; /* byte-level spelling of a piece (ignore_merges lookups) */
+    cache_slot *cache; /* [CACHE_SLOTS] or NULL */
     pcre2_match_data *md[MAX_STAGES];
     omni_status st;
 } enc_ctx;
@@ -684,8 +692,22 @@ static int whole_word(enc_ctx *c, const uint8_t *p, size_t n) {
 
 static void encode_piece(enc_ctx *c, const uint8_t *p, size_t n) {
     if (n == 0 || c->st != OMNI_OK) return;
-    if (c->t->ignore_merges && whole_word(c, p, n)) return;
-    bpe_piece(c, p, n);
+    cache_slot *slot = NULL;
+    if (c->cache && n <= CACHE_KEY && n > 1) {
+        slot = &c->cache[hash_bytes((const char *)p, n) & (CACHE_SLOTS - 1)];
+        if (slot->klen == n && memcmp(slot->key, p, n) == 0) {
+            for (int i = 0; i < slot->nids; i++) push_id(c, slot->ids[i]);
+            return;
+        }
+    }
+    size_t first = c->n;
+    if (!(c->t->ignore_merges && whole_word(c, p, n))) bpe_piece(c, p, n);
+    if (slot && c->st == OMNI_OK && c->n - first <= CACHE_IDS) {
+        slot->klen = (uint8_t)n;
+        slot->nids = (uint8_t)(c->n - first);
+        memcpy(slot->key, p, n);
+        memcpy(slot->ids, c->ids + first, (c->n - first) * sizeof *c->ids);
+    }
 }
 
 /* Pre-tokenizer stage k on s[0..n): regex matches and the gaps between them are pieces for stage k+1. */
@@ -694,7 +716,8 @@ static void split_stage(enc_ctx *c, int k, const uint8_t *s, size_t n) {
     size_t last = 0, pos = 0;
     while (pos < n && c->st == OMNI_OK) {
         int rc = pcre2_match(c->t->regex[k], s, n, pos, PCRE2_NO_UTF_CHECK, c->md[k], NULL);
-        if (rc < 0) break;
+        if (rc == PCRE2_ERROR_NOMATCH) break;
+        if (rc < 0) { c->st = omni_fail(OMNI_ERR_RUNTIME, "tokenizer: pre-tokenizer regex failed (PCRE2 error %d)", rc); return; }
         PCRE2_SIZE *ov = pcre2_get_ovector_pointer(c->md[k]);
         size_t ms = ov[0], me = ov[1];
         if (me == ms) { /* empty match: step one character */
@@ -763,6 +786,7 @@ static void enc_ctx_free(enc_ctx *c) {
     free(c->sym);
     free(c->heap);
     free(c->bl);
+    free(c->cache);
 }
 
 omni_status llm_tokenizer_encode(const llm_tokenizer *t, const char *text, size_t len, int parse_special,
@@ -784,6 +808,8 @@ omni_status llm_tokenizer_encode(const llm_tokenizer *t, const char *text, size_
     for (int k = 0; k < t->n_stages && c.st == OMNI_OK; k++)
         if (!(c.md[k] = pcre2_match_data_create_from_pattern(t->regex[k], NULL)))
             c.st = omni_fail(OMNI_ERR_NOMEM, "tokenizer: out of memory");
+    if (len >= CACHE_MIN_TEXT && !(c.cache = calloc(CACHE_SLOTS, sizeof *c.cache)))
+        c.st = omni_fail(OMNI_ERR_NOMEM, "tokenizer: out of memory");
     c.cap = 64; /* *ids is non-NULL even for an empty result */
     if (c.st == OMNI_OK && !(c.ids = malloc(c.cap * sizeof *c.ids)))
         c.st = omni_fail(OMNI_ERR_NOMEM, "tokenizer: out of memory");
@@ -833,8 +859,10 @@ static int detok_emit(llm_detok *d, char *out, int cap, int final) {
         o += w;
         i += (size_t)(k > 0 ? k : -k);
     }
-    memmove(d->buf, d->buf + i, d->len - i);
-    d->len -= i;
+    if (i > 0) {
+        memmove(d->buf, d->buf + i, d->len - i);
+        d->len -= i;
+    }
     if (cap > 0) out[o] = 0;
     return (int)o;
 }
@@ -850,7 +878,7 @@ int llm_detok_push(llm_detok *d, int32_t id, char *out, int cap) {
             if (!p) n = 0; /* out of memory: the token is dropped */
             else { d->buf = p; d->cap = nc; }
         }
-        memcpy(d->buf + d->len, b, n);
+        if (n > 0) memcpy(d->buf + d->len, b, n);
         d->len += n;
     }
     return detok_emit(d, out, cap, 0);

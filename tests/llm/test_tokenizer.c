@@ -401,6 +401,54 @@ static void test_stream(const llm_tokenizer *t) {
     llm_detok_free(d);
 }
 
+/* Seeded random byte strings (valid and invalid UTF-8, added tokens and fragments, combining marks): encode
+ * must succeed, be stable (encode(decode(encode(x))) == encode(x)), and the streaming detokenizer must give
+ * exactly what decode gives. */
+static void test_fuzz(const llm_tokenizer *t) {
+    static const char *palette[] = {"a", "Z", "the", " ", "  ", "\n", "\r\n", "\t", "7", "12", "!", "'s", "'LL", ".",
+                                    "\xC3\xA9", "e\xCC\x81", "\xE4\xB8\xAD", "\xF0\x9F\x98\x80", "\xE2\x80\x8D",
+                                    "\xE1\x84\x80", "\xE1\x85\xA1", "<|im_end|>", "<|im_start|>", "<think>", "<|",
+                                    "|>", "\x80", "\xE2\x82", "\xF0\x9F", "\xFF", "\xC0\xAF", "\xED\xA0\x80", "\xC2\x85"};
+    const int n_pal = (int)(sizeof palette / sizeof palette[0]);
+    uint64_t rng = 0x9E3779B97F4A7C15ull;
+    char text[512], out[256];
+    int failures = 0, cases = 0;
+    for (int it = 0; it < 3000; it++) {
+        size_t len = 0;
+        int parts = (int)((rng = rng * 6364136223846793005ull + 1442695040888963407ull) >> 59);
+        for (int k = 0; k < parts; k++) {
+            rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+            const char *piece = palette[(rng >> 33) % (uint64_t)n_pal];
+            size_t pl = strlen(piece);
+            memcpy(text + len, piece, pl);
+            len += pl;
+        }
+        int parse_special = (int)((rng >> 20) & 1), n_inv = 0, n_inv2 = -1;
+        int32_t *ids = NULL, *ids2 = NULL;
+        int n = encode(t, text, len, parse_special, &ids, &n_inv);
+        char *dec = n >= 0 ? llm_tokenizer_decode(t, ids, n, 0) : NULL;
+        int n2 = dec ? encode(t, dec, strlen(dec), parse_special, &ids2, &n_inv2) : -1;
+        int ok = dec && valid_utf8(dec, strlen(dec)) && n2 == n && n_inv2 == 0 &&
+                 (n == 0 || memcmp(ids, ids2, (size_t)n * sizeof *ids) == 0);
+        /* streaming == whole decode */
+        llm_detok *d = llm_detok_new(t, 0);
+        size_t o = 0, dl = dec ? strlen(dec) : 0;
+        for (int i = 0; i <= n && d; i++) {
+            int w = i < n ? llm_detok_push(d, ids[i], out, sizeof out) : llm_detok_flush(d, out, sizeof out);
+            ok &= dec && o + (size_t)w <= dl && memcmp(dec + o, out, (size_t)w) == 0;
+            o += (size_t)w;
+        }
+        ok &= d && o == dl;
+        llm_detok_free(d);
+        if (!ok && failures++ < 5) fprintf(stderr, "fuzz case %d (%zu bytes) failed (n %d, n2 %d)\n", it, len, n, n2);
+        cases++;
+        free(dec);
+        free(ids);
+        free(ids2);
+    }
+    CHECK(failures == 0, "fuzz: %d of %d cases failed", failures, cases);
+}
+
 /* Encode throughput on the concatenated fixture strings (a few MB). */
 static void test_speed(const llm_tokenizer *t, const char *cases_path) {
     size_t flen = 0;
@@ -450,6 +498,7 @@ int main(void) {
     test_parity(t, OMNI_FIXTURES "/tokenizer/qwen3_cases.txt", 2000);
     test_special_and_edges(t);
     test_stream(t);
+    test_fuzz(t);
     test_speed(t, OMNI_FIXTURES "/tokenizer/qwen3_cases.txt");
     llm_tokenizer_free(t);
 
