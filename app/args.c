@@ -99,8 +99,11 @@ omni_status omni_args_parse(omni_args *a, int argc, char **argv, int first) {
         else if (!strcmp(o, "--no-perf")) a->no_perf = 1;
         else if (!strcmp(o, "-v") || !strcmp(o, "--verbose")) a->verbose = 1;
         else if (o[0] == '-' && o[1]) {
+            omni_args probe = *a; /* is it a known option at all? (so a bare unknown flag says so) */
+            if (!value_opt(&probe, o, "0", &st)) return omni_fail(OMNI_ERR_USAGE, "unknown option: %s", o);
+            st = OMNI_OK;
             if ((st = need(i, argc, o))) return st;
-            if (!value_opt(a, o, argv[i + 1], &st)) return omni_fail(OMNI_ERR_USAGE, "unknown option: %s", o);
+            value_opt(a, o, argv[i + 1], &st);
             if (st) return st;
             i++;
         } else if ((st = add_media(a->positional, &a->n_positional, o, "arguments"))) {

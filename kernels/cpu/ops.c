@@ -22,10 +22,26 @@ void op_set_threads(int n) {
 int op_get_threads(void) { return g_threads > 0 ? g_threads : omp_get_max_threads(); }
 
 /* ---- GEMM ---------------------------------------------------------------------------------------------- */
+/* OpenBLAS runs single-threaded: its pthreads busy-wait and fight OpenMP's threads on small machines (measured
+ * 100x slower prefill on 2 cores). We parallelise GEMMs ourselves by splitting the output columns. */
+__attribute__((constructor)) static void ops_init(void) { openblas_set_num_threads(1); }
+
+/* Columns per parallel task: enough tasks for every thread, at most 256 weight rows converted at a time. */
+static int col_block(int N) {
+    int nt = omp_get_max_threads(), b = (N + 2 * nt - 1) / (2 * nt);
+    b = b < 16 ? 16 : b > 256 ? 256 : b;
+    return b;
+}
 
 void op_matmul_f32(float *y, const float *x, const float *w, int M, int N, int K) {
     if (M <= 0 || N <= 0) return;
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.f, x, K, w, K, 0.f, y, N);
+    int B = col_block(N), tiles = (N + B - 1) / B;
+#pragma omp parallel for schedule(dynamic, 1) if ((double)M * N * K > 1e6)
+    for (int t = 0; t < tiles; t++) {
+        int n0 = t * B, nt = N - n0 < B ? N - n0 : B;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, nt, K, 1.f, x, K, w + (int64_t)n0 * K, K, 0.f,
+                    y + n0, N);
+    }
 }
 
 /* Dot product of an f32 row with a bf16/f16 row, f32 accumulation in 8 lanes (vectorisable). */
@@ -45,33 +61,32 @@ static float dot_half(const float *x, const uint16_t *w, int K, omni_dtype dt) {
 /* Few rows: stream the half-precision weight once, converting on the fly (memory bound). */
 static void linear_half_gemv(float *y, const float *x, int M, const omni_tensor *w, int N, int K) {
     const uint16_t *W = w->data;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if ((double)N * K > 65536)
     for (int n = 0; n < N; n++)
         for (int m = 0; m < M; m++) y[(int64_t)m * N + n] = dot_half(x + (int64_t)m * K, W + (int64_t)n * K, K, w->dtype);
 }
 
-/* Many rows: convert tiles of W to f32 and use sgemm. */
-#define TILE_N 256
+/* Many rows: each task converts a block of weight rows to f32 and runs sgemm into its output columns. */
 static void linear_half_tiled(float *y, const float *x, int M, const omni_tensor *w, int N, int K) {
-    float *tile = malloc(sizeof(float) * TILE_N * (size_t)K);
-    float *ytile = malloc(sizeof(float) * TILE_N * (size_t)M);
-    if (!tile || !ytile) { /* fall back to the streaming path rather than fail */
-        free(tile);
-        free(ytile);
-        linear_half_gemv(y, x, M, w, N, K);
-        return;
-    }
     const uint16_t *W = w->data;
-    for (int n0 = 0; n0 < N; n0 += TILE_N) {
-        int nt = N - n0 < TILE_N ? N - n0 : TILE_N;
-#pragma omp parallel for schedule(static)
-        for (int i = 0; i < nt; i++) omni_to_f32(tile + (int64_t)i * K, W + (int64_t)(n0 + i) * K, w->dtype, K);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, nt, K, 1.f, x, K, tile, K, 0.f, ytile, nt);
-        for (int m = 0; m < M; m++)
-            for (int i = 0; i < nt; i++) y[(int64_t)m * N + n0 + i] = ytile[(int64_t)m * nt + i];
+    int B = col_block(N), tiles = (N + B - 1) / B, fail = 0;
+#pragma omp parallel if ((double)M * N * K > 1e6)
+    {
+        float *tile = malloc(sizeof(float) * (size_t)B * K);
+        if (!tile) {
+#pragma omp atomic write
+            fail = 1;
+        }
+#pragma omp for schedule(dynamic, 1)
+        for (int t = 0; t < tiles; t++) {
+            if (!tile) continue;
+            int n0 = t * B, nt = N - n0 < B ? N - n0 : B;
+            omni_to_f32(tile, W + (int64_t)n0 * K, w->dtype, (int64_t)nt * K);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, nt, K, 1.f, x, K, tile, K, 0.f, y + n0, N);
+        }
+        free(tile);
     }
-    free(tile);
-    free(ytile);
+    if (fail) linear_half_gemv(y, x, M, w, N, K); /* out of memory for a tile: slow but correct */
 }
 
 void op_linear(float *y, const float *x, int M, const omni_tensor *w, const omni_tensor *b) {
@@ -231,7 +246,7 @@ void op_attention(float *out, int64_t ldo, const float *q, int64_t ldq, const fl
                   const float *v, int64_t ldv, int Tq, int Tk, int Hq, int Hkv, int D, float scale,
                   int causal_offset) {
     int group = Hq / Hkv;
-#pragma omp parallel
+#pragma omp parallel if ((double)Tq * Tk * Hq * D > 262144.0)
     {
         float *p = malloc(sizeof(float) * (size_t)(Tk > 0 ? Tk : 1));
 #pragma omp for collapse(2) schedule(dynamic, 4)

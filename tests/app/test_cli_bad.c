@@ -1,7 +1,6 @@
 /* test_cli_bad.c - bad inputs to `omni`: each gives exactly one line on stderr naming the problem and the
  * documented exit code (1 usage, 3 model), never a crash. Corrupt checkpoints are made from a fixture copy. */
 #define _DEFAULT_SOURCE
-#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,20 +12,13 @@
 
 static char g_model[4096]; /* a single-file fixture model */
 
+/* The hidden-64 / head_dim-128 fixture: no square weights, so a transposed shape is always detectable. */
 static int find_model(void) {
-    DIR *d = opendir(OMNI_FIXTURES "/text");
-    struct dirent *de;
-    while (d && (de = readdir(d))) {
-        char p[4096];
-        struct stat st;
-        snprintf(p, sizeof p, "%s/text/%s/model.safetensors", OMNI_FIXTURES, de->d_name);
-        if (de->d_name[0] != '.' && stat(p, &st) == 0) {
-            snprintf(g_model, sizeof g_model, "%s/text/%s", OMNI_FIXTURES, de->d_name);
-            break;
-        }
-    }
-    if (d) closedir(d);
-    return g_model[0] != 0;
+    struct stat st;
+    snprintf(g_model, sizeof g_model, "%s/text/qvl-h64-hd128-gqa2-tied", OMNI_FIXTURES);
+    char p[4200];
+    snprintf(p, sizeof p, "%s/model.safetensors", g_model);
+    return stat(p, &st) == 0;
 }
 
 /* Expect exit `code`, exactly one stderr line containing `needle`, nothing on stdout. */
@@ -65,9 +57,9 @@ static cJSON *first_tensor(cJSON *h, const char *suffix) {
 
 static void edit_offsets_beyond(cJSON *h, void *c) {
     cJSON *t = first_tensor(h, "q_proj.weight"), *o = cJSON_GetObjectItem(t, "data_offsets");
-    double e = cJSON_GetArrayItem(o, 1)->valuedouble;
-    cJSON_ReplaceItemInArray(o, 0, cJSON_CreateNumber(e + 1e9));
-    cJSON_ReplaceItemInArray(o, 1, cJSON_CreateNumber(e + 1e9 + (e - cJSON_GetArrayItem(o, 0)->valuedouble)));
+    double b = cJSON_GetArrayItem(o, 0)->valuedouble, e = cJSON_GetArrayItem(o, 1)->valuedouble;
+    cJSON_ReplaceItemInArray(o, 0, cJSON_CreateNumber(b + 1e9));
+    cJSON_ReplaceItemInArray(o, 1, cJSON_CreateNumber(e + 1e9));
 }
 
 static void edit_overlap(cJSON *h, void *c) { /* point k_proj at the bytes of q_proj's start */
