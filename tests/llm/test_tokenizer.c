@@ -4,13 +4,15 @@
  * load time and encode throughput.
  *
  * Real-vocabulary parts need ../shared/data/qwen3-tokenizer/tokenizer.json; without it they are skipped
- * (exit 77 if nothing else ran). The small trained tokenizer tests/fixtures/tok-small is checked when
- * tests/fixtures/tokenizer/small_cases.txt exists. */
+ * (the rest still runs; exit 77 only if the rest passed). The small trained tokenizer tests/fixtures/tok-small is
+ * checked as is and in a GPT-2-style variant (ByteLevel use_regex=true, ignore_merges=true). */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+#include <cjson/cJSON.h>
 
 #include "check.h"
 #include "kernels/status.h"
@@ -477,9 +479,65 @@ static void test_speed(const llm_tokenizer *t, const char *cases_path) {
     free(file);
 }
 
+/* tok-small edited as tools/reference/make_tokenizer_cases.py --variant gpt2 does (ByteLevel pre-tokenizer with
+ * use_regex=true, ignore_merges=true, only the first half of the merges), the merges rewritten from ["a", "b"] pairs
+ * to "a b" strings (same meaning), written to a temporary file; path in buf, or NULL. */
+static const char *gpt2_variant(char *buf) {
+    size_t len = 0;
+    char *text = slurp(OMNI_FIXTURES "/tok-small/tokenizer.json", &len), *out = NULL;
+    cJSON *root = text ? cJSON_Parse(text) : NULL;
+    cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
+    const char *path = NULL;
+    if (model) {
+        cJSON *pt = cJSON_CreateObject();
+        cJSON_AddStringToObject(pt, "type", "ByteLevel");
+        cJSON_AddFalseToObject(pt, "add_prefix_space");
+        cJSON_AddTrueToObject(pt, "use_regex");
+        cJSON_ReplaceItemInObjectCaseSensitive(root, "pre_tokenizer", pt);
+        cJSON_DeleteItemFromObjectCaseSensitive(model, "ignore_merges");
+        cJSON_AddTrueToObject(model, "ignore_merges");
+        cJSON *merges = cJSON_GetObjectItemCaseSensitive(model, "merges");
+        int n = cJSON_GetArraySize(merges);
+        for (int i = n - 1; i >= n / 2; i--) cJSON_DeleteItemFromArray(merges, i);
+        for (int i = 0; i < n / 2; i++) {
+            cJSON *m = cJSON_GetArrayItem(merges, i);
+            if (!cJSON_IsArray(m) || cJSON_GetArraySize(m) != 2) continue;
+            char pair[512];
+            snprintf(pair, sizeof pair, "%s %s", cJSON_GetArrayItem(m, 0)->valuestring,
+                     cJSON_GetArrayItem(m, 1)->valuestring);
+            cJSON_ReplaceItemInArray(merges, i, cJSON_CreateString(pair));
+        }
+        out = cJSON_PrintUnformatted(root);
+        path = out ? write_temp(out, buf) : NULL;
+    }
+    cJSON_free(out);
+    cJSON_Delete(root);
+    free(text);
+    return path;
+}
+
+static void test_small(void) {
+    llm_tokenizer *t = NULL;
+    char path[64];
+    omni_status st = llm_tokenizer_load(OMNI_FIXTURES "/tok-small/tokenizer.json", &t);
+    CHECK(st == OMNI_OK, "load tok-small: %s", omni_last_error());
+    if (st == OMNI_OK) test_parity(t, OMNI_FIXTURES "/tokenizer/small_cases.txt", 500);
+    llm_tokenizer_free(t);
+    t = NULL;
+    const char *p = gpt2_variant(path);
+    CHECK(p != NULL, "cannot write the gpt2 variant of tok-small");
+    if (!p) return;
+    st = llm_tokenizer_load(p, &t);
+    unlink(p);
+    CHECK(st == OMNI_OK, "load tok-small gpt2 variant: %s", omni_last_error());
+    if (st == OMNI_OK) test_parity(t, OMNI_FIXTURES "/tokenizer/small_gpt2_cases.txt", 300);
+    llm_tokenizer_free(t);
+}
+
 int main(void) {
     test_load_errors();
     test_tiny();
+    test_small();
 
     llm_tokenizer *t = NULL;
     if (access(QWEN_JSON, R_OK) != 0) {
@@ -501,12 +559,5 @@ int main(void) {
     test_fuzz(t);
     test_speed(t, OMNI_FIXTURES "/tokenizer/qwen3_cases.txt");
     llm_tokenizer_free(t);
-
-    if (access(OMNI_FIXTURES "/tokenizer/small_cases.txt", R_OK) == 0) {
-        st = llm_tokenizer_load(OMNI_FIXTURES "/tok-small/tokenizer.json", &t);
-        CHECK(st == OMNI_OK, "load tok-small: %s", omni_last_error());
-        if (st == OMNI_OK) test_parity(t, OMNI_FIXTURES "/tokenizer/small_cases.txt", 500);
-        llm_tokenizer_free(t);
-    }
     return check_exit();
 }
