@@ -30,7 +30,7 @@ build() { # build DIR [cmake args...]
 case "$mode" in
   run)
     build build
-    model=tests/fixtures/text/tiny-tied-hd64
+    model=tests/fixtures/text/qvl-h64-hd128-gqa2-tied
     [ -d "$model" ] || model=$(ls -d tests/fixtures/text/*/ | head -n1)
     ./build/omni generate -m "$model" -p "Tell me a story about a robot." -n 32 --temp 0
     ;;

@@ -39,7 +39,7 @@ cli_result cli_run(const char *fmt, ...) {
     char outp[64], errp[64];
     snprintf(outp, sizeof outp, "/tmp/omni_cli_%d.out", (int)getpid());
     snprintf(errp, sizeof errp, "/tmp/omni_cli_%d.err", (int)getpid());
-    snprintf(cmd, sizeof cmd, "%s %s </dev/null >%s 2>%s", OMNI_BIN, args, outp, errp);
+    snprintf(cmd, sizeof cmd, "%s </dev/null %s >%s 2>%s", OMNI_BIN, args, outp, errp); /* args may redirect stdin */
     int st = system(cmd);
     cli_result r;
     r.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
