@@ -128,6 +128,8 @@ static void check_single_get(const omni_ckpt *c) {
     const char *m = omni_last_error();
     CHECK(strstr(m, "'a'") && strstr(m, "[2, 3]") && strstr(m, "[3, 2]"), "shape message names both: %s", m);
     CHECK(omni_ckpt_get(c, "a", 1, (int64_t[]){6}, &t) == OMNI_ERR_MODEL, "get a as [6] must fail (rank)");
+    CHECK(omni_ckpt_get(c, "a", 1, (int64_t[]){2}, &t) == OMNI_ERR_MODEL, "get a as [2] must fail (rank, prefix)");
+    CHECK(omni_ckpt_get(c, "c", 2, (int64_t[]){1, 2}, &t) == OMNI_ERR_MODEL, "get c as [1,2] must fail (rank)");
     CHECK(omni_ckpt_get(c, "i", 1, (int64_t[]){3}, &t) == OMNI_ERR_MODEL, "get of an I32 tensor must fail");
     m = omni_last_error();
     CHECK(strstr(m, "'i'") && strstr(m, "dtype"), "dtype message: %s", m);
@@ -270,6 +272,9 @@ static void test_bad_sizes(void) {
     d = make_case("hlen-beyond");
     write_raw(path_of("hlen-beyond", "model.safetensors"), 1000, "{}      ", 8, NULL, 0);
     expect_fail(d, "header length beyond the file", "model.safetensors", "header");
+    d = make_case("hlen-plus1"); /* header length = file size - 8 + 1: one byte beyond */
+    write_raw(path_of("hlen-plus1", "model.safetensors"), 9, "{}      ", 8, NULL, 0);
+    expect_fail(d, "header length one byte beyond", "model.safetensors", "header");
     d = make_case("hlen-huge");
     write_raw(path_of("hlen-huge", "model.safetensors"), UINT64_MAX - 3, "{}      ", 8, NULL, 0);
     expect_fail(d, "header length 2^64-4", "model.safetensors", "header");
