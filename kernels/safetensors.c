@@ -87,7 +87,7 @@ static omni_status parse_tensor(omni_ckpt *c, int shard, const cJSON *item, uint
     double numel = 1;
     for (int i = 0; i < nd; i++) {
         const cJSON *d = cJSON_GetArrayItem(shape, i);
-        if (!cJSON_IsNumber(d) || d->valuedouble < 0)
+        if (!cJSON_IsNumber(d) || d->valuedouble < 0 || d->valuedouble > 0x1p53) /* 2^53: exact, castable */
             return omni_fail(OMNI_ERR_MODEL, "%s: tensor '%s': bad shape", file, item->string);
         shp[i] = (int64_t)d->valuedouble;
         numel *= d->valuedouble;
