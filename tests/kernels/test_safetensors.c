@@ -299,6 +299,8 @@ static void test_bad_headers(void) {
                 "six dimensions", "'a'", NULL);
     expect_fail(bad_single("neg-dim", "{\"a\":{\"dtype\":\"F32\",\"shape\":[-1],\"data_offsets\":[0,4]}}", 4),
                 "negative dimension", "'a'", NULL);
+    expect_fail(bad_single("dim-1e30", "{\"a\":{\"dtype\":\"F32\",\"shape\":[1e30],\"data_offsets\":[0,4]}}", 4),
+                "dimension 1e30", "'a'", "shape");
     expect_fail(bad_single("size-mismatch", "{\"a\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[0,20]}}", 24),
                 "bytes != shape * dtype", "'a'", NULL);
     expect_fail(bad_single("dup-in-file", "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
