@@ -79,7 +79,10 @@ static int value_opt(omni_args *a, const char *o, const char *v, omni_status *st
         *st = to_int(v, o, 0, 2147483647, &seed);
         a->seed = (uint64_t)seed;
         a->seed_set = 1;
-    } else if (!strcmp(o, "-c") || !strcmp(o, "--ctx-size")) *st = to_int(v, o, 1, 1 << 24, &a->ctx);
+    } else if (!strcmp(o, "-c") || !strcmp(o, "--ctx-size") || !strcmp(o, "--ctx")) {
+        *st = to_int(v, o, 1, 1 << 24, &a->ctx);
+        a->ctx_set = 1;
+    } else if (!strcmp(o, "--chunk")) *st = to_int(v, o, 1, 1 << 16, &a->chunk);
     else if (!strcmp(o, "-t") || !strcmp(o, "--threads")) *st = to_int(v, o, 1, 1024, &a->threads);
     else if (!strcmp(o, "--top")) *st = to_int(v, o, 1, 1 << 24, &a->top_n);
     else if (!strcmp(o, "--image-min-tokens")) *st = to_int(v, o, 1, 1 << 20, &a->image_min_tokens);

@@ -26,6 +26,8 @@ typedef struct {
     int seed_set;
     int raw;                /* --raw: no chat template */
     int ctx;                /* -c */
+    int ctx_set;            /* -c was given */
+    int chunk;              /* --chunk (eval) */
     int threads;            /* -t */
     int top_n;              /* --top N (logits) */
     int json;               /* --json */

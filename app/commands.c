@@ -17,6 +17,7 @@ static const omni_command g_commands[] = {
     {"chat", no_defaults, cmd_chat},
     {"tokenize", no_defaults, cmd_tokenize},
     {"logits", no_defaults, cmd_logits},
+    {"eval", no_defaults, cmd_eval},
 };
 
 const omni_command *omni_find_command(const char *name) {

@@ -19,5 +19,6 @@ omni_status cmd_generate(const omni_args *a, volatile int *interrupted);
 omni_status cmd_chat(const omni_args *a, volatile int *interrupted);
 omni_status cmd_tokenize(const omni_args *a, volatile int *interrupted);
 omni_status cmd_logits(const omni_args *a, volatile int *interrupted);
+omni_status cmd_eval(const omni_args *a, volatile int *interrupted);
 
 #endif

@@ -27,6 +27,8 @@ static void usage(FILE *f) {
             "  chat      -m MODEL            interactive multi-turn chat (/clear, /quit)\n"
             "  tokenize  -m MODEL -p TEXT    print token ids of TEXT (no template)\n"
             "  logits    -m MODEL -p TEXT -o FILE [--top N]  last-position logits as float32\n"
+            "  eval kl   -m MODEL --kv MODE --text FILE [--ctx N] [--chunk N] [--json]\n"
+            "                                KL of a KV format's next-token distributions vs a BF16 cache\n"
             "\n"
             "options:\n"
             "  -m, --model M      model directory, models--Org--Name cache dir, or Org/Name in the HF cache\n"

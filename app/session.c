@@ -50,17 +50,18 @@ static omni_status kv_format_from_args(const omni_args *a, kv_format *f) {
     return OMNI_OK;
 }
 
-omni_status session_kv_init(omni_session *s, int ctx) {
-    kv_free(s->kv);
-    s->kv = NULL;
+omni_status session_new_cache(const omni_session *s, const char *mode, int ctx, kv_cache **kv, int *seq) {
+    *kv = NULL;
     kv_params p = llm_model_kv_params(s->model);
-    omni_status st = kv_format_from_args(&s->args, &p.fmt);
+    omni_args a = s->args;
+    if (mode) a.kv = mode;
+    omni_status st = kv_format_from_args(&a, &p.fmt);
     if (st) return st;
     kv_format *layers = NULL;
-    if (s->args.kv_layers) {
+    if (a.kv_layers) {
         layers = malloc(sizeof *layers * p.n_layers);
         if (!layers) return omni_fail(OMNI_ERR_NOMEM, "out of memory");
-        if ((st = kv_parse_layer_overrides(s->args.kv_layers, &p.fmt, p.n_layers, layers))) {
+        if ((st = kv_parse_layer_overrides(a.kv_layers, &p.fmt, p.n_layers, layers))) {
             free(layers);
             return st;
         }
@@ -69,11 +70,22 @@ omni_status session_kv_init(omni_session *s, int ctx) {
     p.max_tokens = ctx;
     p.max_seqs = 1;
     p.max_chunk = PREFILL_CHUNK;
-    st = kv_init(&p, &s->kv);
+    st = kv_init(&p, kv);
     free(layers);
+    if (!st) st = kv_seq_add(*kv, seq);
+    if (st) {
+        kv_free(*kv);
+        *kv = NULL;
+    }
+    return st;
+}
+
+omni_status session_kv_init(omni_session *s, int ctx) {
+    kv_free(s->kv);
+    s->kv = NULL;
+    omni_status st = session_new_cache(s, NULL, ctx, &s->kv, &s->seq);
     if (st) return st;
     s->ctx = ctx;
-    if ((st = kv_seq_add(s->kv, &s->seq))) return st;
     char line[512];
     kv_format_line(s->kv, line, sizeof line);
     omni_log(1, "%s\n", line);

@@ -42,6 +42,8 @@ omni_status session_open(omni_session *s, const omni_args *a);
 /* Create the KV cache for `ctx` tokens with the format from the args (--kv and friends). */
 omni_status session_kv_init(omni_session *s, int ctx);
 void session_close(omni_session *s);
+/* A separate one-sequence cache for this model; `mode` overrides --kv when non-NULL (other --kv-* options apply). */
+omni_status session_new_cache(const omni_session *s, const char *mode, int ctx, kv_cache **kv, int *seq);
 
 /* Text -> ids (special tokens recognised). Invalid UTF-8 is replaced by U+FFFD with a warning. */
 omni_status session_tokenize(omni_session *s, const char *text, int32_t **ids, int *n);
