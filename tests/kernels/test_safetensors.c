@@ -66,7 +66,10 @@ static void write_st(const char *path, const char *header, const void *data, siz
     free(h);
 }
 
-static int rm_entry(const char *p, const struct stat *sb, int flag, struct FTW *ftw) { return remove(p); }
+static int rm_entry(const char *p, const struct stat *sb, int flag, struct FTW *ftw) {
+    (void)sb, (void)flag, (void)ftw;
+    return remove(p);
+}
 
 /* ---- valid checkpoints ---------------------------------------------------------------------------------- */
 
