@@ -265,6 +265,34 @@ def e2e(m32, tok, ip, rgbs, text):
                 grids=grids.tolist())
 
 
+def omni_positions():
+    """Qwen3-Omni thinker get_rope_index on a prompt with two audios and one image (small-tokenizer ids)."""
+    import functools
+    import types
+    from transformers.models.qwen3_omni_moe import modeling_qwen3_omni_moe as om
+    ids = special_token_ids()
+    cls = om.Qwen3OmniMoePreTrainedModelForConditionalGeneration
+    cfg = types.SimpleNamespace(image_token_id=ids["<|image_pad|>"], video_token_id=ids["<|video_pad|>"],
+                                audio_token_id=ids["<|audio_pad|>"], vision_start_token_id=ids["<|vision_start|>"],
+                                audio_start_token_id=ids["<|audio_start|>"], position_id_per_seconds=13,
+                                audio_config=types.SimpleNamespace(n_window=50))
+    fake = types.SimpleNamespace(spatial_merge_size=2, config=cfg)
+    fake.get_llm_pos_ids_for_vision = functools.partial(cls.get_llm_pos_ids_for_vision, fake)
+    feat = [330, 100]  # mel frames -> 43 and 13 audio tokens
+    alen = [int(om._get_feat_extract_output_lengths(torch.tensor(t))) for t in feat]
+    grid = [1, 6, 10]
+    t = [ids["<|im_start|>"], 10, 11, 12]
+    t += [ids["<|audio_start|>"]] + [ids["<|audio_pad|>"]] * alen[0] + [ids["<|audio_end|>"], 20, 21]
+    t += [ids["<|vision_start|>"]] + [ids["<|image_pad|>"]] * (6 * 10 // 4) + [ids["<|vision_end|>"], 30]
+    t += [ids["<|audio_start|>"]] + [ids["<|audio_pad|>"]] * alen[1] + [ids["<|audio_end|>"], 40, 41, 42]
+    input_ids = torch.tensor([t])
+    pos, delta = cls.get_rope_index(fake, input_ids, image_grid_thw=torch.tensor([grid]),
+                                    attention_mask=torch.ones_like(input_ids),
+                                    audio_seqlens=torch.tensor(feat))
+    return dict(ids=t, audio_feature_lengths=feat, audio_tokens=alen, grids=[grid],
+                pos=pos[:, 0].long().flatten().tolist(), rope_delta=int(delta.item()), token_ids=ids)
+
+
 def main():
     os.makedirs(OUT, exist_ok=True)
     man = dict(generator="tools/reference/make_vision_fixtures.py", transformers="5.17.0",
@@ -272,6 +300,7 @@ def main():
     man["images"] = save_image_set(OUT)
     man["formats"] = save_format_set(OUT)
     man["sizes"] = size_table()
+    man["omni_positions"] = omni_positions()
     ip = processor(FIX_MIN_PIXELS, FIX_MAX_PIXELS)
     pvs = []
     for e in man["images"]:
