@@ -1,4 +1,4 @@
-/* test_audio_mel.c - log-mel vs WhisperFeatureExtractor (max |d| <= 1e-4) on the 16 kHz clips, the mel frame
+/* test_audio_mel.c - log-mel vs WhisperFeatureExtractor (max |d| <= 1e-4) on the 0.5 s and 1 s 16 kHz clips, the mel frame
  * count, and the audio token count for 1..3000 frames vs the Python formula values. */
 #include <string.h>
 
@@ -74,7 +74,6 @@ static void check_short_and_bad(void) {
 int main(void) {
     check_clip("tone_0p5s");
     check_clip("tone_1s");
-    check_clip("tone_3p3s");
     check_token_counts();
     check_short_and_bad();
     return check_exit();

@@ -9,8 +9,8 @@ libopus), tests/fixtures/tok-small (tools/reference/common.py). Deterministic (s
 Layout written (all little-endian; *.f32 = raw float32):
   clips/          tone_0p5s.wav (0.5 s), tone_1s.wav (exactly 1 s), tone_3p3s.wav (3.3 s), tone_9s.wav (9 s): 16 kHz
                   mono 16-bit; tone_3p3s.{flac,mp3,m4a} (same clip), tone_1s.{ogg,opus,webm}; stereo_44k.wav
-                  (2 s, 44.1 kHz stereo 16-bit); mono_8k.wav (3 s, 8 kHz mono 16-bit)
-  ref/            mel_<clip>.f32 [128, T] (WhisperFeatureExtractor, for the 0.5/1/3.3 s clips, from int16/32768);
+                  (0.5 s, 44.1 kHz stereo 16-bit); mono_8k.wav (1 s, 8 kHz mono 16-bit)
+  ref/            mel_<clip>.f32 [128, T] (WhisperFeatureExtractor, for the 0.5 s and 1 s clips, from int16/32768);
                   resampled_<clip>.f32 (ffmpeg CLI / libswresample default filter, after a float channel mean);
                   token_counts.json (frames 1..3000 -> audio tokens, Python formula)
   omni-a/, omni-b/  model dirs: config.json (model_type qwen3_omni_moe, thinker_config{text,audio,vision}),
@@ -102,7 +102,7 @@ def make_clips():
     ffmpeg("-i", src1, *bx, "-c:a", "libopus", "-b:a", "32k", os.path.join(clips, "tone_1s.webm"))
     ref = os.path.join(OUT, "ref")
     os.makedirs(ref, exist_ok=True)
-    for name, sec, sr, ch, seed in [("stereo_44k", 2.0, 44100, 2, 5), ("mono_8k", 3.0, 8000, 1, 6)]:
+    for name, sec, sr, ch, seed in [("stereo_44k", 0.5, 44100, 2, 5), ("mono_8k", 1.0, 8000, 1, 6)]:
         q = write_wav16(os.path.join(clips, name + ".wav"), synth(sec, sr, seed, ch), sr)
         f = q.astype(np.float32) / np.float32(32768.0)
         mono = f[:, 0] if ch == 1 else ((f[:, 0] + f[:, 1]) * np.float32(0.5)).astype(np.float32)
@@ -141,7 +141,7 @@ def make_feature_refs(fe, waves):
         mel, T = log_mel(fe, w)
         assert T == len(w) // 160, (name, T)
         mels[name] = mel
-        if name != "tone_9s":  # keep fixtures small: the 9 s clip's mel is not stored
+        if name in ("tone_0p5s", "tone_1s"):  # keep fixtures small: only the short clips' mels are stored
             write_f32(os.path.join(ref, f"mel_{name}.f32"), mel.numpy())
     from transformers.models.qwen3_omni_moe.modeling_qwen3_omni_moe import _get_feat_extract_output_lengths
     lens = _get_feat_extract_output_lengths(torch.arange(1, 3001), N_WINDOW).tolist()
@@ -155,13 +155,13 @@ def make_feature_refs(fe, waves):
 
 MODELS = {
     # audio tower 2 layers, 8 experts top-2, 3 decoder layers
-    "omni-a": dict(seed=11, hidden=64, layers=3, heads=4, kv=2, head_dim=32, mrope=[6, 5, 5], experts=8, top_k=2,
+    "omni-a": dict(seed=11, hidden=48, layers=3, heads=4, kv=2, head_dim=32, mrope=[6, 5, 5], experts=8, top_k=2,
                    moe_inter=32, a_d=64, a_layers=2, a_heads=4, a_ffn=128, a_conv=32,
-                   v_depth=2, v_hidden=32, v_heads=2, v_inter=64, v_deepstack=[0, 1]),
-    # larger tower (3 layers), 8 experts top-4, 4 decoder layers, hidden != heads * head_dim, deepstack x3
-    "omni-b": dict(seed=12, hidden=96, layers=4, heads=4, kv=2, head_dim=32, mrope=[6, 5, 5], experts=8, top_k=4,
-                   moe_inter=48, a_d=128, a_layers=3, a_heads=4, a_ffn=256, a_conv=64,
-                   v_depth=3, v_hidden=32, v_heads=2, v_inter=64, v_deepstack=[0, 1, 2]),
+                   v_depth=2, v_hidden=16, v_heads=2, v_inter=32, v_deepstack=[0, 1]),
+    # larger tower (3 layers, head_dim 24), 8 experts top-4, 3 decoder layers, 3 deepstack mergers
+    "omni-b": dict(seed=12, hidden=64, layers=3, heads=4, kv=2, head_dim=32, mrope=[6, 5, 5], experts=8, top_k=4,
+                   moe_inter=32, a_d=96, a_layers=3, a_heads=4, a_ffn=192, a_conv=48,
+                   v_depth=3, v_hidden=16, v_heads=2, v_inter=32, v_deepstack=[0, 1, 2]),
 }
 VOCAB = 3040  # >= the small tokenizer's 3033 ids
 
@@ -336,9 +336,9 @@ def make_models(fe, waves, mels):
     tok = PreTrainedTokenizerFast(tokenizer_file=os.path.join(TOK_DIR, "tokenizer.json"))
     ids = dict(common.special_token_ids())
     for w in ("user", "system", "assistant"):
-        enc = tok.encode(w, add_special_tokens=False)
-        assert len(enc) == 1, (w, enc)
-        ids[w] = enc[0]
+        # role token ids (real: 872/8948/77091) are only used by the talker; the small vocab may split the word,
+        # so the first piece's id is recorded.
+        ids[w] = tok.encode(w, add_special_tokens=False)[0]
     image = test_image()
     for name, p in MODELS.items():
         d = write_model_dir(name, p, ids)
