@@ -1,0 +1,165 @@
+/* test_e2e.c - image prompt end to end against transformers float32 (eager): two fixture images are loaded,
+ * preprocessed and encoded by the vision tower; their embeddings and DeepStack features replace the
+ * <|image_pad|> tokens of the fixture prompt (spans); positions come from llm_positions_build. Checks:
+ * last-position logits max|d|/max|ref| <= 1e-3, same argmax and top-5 set, and 16 greedy tokens identical
+ * (decode positions = cache index + rope_delta; no EOS stop, as the reference loop). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "kernels/ops.h"
+#include "llm/model.h"
+#include "llm/positions.h"
+#include "vfix.h"
+#include "vision/vision.h"
+
+#define MAX_IMG 4
+
+typedef struct {
+    vision_output out[MAX_IMG];
+    llm_grid grids[MAX_IMG];
+    int n;
+} encoded;
+
+static omni_status encode_images(const char *dir, vision_tower *tower, const cJSON *files, encoded *enc) {
+    vision_prep_params p = vision_prep_default_params();
+    omni_status st = vision_prep_load_config(dir, &p);
+    const cJSON *f;
+    memset(enc, 0, sizeof(*enc));
+    cJSON_ArrayForEach(f, files) {
+        if (st || enc->n >= MAX_IMG) break;
+        char path[1024];
+        snprintf(path, sizeof path, "%s/%s", VFIX_DIR, f->valuestring);
+        vision_image im;
+        vision_patches pp = {0};
+        st = vision_image_load(path, 0, &im);
+        if (!st) st = vision_preprocess(&im, &p, &pp);
+        if (!st) st = vision_tower_encode(tower, &pp, &enc->out[enc->n]);
+        if (!st) enc->grids[enc->n] = (llm_grid){pp.grid_t, pp.grid_h, pp.grid_w}, enc->n++;
+        vision_patches_free(&pp);
+        vision_image_free(&im);
+    }
+    return st;
+}
+
+/* One span per run of image tokens, in order. */
+static int make_spans(const int32_t *ids, int n, int image_id, const encoded *enc, llm_span *spans) {
+    int k = 0;
+    for (int i = 0; i < n && k < enc->n;) {
+        if (ids[i] != image_id) {
+            i++;
+            continue;
+        }
+        const vision_output *o = &enc->out[k];
+        llm_span *s = &spans[k];
+        memset(s, 0, sizeof(*s));
+        s->start = i, s->len = o->n_tokens, s->embd = o->embd, s->n_deepstack = o->n_deepstack;
+        for (int d = 0; d < o->n_deepstack; d++) s->deepstack[d] = o->deepstack[d];
+        i += o->n_tokens, k++;
+    }
+    return k;
+}
+
+static void compare_logits(const char *name, const float *got, const float *ref, int V) {
+    double md = 0, mr = 0;
+    for (int i = 0; i < V; i++) {
+        double d = fabs((double)got[i] - ref[i]);
+        if (!(d <= md)) md = d;
+        if (fabs(ref[i]) > mr) mr = fabs(ref[i]);
+    }
+    CHECK(md / mr <= 1e-3, "%s: logits max|d|/max|ref| = %.3g", name, md / mr);
+    CHECK(op_argmax(got, V) == op_argmax(ref, V), "%s: argmax %d want %d", name, op_argmax(got, V), op_argmax(ref, V));
+    int ig[5], ir[5], same = 0;
+    float vg[5], vr[5];
+    op_topk(got, V, 5, ig, vg);
+    op_topk(ref, V, 5, ir, vr);
+    for (int a = 0; a < 5; a++)
+        for (int b = 0; b < 5; b++) same += ig[a] == ir[b];
+    CHECK(same == 5, "%s: top-5 sets differ (%d common)", name, same);
+    fprintf(stderr, "%s: logits rel err %.2e, argmax %d\n", name, md / mr, op_argmax(got, V));
+}
+
+static void greedy(const char *name, llm_model *m, kv_cache *kv, int seq, int delta, float *logits, const cJSON *want) {
+    const int V = llm_model_config(m)->vocab, n_want = cJSON_GetArraySize(want);
+    int ok = 1, n = 0;
+    for (; n < n_want && ok; n++) {
+        int32_t id = op_argmax(logits, V), pos[3];
+        ok = id == cJSON_GetArrayItem(want, n)->valueint;
+        if (!ok) fprintf(stderr, "%s: greedy token %d is %d, want %d\n", name, n, id, cJSON_GetArrayItem(want, n)->valueint);
+        llm_positions_text((int)kv_seq_len(kv, seq), 1, delta, pos);
+        llm_input in = {1, &id, pos, 0, NULL};
+        if (n + 1 < n_want && llm_forward(m, kv, seq, &in, logits) != OMNI_OK) ok = 0;
+    }
+    CHECK(ok && n == n_want && n == 16, "%s: greedy tokens differ (%d matched of %d)", name, n - !ok, n_want);
+}
+
+static void run_model(const cJSON *man, const cJSON *model) {
+    const char *name = vfix_str(model, "dir");
+    const cJSON *e = cJSON_GetObjectItem(model, "e2e");
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s/%s", VFIX_DIR, name);
+    llm_model *m = NULL;
+    vision_tower *tower = NULL;
+    kv_cache *kv = NULL;
+    encoded enc = {0};
+    int seq = 0, delta = 0;
+    size_t nb = 0, nl = 0;
+    int32_t *ids = vfix_read(vfix_str(e, "ids"), &nb);
+    float *ref = vfix_read(vfix_str(e, "logits"), &nl), *logits = NULL;
+    const int n = (int)(nb / 4);
+    int32_t *pos = malloc(sizeof(int32_t) * 3 * (n + 1));
+    omni_status st = ids && ref ? llm_model_load(dir, &m) : OMNI_ERR_INPUT;
+    if (!st) st = vision_tower_load(dir, llm_model_ckpt(m), &tower);
+    if (!st) st = encode_images(dir, tower, cJSON_GetObjectItem(e, "images"), &enc);
+    const llm_config *cfg = m ? llm_model_config(m) : NULL;
+    if (!st) {
+        llm_pos_config pc = {cfg->image_token_id, cfg->video_token_id, -1, 2};
+        st = llm_positions_build(ids, n, &pc, enc.grids, enc.n, NULL, 0, pos, &delta);
+    }
+    if (!st) {
+        kv_params kp = llm_model_kv_params(m);
+        kv_parse_mode("f32", &kp.fmt);
+        kp.max_tokens = n + 32, kp.max_seqs = 1;
+        st = kv_init(&kp, &kv);
+        if (!st) st = kv_seq_add(kv, &seq);
+    }
+    CHECK(st == OMNI_OK, "%s: %s", name, omni_last_error());
+    if (!st) {
+        CHECK(nl == sizeof(float) * (size_t)cfg->vocab, "%s: logits fixture has %zu bytes", name, nl);
+        CHECK(delta == vfix_int(e, "rope_delta"), "%s: rope_delta %d", name, delta);
+        llm_span spans[MAX_IMG];
+        int ns = make_spans(ids, n, cfg->image_token_id, &enc, spans);
+        CHECK(ns == enc.n && ns == 2, "%s: %d spans for %d images", name, ns, enc.n);
+        logits = malloc(sizeof(float) * cfg->vocab);
+        llm_input in = {n, ids, pos, ns, spans};
+        double t0 = omni_time_ms();
+        st = llm_forward(m, kv, seq, &in, logits);
+        CHECK(st == OMNI_OK, "%s: forward: %s", name, omni_last_error());
+        fprintf(stderr, "%s: %d tokens (%d visual) prefill %.1f ms\n", name, n, spans[0].len + spans[1].len,
+                omni_time_ms() - t0);
+        if (!st && nl == sizeof(float) * (size_t)cfg->vocab) {
+            compare_logits(name, logits, ref, cfg->vocab);
+            greedy(name, m, kv, seq, delta, logits, cJSON_GetObjectItem(e, "greedy"));
+        }
+    }
+    (void)man;
+    for (int i = 0; i < enc.n; i++) vision_output_free(&enc.out[i]);
+    free(logits), free(pos), free(ids), free(ref);
+    kv_free(kv);
+    vision_tower_free(tower);
+    llm_model_free(m);
+}
+
+int main(void) {
+    cJSON *man = vfix_manifest();
+    CHECK(man != NULL, "manifest.json missing");
+    const cJSON *model;
+    int n = 0;
+    if (man)
+        cJSON_ArrayForEach(model, cJSON_GetObjectItem(man, "models")) run_model(man, model), n++;
+    CHECK(n >= 2, "%d models", n);
+    cJSON_Delete(man);
+    return check_exit();
+}
