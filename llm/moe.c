@@ -1,4 +1,7 @@
-/* moe.c - sparse MoE MLP (see moe.h). Scratch layout for T tokens (E experts, k top, H hidden, I inter):
+/* moe.c - sparse MoE MLP (see moe.h). Tokens are grouped by expert (ascending expert index, tokens ascending
+ * within an expert), so each expert's three matrices are read once per call and the weighted sum is accumulated in
+ * the order of transformers' index_add loop. y must not alias x.
+ * Scratch layout for T tokens (E experts, k top, H hidden, I inter):
  *   probs [T, E] | sel_w [T, k] | sel_e [T, k] (int32) | rows [T] (int32) | rw [T] | xg [T, H] | g [T, I] |
  *   u [T, I] | og [T, H] */
 #include "llm/moe.h"
@@ -14,21 +17,19 @@ size_t llm_moe_scratch_floats(const llm_moe *m, int T) {
     return t * m->n_experts + 2 * t * m->top_k + 2 * t + 2 * t * m->hidden + 2 * t * m->inter;
 }
 
-/* Router: softmax over experts in f32, top-k (lower index first on ties), optional renormalisation. */
+/* Router: softmax over experts in f32, top-k (lower index first on ties, as torch.topk), optional
+ * renormalisation. Writes straight into the per-token selection arrays (no bound on k). */
 static void route(const llm_moe *m, const float *x, int T, float *probs, float *sel_w, int32_t *sel_e) {
     int E = m->n_experts, k = m->top_k;
     op_linear(probs, x, T, &m->router, NULL);
     op_softmax(probs, T, E);
-    int idx[256];
-    float val[256];
     for (int t = 0; t < T; t++) {
-        op_topk(probs + (int64_t)t * E, E, k, idx, val);
+        float *w = sel_w + (size_t)t * k;
+        op_topk(probs + (int64_t)t * E, E, k, (int *)(sel_e + (size_t)t * k), w);
+        if (!m->norm_topk_prob) continue;
         float sum = 0;
-        for (int j = 0; j < k; j++) sum += val[j];
-        for (int j = 0; j < k; j++) {
-            sel_e[t * k + j] = idx[j];
-            sel_w[t * k + j] = m->norm_topk_prob ? val[j] / sum : val[j];
-        }
+        for (int j = 0; j < k; j++) sum += w[j];
+        for (int j = 0; j < k; j++) w[j] /= sum;
     }
 }
 

@@ -20,7 +20,8 @@ typedef struct {
 /* Floats of scratch llm_moe_forward needs for T tokens (the caller allocates once and reuses). */
 size_t llm_moe_scratch_floats(const llm_moe *m, int T);
 
-/* y[T, H] = MoE(x[T, H]). Tokens are grouped by expert so each expert's weights are read once per call. */
+/* y[T, H] = MoE(x[T, H]) (y must not alias x). Tokens are grouped by expert so each expert's weights are read once
+ * per call; 1 <= top_k <= n_experts. */
 void llm_moe_forward(const llm_moe *m, float *y, const float *x, int T, float *scratch);
 
 #ifdef __cplusplus
