@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "app/commands.h"
+#include "app/media.h"
 #include "app/model_path.h"
 #include "app/session.h"
 #include "kernels/ops.h"
@@ -18,26 +19,30 @@ static omni_status build_prompt(const omni_args *a, char **text) {
         *text = user;
         return OMNI_OK;
     }
-    *text = llm_prompt_simple(a->system, user, 0, 0);
+    *text = llm_prompt_simple(a->system, user, a->n_images, a->n_audios);
     free(user);
     return *text ? OMNI_OK : omni_fail(OMNI_ERR_NOMEM, "out of memory");
 }
 
-/* Open a session, tokenize the prompt, size the cache and prefill. */
-static omni_status open_and_prefill(omni_session *s, const omni_args *a, int extra, volatile int *intr) {
+/* Open a session, encode --image/--audio, tokenize the prompt, size the cache and prefill. */
+omni_status omni_open_and_prefill(omni_session *s, const omni_args *a, int extra, volatile int *intr) {
     char *text = NULL;
     int32_t *ids = NULL;
-    int n = 0;
+    int n = 0, n_media = 0, media_tokens = 0;
+    omni_media *media = NULL;
     omni_status st = build_prompt(a, &text);
     if (!st) st = session_open(s, a);
     s->interrupted = intr;
+    if (!st) st = media_encode_args(s, &media, &n_media);
+    for (int i = 0; i < n_media; i++) media_tokens += media[i].n_tokens - 1;
     if (!st) st = session_tokenize(s, text, &ids, &n);
     if (!st && n == 0) st = omni_fail(OMNI_ERR_USAGE, "empty prompt");
     if (!st) {
-        int need = n + (extra > 0 ? extra : 0);
+        int need = n + media_tokens + (extra > 0 ? extra : 0);
         st = session_kv_init(s, need > a->ctx ? need : a->ctx);
     }
-    if (!st) st = session_eval_prompt(s, ids, n, NULL, 0);
+    if (!st) st = session_eval_prompt(s, ids, n, media, n_media);
+    media_free(media, n_media);
     free(text);
     free(ids);
     return st;
@@ -45,7 +50,7 @@ static omni_status open_and_prefill(omni_session *s, const omni_args *a, int ext
 
 omni_status cmd_generate(const omni_args *a, volatile int *intr) {
     omni_session s;
-    omni_status st = open_and_prefill(&s, a, a->n_predict, intr);
+    omni_status st = omni_open_and_prefill(&s, a, a->n_predict, intr);
     if (!st) st = session_generate(&s, a->n_predict, 0, NULL, NULL);
     if (!st) {
         fputc('\n', stdout);
@@ -59,7 +64,7 @@ omni_status cmd_generate(const omni_args *a, volatile int *intr) {
 omni_status cmd_logits(const omni_args *a, volatile int *intr) {
     if (!a->out && a->top_n <= 0) return omni_fail(OMNI_ERR_USAGE, "logits: give -o FILE and/or --top N");
     omni_session s;
-    omni_status st = open_and_prefill(&s, a, 0, intr);
+    omni_status st = omni_open_and_prefill(&s, a, 0, intr);
     int V = st ? 0 : s.cfg->vocab;
     if (!st && a->out) {
         FILE *f = fopen(a->out, "wb");

@@ -12,12 +12,17 @@ static void no_defaults(omni_args *a) { (void)a; }
 
 static void generate_defaults(omni_args *a) { (void)a; }
 
+void ocr_defaults(omni_args *a);
+void ask_defaults(omni_args *a);
+
 static const omni_command g_commands[] = {
     {"generate", generate_defaults, cmd_generate},
     {"chat", no_defaults, cmd_chat},
     {"tokenize", no_defaults, cmd_tokenize},
     {"logits", no_defaults, cmd_logits},
     {"eval", no_defaults, cmd_eval},
+    {"ocr", ocr_defaults, cmd_ocr},
+    {"ask", ask_defaults, cmd_ask},
 };
 
 const omni_command *omni_find_command(const char *name) {

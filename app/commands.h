@@ -3,6 +3,7 @@
 #define OMNI_APP_COMMANDS_H
 
 #include "app/args.h"
+#include "app/session.h"
 
 typedef struct {
     const char *name;
@@ -15,10 +16,16 @@ const omni_command *omni_find_command(const char *name);
 /* Prompt text from -p, -f or the first positional argument (malloc'ed); NULL + message if none. */
 omni_status omni_args_prompt(const omni_args *a, char **out);
 
+/* Shared by generate/logits/ocr/ask: session_open, encode the args' media, tokenize the (templated) prompt,
+ * create a cache big enough for the prompt + `extra` tokens (at least -c) and prefill. */
+omni_status omni_open_and_prefill(omni_session *s, const omni_args *a, int extra, volatile int *interrupted);
+
 omni_status cmd_generate(const omni_args *a, volatile int *interrupted);
 omni_status cmd_chat(const omni_args *a, volatile int *interrupted);
 omni_status cmd_tokenize(const omni_args *a, volatile int *interrupted);
 omni_status cmd_logits(const omni_args *a, volatile int *interrupted);
 omni_status cmd_eval(const omni_args *a, volatile int *interrupted);
+omni_status cmd_ocr(const omni_args *a, volatile int *interrupted);
+omni_status cmd_ask(const omni_args *a, volatile int *interrupted);
 
 #endif

@@ -8,6 +8,7 @@
 
 #include "app/model_path.h"
 #include "kernels/ops.h"
+#include "llm/positions.h"
 
 #define PREFILL_CHUNK 512
 
@@ -93,6 +94,8 @@ omni_status session_kv_init(omni_session *s, int ctx) {
 }
 
 void session_close(omni_session *s) {
+    vision_tower_free(s->vtower);
+    audio_tower_free(s->atower);
     llm_sampler_free(s->sampler);
     kv_free(s->kv);
     llm_tokenizer_free(s->tok);
@@ -115,7 +118,7 @@ static omni_status eval_chunk(omni_session *s, const int32_t *ids, const int32_t
                               const llm_span *spans, int n_spans, int want_logits) {
     int T = c1 - c0, H = s->cfg->hidden;
     int32_t *cpos = NULL;
-    llm_span cs[OMNI_MAX_MEDIA];
+    llm_span cs[OMNI_MAX_MEDIA * 2];
     int ncs = 0;
     if (pos) {
         cpos = malloc(sizeof(int32_t) * 3 * T);
@@ -154,14 +157,96 @@ static omni_status eval_tokens(omni_session *s, const int32_t *ids, const int32_
     return OMNI_OK;
 }
 
+/* Expanded prompt: pads replaced by n_tokens copies, spans at their positions, grids and audio lengths. */
+typedef struct {
+    int32_t *ids;
+    int n;
+    llm_span spans[OMNI_MAX_MEDIA * 2];
+    llm_grid grids[OMNI_MAX_MEDIA * 2];
+    int audio_lens[OMNI_MAX_MEDIA * 2];
+    int n_spans, n_grids, n_audio;
+} expanded;
+
+static omni_status expand_media(const omni_session *s, const int32_t *ids, int n, omni_media *media, int n_media,
+                                expanded *e) {
+    int img_pad = s->cfg->image_token_id, aud_pad = s->cfg->audio_token_id, n_img = 0, n_aud = 0, total = n;
+    for (int i = 0; i < n_media; i++) total += media[i].n_tokens - 1;
+    for (int i = 0; i < n; i++) {
+        n_img += ids[i] == img_pad;
+        n_aud += ids[i] == aud_pad && aud_pad >= 0;
+    }
+    int want_img = 0, want_aud = 0;
+    for (int i = 0; i < n_media; i++) media[i].is_audio ? want_aud++ : want_img++;
+    if (n_img != want_img || n_aud != want_aud)
+        return omni_fail(OMNI_ERR_USAGE, "the prompt has %d <|image_pad|> and %d <|audio_pad|> placeholders but %d "
+                         "image(s) and %d audio file(s) were given", n_img, n_aud, want_img, want_aud);
+    if (n_media > OMNI_MAX_MEDIA * 2) return omni_fail(OMNI_ERR_USAGE, "too many media items");
+    e->ids = malloc(sizeof(int32_t) * (size_t)total);
+    if (!e->ids) return omni_fail(OMNI_ERR_NOMEM, "out of memory");
+    int next_img = 0, next_aud = 0, o = 0;
+    for (int i = 0; i < n; i++) {
+        int is_img = ids[i] == img_pad, is_aud = aud_pad >= 0 && ids[i] == aud_pad;
+        if (!is_img && !is_aud) {
+            e->ids[o++] = ids[i];
+            continue;
+        }
+        omni_media *m = NULL; /* the next item of this kind, in order */
+        for (int k = is_img ? next_img : next_aud; k < n_media; k++)
+            if (media[k].is_audio == is_aud) {
+                m = &media[k];
+                if (is_img) next_img = k + 1;
+                else next_aud = k + 1;
+                break;
+            }
+        llm_span *sp = &e->spans[e->n_spans++];
+        *sp = (llm_span){o, m->n_tokens, m->embd, m->n_deepstack, {0}};
+        for (int d = 0; d < m->n_deepstack; d++) sp->deepstack[d] = m->deepstack[d];
+        if (is_img) e->grids[e->n_grids++] = (llm_grid){m->grid_t, m->grid_h, m->grid_w};
+        else e->audio_lens[e->n_audio++] = m->n_tokens;
+        for (int t = 0; t < m->n_tokens; t++) e->ids[o++] = ids[i];
+    }
+    e->n = o;
+    return OMNI_OK;
+}
+
+/* Positions of the expanded prompt, continuing after the cache's content (base = kv length + rope_delta). */
+static omni_status media_positions(omni_session *s, const expanded *e, int32_t **pos) {
+    llm_pos_config pc = {s->cfg->image_token_id, s->cfg->video_token_id, s->cfg->audio_token_id, 2};
+    int delta = 0;
+    *pos = malloc(sizeof(int32_t) * 3 * (size_t)e->n);
+    if (!*pos) return omni_fail(OMNI_ERR_NOMEM, "out of memory");
+    omni_status st = llm_positions_build(e->ids, e->n, &pc, e->grids, e->n_grids, e->audio_lens, e->n_audio, *pos,
+                                         &delta);
+    if (st) return st;
+    int64_t base = kv_seq_len(s->kv, s->seq) + s->rope_delta;
+    for (int i = 0; i < 3 * e->n; i++) (*pos)[i] += (int32_t)base;
+    s->rope_delta += delta;
+    return OMNI_OK;
+}
+
 omni_status session_eval_prompt(omni_session *s, const int32_t *ids, int n, omni_media *media, int n_media) {
     if (n <= 0) return omni_fail(OMNI_ERR_USAGE, "empty prompt");
-    if (n_media > 0)
-        return omni_fail(OMNI_ERR_UNSUPPORTED, "images/audio are not wired into this build yet");
     double t0 = omni_time_ms();
-    omni_status st = eval_tokens(s, ids, NULL, n, NULL, 0);
+    expanded e = {0};
+    int32_t *pos = NULL;
+    omni_status st = OMNI_OK;
+    if (n_media > 0) {
+        st = expand_media(s, ids, n, media, n_media, &e);
+        if (!st) st = media_positions(s, &e, &pos);
+    } else {
+        e.ids = (int32_t *)ids;
+        e.n = n;
+        if (s->rope_delta) { /* text after an image turn: positions keep the image's offset */
+            pos = malloc(sizeof(int32_t) * 3 * (size_t)n);
+            if (!pos) st = omni_fail(OMNI_ERR_NOMEM, "out of memory");
+            else llm_positions_text((int)kv_seq_len(s->kv, s->seq), n, (int)s->rope_delta, pos);
+        }
+    }
+    if (!st) st = eval_tokens(s, e.ids, pos, e.n, e.spans, e.n_spans);
+    if (e.ids != ids) free(e.ids);
+    free(pos);
     s->t_prompt_ms += omni_time_ms() - t0;
-    s->n_prompt += n;
+    s->n_prompt += e.n;
     return st;
 }
 

@@ -4,6 +4,8 @@
 #define OMNI_APP_SESSION_H
 
 #include "app/args.h"
+#include "audio/audio.h"
+#include "vision/vision.h"
 #include "kvcache/kvcache.h"
 #include "llm/model.h"
 #include "llm/sampler.h"
@@ -31,6 +33,9 @@ typedef struct {
     float *logits;       /* [vocab] logits after the last eval */
     int64_t rope_delta;  /* decode position = kv length + rope_delta */
     int ctx;             /* KV capacity in tokens */
+    vision_tower *vtower;      /* loaded on the first image (app/media.c) */
+    vision_prep_params vprep;
+    audio_tower *atower;       /* loaded on the first audio file */
     /* perf */
     double t_start, t_load_ms, t_prompt_ms, t_eval_ms, t_encode_ms;
     int n_prompt, n_eval;
@@ -48,9 +53,9 @@ omni_status session_new_cache(const omni_session *s, const char *mode, int ctx, 
 /* Text -> ids (special tokens recognised). Invalid UTF-8 is replaced by U+FFFD with a warning. */
 omni_status session_tokenize(omni_session *s, const char *text, int32_t **ids, int *n);
 
-/* Feed prompt tokens (with optional media placeholders to expand in order) and leave the last logits in
- * s->logits. Media pads in `ids` (one <|image_pad|> / <|audio_pad|> per item) are expanded to each item's
- * n_tokens; positions follow get_rope_index. */
+/* Feed prompt tokens and leave the last logits in s->logits. Each <|image_pad|> / <|audio_pad|> in `ids` stands
+ * for the next media item of that kind (in order) and is expanded to its n_tokens; the counts must match
+ * (OMNI_ERR_USAGE otherwise). Positions follow get_rope_index, continuing after what the cache holds. */
 omni_status session_eval_prompt(omni_session *s, const int32_t *ids, int n, omni_media *media, int n_media);
 
 /* Feed one generated token (decode step). */
