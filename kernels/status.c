@@ -11,10 +11,12 @@ static _Thread_local char g_msg[1024];
 static int g_log_level = 1;
 
 omni_status omni_fail(omni_status st, const char *fmt, ...) {
+    char tmp[sizeof g_msg]; /* format aside: the arguments may include omni_last_error() itself */
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(g_msg, sizeof g_msg, fmt, ap);
+    vsnprintf(tmp, sizeof tmp, fmt, ap);
     va_end(ap);
+    memcpy(g_msg, tmp, sizeof g_msg);
     return st;
 }
 

@@ -15,8 +15,7 @@ static int g_threads = 0;
 void op_set_threads(int n) {
     if (n <= 0) return;
     g_threads = n;
-    omp_set_num_threads(n);
-    openblas_set_num_threads(n);
+    omp_set_num_threads(n); /* OpenBLAS stays single-threaded (see ops_init) */
 }
 
 int op_get_threads(void) { return g_threads > 0 ? g_threads : omp_get_max_threads(); }
@@ -246,39 +245,35 @@ void op_attention(float *out, int64_t ldo, const float *q, int64_t ldq, const fl
                   const float *v, int64_t ldv, int Tq, int Tk, int Hq, int Hkv, int D, float scale,
                   int causal_offset) {
     int group = Hq / Hkv;
-#pragma omp parallel if ((double)Tq * Tk * Hq * D > 262144.0)
-    {
-        float *p = malloc(sizeof(float) * (size_t)(Tk > 0 ? Tk : 1));
-#pragma omp for collapse(2) schedule(dynamic, 4)
-        for (int h = 0; h < Hq; h++) {
-            for (int i = 0; i < Tq; i++) {
-                const float *qi = q + (int64_t)i * ldq + (int64_t)h * D;
-                float *oi = out + (int64_t)i * ldo + (int64_t)h * D;
-                int kh = h / group;
-                int n = causal_offset < 0 ? Tk : i + causal_offset + 1;
-                if (n > Tk) n = Tk;
-                float mx = -INFINITY;
-                for (int j = 0; j < n; j++) {
-                    const float *kj = k + (int64_t)j * ldk + (int64_t)kh * D;
-                    float s = 0;
-                    for (int d = 0; d < D; d++) s += qi[d] * kj[d];
-                    p[j] = s * scale;
-                    mx = p[j] > mx ? p[j] : mx;
+    /* One pass with an online softmax (running max m, running sum l, output rescaled when m grows): no scratch. */
+#pragma omp parallel for collapse(2) schedule(dynamic, 4) if ((double)Tq * Tk * Hq * D > 262144.0)
+    for (int h = 0; h < Hq; h++) {
+        for (int i = 0; i < Tq; i++) {
+            const float *qi = q + (int64_t)i * ldq + (int64_t)h * D;
+            float *oi = out + (int64_t)i * ldo + (int64_t)h * D;
+            int kh = h / group;
+            int n = causal_offset < 0 ? Tk : i + causal_offset + 1;
+            if (n > Tk) n = Tk;
+            float m = -INFINITY, l = 0.f;
+            for (int d = 0; d < D; d++) oi[d] = 0;
+            for (int j = 0; j < n; j++) {
+                const float *kj = k + (int64_t)j * ldk + (int64_t)kh * D;
+                const float *vj = v + (int64_t)j * ldv + (int64_t)kh * D;
+                float s = 0;
+                for (int d = 0; d < D; d++) s += qi[d] * kj[d];
+                s *= scale;
+                if (s > m) { /* new maximum: rescale what was accumulated */
+                    float r = expf(m - s);
+                    l *= r;
+                    for (int d = 0; d < D; d++) oi[d] *= r;
+                    m = s;
                 }
-                float sum = 0;
-                for (int j = 0; j < n; j++) {
-                    p[j] = expf(p[j] - mx);
-                    sum += p[j];
-                }
-                float inv = n > 0 ? 1.f / sum : 0.f;
-                for (int d = 0; d < D; d++) oi[d] = 0;
-                for (int j = 0; j < n; j++) {
-                    const float *vj = v + (int64_t)j * ldv + (int64_t)kh * D;
-                    float w = p[j] * inv;
-                    for (int d = 0; d < D; d++) oi[d] += w * vj[d];
-                }
+                float w = expf(s - m);
+                l += w;
+                for (int d = 0; d < D; d++) oi[d] += w * vj[d];
             }
+            float inv = l > 0 ? 1.f / l : 0.f;
+            for (int d = 0; d < D; d++) oi[d] *= inv;
         }
-        free(p);
     }
 }
