@@ -22,6 +22,10 @@ Everything is deterministic (one seeded random.Random). Output: one case per lin
                                                bytes.decode("utf-8", "replace") then encode; n_invalid = number
                                                of U+FFFD replacements (maximal invalid subparts)
 
+--unicode-tables prints the C tables of llm/tokenizer.c that make PCRE2/utf8proc agree with tokenizers' own Unicode
+data (tokenizers' regex engine knows newer letters/digits than PCRE2 10.42; its normalizer is older than utf8proc 2.8);
+it asks the reference tokenizer about every code point (about a minute).
+
 <rt> is 1 when tokenizers' decode(ids) gives the text back exactly (false e.g. for NFD input), else 0.
 <ids> are space-separated (empty for an empty result). Lines starting with '#' are comments.
 Expected ids come from Tokenizer.from_file(...).encode(s, add_special_tokens=False).ids.
@@ -90,6 +94,11 @@ HAND = [
 # White_Space: it includes U+0085 and excludes U+180E, unlike PCRE2's UCP \s).
 SPACE_CANDIDATES = [0x09, 0x0A, 0x0B, 0x0C, 0x0D, 0x1C, 0x1D, 0x1E, 0x1F, 0x20, 0x85, 0xA0, 0x1680, 0x180E, 0x2000,
                     0x2005, 0x200A, 0x200B, 0x2028, 0x2029, 0x202F, 0x205F, 0x2060, 0x3000, 0xFEFF]
+# Unicode-version edges: letters/digits newer than Unicode 14 (tokenizers' regex knows them), combining marks and a
+# composition newer than tokenizers' normalizer data (it leaves them alone).
+HAND += ["a\u1c89b", "x\U000105c0\U000105c1y 1", "!\U00013460\U00013461", "\uA7CB\uA7CC's", "\U00010d40\U00010d41",
+         "!\U000116d0\U000116d1", "a\U0001e4f0b", "a\u0301\u1abf\u0316", "e\u1ac0\u0301\u0323", "o\u0898\u0308\u0331",
+         "\U00011935\U00011930", "\U00011938", "\u0915\u093c\u0c3c\u0301", "\U0001e4ec\u0301\u0334a"]
 HAND += [ctx.format(c=chr(cp)) for cp in SPACE_CANDIDATES
          for ctx in ("a {c}b", "a {c}!", "{c}{c}!", "!{c} !", "x{c}\n", "{c} {c}", "1{c}{c}2 ")]
 
@@ -380,6 +389,97 @@ def decode_counting(b):
     return b.decode("utf-8", "omni_count"), count[0]
 
 
+def to_ranges(cps):
+    out = []
+    for cp in cps:
+        if out and out[-1][1] == cp - 1:
+            out[-1][1] = cp
+        else:
+            out.append([cp, cp])
+    return out
+
+
+def unicode_tables(tokenizer_path):
+    """Print EXTRA_L / EXTRA_N (regex class text) and NORM_OPAQUE (code point ranges) for llm/tokenizer.c.
+
+    EXTRA_L/N: code points the reference pre-tokenizer treats as \\p{L} / \\p{N} although Python's unicodedata
+    (Unicode 14.0, the version of Debian 12's PCRE2 10.42) does not. Found by splitting probe strings.
+    NORM_OPAQUE: code points that utf8proc's NFC treats as combining (ccc > 0) or composing while the reference
+    normalizer does not know them; the C side normalizes around them, as the reference does."""
+    import ctypes
+    import ctypes.util
+    tok = Tokenizer.from_file(tokenizer_path)
+    pt = tok.pre_tokenizer
+    extra = {"L": [], "N": []}
+    for cp in range(0x110000):
+        if 0xD800 <= cp < 0xE000:
+            continue
+        c = chr(cp)
+        if len(pt.pre_tokenize_str("a" + c)) == 1:
+            k = "L"
+        elif cp not in (10, 13) and len(pt.pre_tokenize_str(c + c)) == 2:
+            k = "N"
+        else:
+            continue
+        if not unicodedata.category(c).startswith(k):
+            extra[k].append(cp)
+
+    lib = ctypes.CDLL(ctypes.util.find_library("utf8proc"))
+
+    class Prop(ctypes.Structure):
+        _fields_ = [("category", ctypes.c_int16), ("combining_class", ctypes.c_int16)]
+
+    lib.utf8proc_get_property.restype = ctypes.POINTER(Prop)
+    for fn in (lib.utf8proc_NFC, lib.utf8proc_NFD):
+        fn.restype = ctypes.c_void_p
+        fn.argtypes = [ctypes.c_char_p]
+    libc = ctypes.CDLL(None)
+    libc.free.argtypes = [ctypes.c_void_p]
+
+    def u8p(fn, s):
+        ptr = fn(s.encode())
+        r = ctypes.string_at(ptr).decode()
+        libc.free(ptr)
+        return r
+
+    def u8p_nfc(s):
+        return u8p(lib.utf8proc_NFC, s)
+
+    from tokenizers import normalizers
+    nfc, nfd = normalizers.NFC(), normalizers.NFD()
+    opaque = set()
+    for cp in range(0x300, 0x110000):
+        if 0xD800 <= cp < 0xE000 or lib.utf8proc_get_property(cp).contents.combining_class == 0:
+            continue
+        for m in ("\u0334", "\u05b0", "\u0301", "\u0345", "\u0316"):
+            if any(nfc.normalize_str(s) != u8p_nfc(s) for s in ("a" + chr(cp) + m, "a" + m + chr(cp))):
+                opaque.add(cp)
+                break
+    for cp in range(0xC0, 0x110000):  # decompositions the reference lacks: block their later characters
+        if 0xD800 <= cp < 0xE000:
+            continue
+        dec = u8p(lib.utf8proc_NFD, chr(cp))
+        if dec != chr(cp) and nfd.normalize_str(chr(cp)) == chr(cp):
+            opaque.update(ord(x) for x in dec[1:])
+
+    def cls(cps):
+        return "".join(f"\\\\x{{{a:x}}}" if a == b else f"\\\\x{{{a:x}}}-\\\\x{{{b:x}}}" for a, b in to_ranges(cps))
+
+    print(f"/* generated by tools/reference/make_tokenizer_cases.py --unicode-tables (tokenizers {tokenizers_version()}) */")
+    print(f"static const char EXTRA_L[] = \"{cls(extra['L'])}\";")
+    print(f"static const char EXTRA_N[] = \"{cls(extra['N'])}\";")
+    print("static const uint32_t NORM_OPAQUE[][2] = {")
+    rs = to_ranges(sorted(opaque))
+    for i in range(0, len(rs), 6):
+        print("    " + " ".join(f"{{0x{a:X}, 0x{b:X}}}," for a, b in rs[i:i + 6]))
+    print("};")
+
+
+def tokenizers_version():
+    import tokenizers
+    return tokenizers.__version__
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--tokenizer", default=os.path.join(REPO, "..", "shared", "data", "qwen3-tokenizer", "tokenizer.json"))
@@ -388,7 +488,11 @@ def main():
     ap.add_argument("--scale", type=float, default=1.0, help="multiplies the number of generated strings")
     ap.add_argument("--variant", choices=["none", "gpt2"], default="none",
                     help="gpt2: pre_tokenizer ByteLevel(use_regex=true), ignore_merges, first half of the merges")
+    ap.add_argument("--unicode-tables", action="store_true", help="print the Unicode tables of llm/tokenizer.c")
     args = ap.parse_args()
+    if args.unicode_tables:
+        unicode_tables(args.tokenizer)
+        return
 
     r = random.Random(args.seed)
     if args.variant == "gpt2":
