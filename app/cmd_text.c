@@ -25,6 +25,19 @@ static omni_status build_prompt(const omni_args *a, char **text) {
 }
 
 /* Open a session, encode --image/--audio, tokenize the prompt, size the cache and prefill. */
+/* Placeholder tokens must match the media given, checked before any encoder runs. */
+static omni_status check_placeholders(const omni_session *s, const int32_t *ids, int n, const omni_args *a) {
+    int n_img = 0, n_aud = 0;
+    for (int i = 0; i < n; i++) {
+        n_img += ids[i] == s->cfg->image_token_id;
+        n_aud += s->cfg->audio_token_id >= 0 && ids[i] == s->cfg->audio_token_id;
+    }
+    if (n_img != a->n_images || n_aud != a->n_audios)
+        return omni_fail(OMNI_ERR_USAGE, "the prompt has %d <|image_pad|> and %d <|audio_pad|> placeholders but %d "
+                         "image(s) and %d audio file(s) were given", n_img, n_aud, a->n_images, a->n_audios);
+    return OMNI_OK;
+}
+
 omni_status omni_open_and_prefill(omni_session *s, const omni_args *a, int extra, volatile int *intr) {
     char *text = NULL;
     int32_t *ids = NULL;
@@ -33,10 +46,11 @@ omni_status omni_open_and_prefill(omni_session *s, const omni_args *a, int extra
     omni_status st = build_prompt(a, &text);
     if (!st) st = session_open(s, a);
     s->interrupted = intr;
-    if (!st) st = media_encode_args(s, &media, &n_media);
-    for (int i = 0; i < n_media; i++) media_tokens += media[i].n_tokens - 1;
     if (!st) st = session_tokenize(s, text, &ids, &n);
     if (!st && n == 0) st = omni_fail(OMNI_ERR_USAGE, "empty prompt");
+    if (!st) st = check_placeholders(s, ids, n, a);
+    if (!st) st = media_encode_args(s, &media, &n_media);
+    for (int i = 0; i < n_media; i++) media_tokens += media[i].n_tokens - 1;
     if (!st) {
         int need = n + media_tokens + (extra > 0 ? extra : 0);
         st = session_kv_init(s, need > a->ctx ? need : a->ctx);
