@@ -208,12 +208,14 @@ const audio_tower_config *audio_tower_get_config(const audio_tower *t) { return 
 
 /* ---- encode -------------------------------------------------------------------------------------------- */
 
-/* Per-call work buffers, sized for the longest chunk and the largest group. */
+/* Per-call work buffers, sized for the longest chunk, a batch of NB chunks in the conv stem and the largest group
+ * of windows in the encoder. */
 typedef struct {
-    float *in;       /* conv2d1 input [F, Lc] */
-    float *col;      /* im2col [f2·t2, C·9] (largest) */
-    float *y1, *y2, *y3; /* conv outputs, channel-last [F, t, C] */
-    float *flat;     /* [t3, C·f3] conv_out input */
+    int nb;          /* chunks per conv batch */
+    float *in;       /* conv2d1 input [NB, F, Lc] */
+    float *col;      /* im2col [NB·f2·t2, C·9] (the largest) */
+    float *y1, *y2, *y3; /* conv outputs, channel-last [NB, F_i, t_i, C] */
+    float *flat;     /* [NB·t3, C·f3] conv_out input */
     float *h;        /* [G, d] tokens of the group */
     float *a, *q, *k, *v, *o; /* [G, d] */
     float *ff;       /* [G, max(ffn, d)] */
@@ -227,19 +229,24 @@ static void work_free(aut_work *w) {
     }
 }
 
-static omni_status work_alloc(aut_work *w, const audio_tower *t, int Lc, int G) {
+#define CONV_BATCH_FLOATS (8u << 20) /* im2col budget per conv batch (32 MB): 2 chunks of the real tower */
+
+static omni_status work_alloc(aut_work *w, const audio_tower *t, int Lc, int G, int max_nb) {
     const size_t C = t->cfg.conv_ch, d = t->cfg.d_model;
     int t1 = conv_len(Lc), t2 = conv_len(t1), t3 = conv_len(t2);
     size_t col = (size_t)t->f1 * t1 * 9;
     if ((size_t)t->f2 * t2 * C * 9 > col) col = (size_t)t->f2 * t2 * C * 9;
     size_t ffw = (size_t)t->cfg.ffn > d ? (size_t)t->cfg.ffn : d;
     memset(w, 0, sizeof *w);
-    w->in = malloc((size_t)t->cfg.n_mels * Lc * sizeof(float));
-    w->col = malloc(col * sizeof(float));
-    w->y1 = malloc((size_t)t->f1 * t1 * C * sizeof(float));
-    w->y2 = malloc((size_t)t->f2 * t2 * C * sizeof(float));
-    w->y3 = malloc((size_t)t->f3 * t3 * C * sizeof(float));
-    w->flat = malloc((size_t)t3 * C * t->f3 * sizeof(float));
+    int nb = (int)(CONV_BATCH_FLOATS / col);
+    w->nb = nb < 1 ? 1 : nb > max_nb ? max_nb : nb;
+    size_t B = (size_t)w->nb;
+    w->in = malloc(B * t->cfg.n_mels * Lc * sizeof(float));
+    w->col = malloc(B * col * sizeof(float));
+    w->y1 = malloc(B * t->f1 * t1 * C * sizeof(float));
+    w->y2 = malloc(B * t->f2 * t2 * C * sizeof(float));
+    w->y3 = malloc(B * t->f3 * t3 * C * sizeof(float));
+    w->flat = malloc(B * t3 * C * t->f3 * sizeof(float));
     float **g[] = {&w->h, &w->a, &w->q, &w->k, &w->v, &w->o};
     int ok = w->in && w->col && w->y1 && w->y2 && w->y3 && w->flat;
     for (size_t i = 0; i < sizeof g / sizeof g[0]; i++) ok &= (*g[i] = malloc((size_t)G * d * sizeof(float))) != NULL;
@@ -251,47 +258,67 @@ static omni_status work_alloc(aut_work *w, const audio_tower *t, int Lc, int G) 
     return OMNI_OK;
 }
 
-/* 3x3 stride-2 pad-1 im2col of channel-last x [H, W, C] -> col [Ho·Wo, C·9] (column = c·9 + kh·3 + kw). */
-static void im2col(float *col, const float *x, int H, int W, int C) {
+/* 3x3 stride-2 pad-1 im2col of nb channel-last images x [nb][H, W, C] -> col [nb·Ho·Wo, C·9]
+ * (column = c·9 + kh·3 + kw, the flattening of a PyTorch [C_out, C_in, 3, 3] weight). */
+static void im2col(float *col, const float *x, int nb, int H, int W, int C) {
     int Ho = conv_len(H), Wo = conv_len(W);
 #pragma omp parallel for schedule(static)
-    for (int ho = 0; ho < Ho; ho++)
+    for (int bh = 0; bh < nb * Ho; bh++) {
+        int b = bh / Ho, ho = bh % Ho;
+        const float *xb = x + (size_t)b * H * W * C;
         for (int wo = 0; wo < Wo; wo++) {
-            float *cr = col + ((size_t)ho * Wo + wo) * C * 9;
+            float *cr = col + ((size_t)bh * Wo + wo) * C * 9;
             for (int kh = 0; kh < 3; kh++)
                 for (int kw = 0; kw < 3; kw++) {
                     int hi = 2 * ho - 1 + kh, wi = 2 * wo - 1 + kw, j = kh * 3 + kw;
-                    const float *src = (hi >= 0 && hi < H && wi >= 0 && wi < W) ? x + ((size_t)hi * W + wi) * C : NULL;
+                    const float *src = (hi >= 0 && hi < H && wi >= 0 && wi < W) ? xb + ((size_t)hi * W + wi) * C : NULL;
                     for (int c = 0; c < C; c++) cr[c * 9 + j] = src ? src[c] : 0.0f;
                 }
         }
+    }
 }
 
-/* Conv stem + conv_out + positions for one chunk: frames [start, start+len) of mel, zero-padded to Lc.
- * Writes `valid` token rows to h. */
-static void chunk_stem(const audio_tower *t, aut_work *w, const float *mel, int64_t T, int64_t start, int len,
-                       int Lc, int valid, float *h) {
-    const int C = t->cfg.conv_ch, d = t->cfg.d_model, F = t->cfg.n_mels;
+/* Conv stem + conv_out + positions for chunks [c0, c0+nb) of L frames (the last one `tail` frames), each
+ * zero-padded to Lc. Writes the chunks' valid token rows to h; returns the row count. */
+static int chunk_stem(const audio_tower *t, aut_work *w, const float *mel, int64_t T, int64_t c0, int nb,
+                      int64_t n_chunks, int tail, int Lc, float *h) {
+    const int C = t->cfg.conv_ch, d = t->cfg.d_model, F = t->cfg.n_mels, L = 2 * t->cfg.n_window;
     int t1 = conv_len(Lc), t2 = conv_len(t1), t3 = conv_len(t2);
-    /* conv2d1 input is single-channel [F, Lc]: channel-last == plain [F, Lc] (columns >= len are zero). */
-    for (int f = 0; f < F; f++)
-        for (int j = 0; j < Lc; j++) w->in[(size_t)f * Lc + j] = j < len ? mel[(size_t)f * T + start + j] : 0.0f;
-    im2col(w->col, w->in, F, Lc, 1);
-    op_linear(w->y1, w->col, t->f1 * t1, &t->c1_w, &t->c1_b);
-    op_gelu_erf(w->y1, (int64_t)t->f1 * t1 * C);
-    im2col(w->col, w->y1, t->f1, t1, C);
-    op_linear(w->y2, w->col, t->f2 * t2, &t->c2_w, &t->c2_b);
-    op_gelu_erf(w->y2, (int64_t)t->f2 * t2 * C);
-    im2col(w->col, w->y2, t->f2, t2, C);
-    op_linear(w->y3, w->col, t->f3 * t3, &t->c3_w, &t->c3_b);
-    op_gelu_erf(w->y3, (int64_t)t->f3 * t3 * C);
-    /* [F3, t3, C] -> flat [t, C·F3] with index c·F3 + f (torch permute(0,3,1,2).view). */
-    for (int p = 0; p < valid; p++)
-        for (int c = 0; c < C; c++)
-            for (int f = 0; f < t->f3; f++)
-                w->flat[((size_t)p * C + c) * t->f3 + f] = w->y3[((size_t)f * t3 + p) * C + c];
-    op_linear(h, w->flat, valid, &t->conv_out, NULL);
-    for (int p = 0; p < valid; p++) op_add(h + (size_t)p * d, t->pos + (size_t)p * d, d);
+    /* conv2d1's input is single-channel [F, Lc]: channel-last == plain [F, Lc] (columns >= len are zero). */
+    for (int b = 0; b < nb; b++) {
+        int64_t start = (c0 + b) * L;
+        int len = c0 + b == n_chunks - 1 ? tail : L;
+        float *in = w->in + (size_t)b * F * Lc;
+        for (int f = 0; f < F; f++)
+            for (int j = 0; j < Lc; j++) in[(size_t)f * Lc + j] = j < len ? mel[(size_t)f * T + start + j] : 0.0f;
+    }
+    im2col(w->col, w->in, nb, F, Lc, 1);
+    op_linear(w->y1, w->col, nb * t->f1 * t1, &t->c1_w, &t->c1_b);
+    op_gelu_erf(w->y1, (int64_t)nb * t->f1 * t1 * C);
+    im2col(w->col, w->y1, nb, t->f1, t1, C);
+    op_linear(w->y2, w->col, nb * t->f2 * t2, &t->c2_w, &t->c2_b);
+    op_gelu_erf(w->y2, (int64_t)nb * t->f2 * t2 * C);
+    im2col(w->col, w->y2, nb, t->f2, t2, C);
+    op_linear(w->y3, w->col, nb * t->f3 * t3, &t->c3_w, &t->c3_b);
+    op_gelu_erf(w->y3, (int64_t)nb * t->f3 * t3 * C);
+    /* [F3, t3, C] per chunk -> flat rows [valid, C·F3] with index c·F3 + f (torch permute(0,3,1,2).view). */
+    int rows = 0;
+    for (int b = 0; b < nb; b++) {
+        int len = c0 + b == n_chunks - 1 ? tail : L;
+        int valid = (int)audio_token_count(len, t->cfg.n_window);
+        const float *y3 = w->y3 + (size_t)b * t->f3 * t3 * C;
+        for (int p = 0; p < valid; p++, rows++)
+            for (int c = 0; c < C; c++)
+                for (int f = 0; f < t->f3; f++)
+                    w->flat[((size_t)rows * C + c) * t->f3 + f] = y3[((size_t)f * t3 + p) * C + c];
+    }
+    op_linear(h, w->flat, rows, &t->conv_out, NULL);
+    for (int b = 0, r = 0; b < nb; b++) { /* positions restart at 0 in every chunk */
+        int len = c0 + b == n_chunks - 1 ? tail : L;
+        int valid = (int)audio_token_count(len, t->cfg.n_window);
+        for (int p = 0; p < valid; p++, r++) op_add(h + (size_t)r * d, t->pos + (size_t)p * d, d);
+    }
+    return rows;
 }
 
 /* One pre-LN encoder layer over n tokens whose attention windows are [0, win), [win, 2·win), ... */
@@ -341,16 +368,15 @@ omni_status audio_tower_encode(audio_tower *t, const float *mel, int64_t T, floa
     int wins_per_group = GROUP_TOKENS / win > 0 ? GROUP_TOKENS / win : 1;
     const int64_t chunks_per_group = (int64_t)wins_per_group * chunks_per_win;
     aut_work w;
-    omni_status st = work_alloc(&w, t, Lc, wins_per_group * win);
+    omni_status st = work_alloc(&w, t, Lc, wins_per_group * win, (int)chunks_per_group);
     if (st) return st;
     int64_t row = 0;
     for (int64_t c0 = 0; c0 < n_chunks; c0 += chunks_per_group) {
+        int64_t c1 = c0 + chunks_per_group < n_chunks ? c0 + chunks_per_group : n_chunks;
         int n = 0;
-        for (int64_t ci = c0; ci < n_chunks && ci < c0 + chunks_per_group; ci++) {
-            int len = ci == n_chunks - 1 ? tail : L;
-            int valid = (int)audio_token_count(len, c->n_window);
-            chunk_stem(t, &w, mel, T, ci * L, len, Lc, valid, w.h + (size_t)n * c->d_model);
-            n += valid;
+        for (int64_t cb = c0; cb < c1; cb += w.nb) {
+            int nb = (int)(c1 - cb < w.nb ? c1 - cb : w.nb);
+            n += chunk_stem(t, &w, mel, T, cb, nb, n_chunks, tail, Lc, w.h + (size_t)n * c->d_model);
         }
         for (int l = 0; l < c->n_layers; l++) encoder_layer(t, &t->layers[l], &w, n, win);
         tower_head(t, &w, n, out + (size_t)row * c->out_dim);
