@@ -46,6 +46,7 @@ omni_status omni_open_and_prefill(omni_session *s, const omni_args *a, int extra
     omni_status st = build_prompt(a, &text);
     if (!st) st = session_open(s, a);
     s->interrupted = intr;
+    if (!st) st = media_check_support(s, a->n_images, a->n_audios);
     if (!st) st = session_tokenize(s, text, &ids, &n);
     if (!st && n == 0) st = omni_fail(OMNI_ERR_USAGE, "empty prompt");
     if (!st) st = check_placeholders(s, ids, n, a);

@@ -19,6 +19,10 @@ static omni_status ensure_vision(omni_session *s) {
         return omni_fail(OMNI_ERR_UNSUPPORTED, "this model (%s) has no vision tower: images are not supported",
                          s->cfg->model_type);
     s->vprep = vision_prep_default_params();
+    if (s->cfg->arch == LLM_ARCH_QWEN3_OMNI_MOE) { /* Qwen3-Omni's preprocessor_config.json values (spec §6.7) */
+        s->vprep.min_pixels = 3136;
+        s->vprep.max_pixels = 12845056;
+    }
     omni_status st = vision_prep_load_config(s->model_dir, &s->vprep);
     if (!st) st = vision_prep_set_token_limits(&s->vprep, s->args.image_min_tokens, s->args.image_max_tokens);
     if (!st) st = vision_tower_load(s->model_dir, llm_model_ckpt(s->model), &s->vtower);
@@ -102,6 +106,16 @@ omni_status media_encode_audio(omni_session *s, const char *path, omni_media *ou
     free(mel);
     audio_pcm_free(&pcm);
     return st;
+}
+
+omni_status media_check_support(const omni_session *s, int n_images, int n_audios) {
+    if (n_images && !s->cfg->vision_json)
+        return omni_fail(OMNI_ERR_UNSUPPORTED, "this model (%s) has no vision tower: images are not supported",
+                         s->cfg->model_type);
+    if (n_audios && !s->cfg->audio_json)
+        return omni_fail(OMNI_ERR_UNSUPPORTED, "this model (%s) has no audio tower: audio input needs Qwen3-Omni",
+                         s->cfg->model_type);
+    return OMNI_OK;
 }
 
 void media_free(omni_media *m, int n) {

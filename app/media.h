@@ -12,6 +12,8 @@ omni_status media_encode_image(omni_session *s, const char *path, omni_media *ou
 omni_status media_encode_audio(omni_session *s, const char *path, omni_media *out);
 /* Encode every --image and --audio of the args, images first then audio, in the order given. */
 omni_status media_encode_args(omni_session *s, omni_media **out, int *n_out);
+/* OMNI_ERR_UNSUPPORTED when the model lacks the encoder some of the media need (checked before any work). */
+omni_status media_check_support(const omni_session *s, int n_images, int n_audios);
 void media_free(omni_media *m, int n); /* frees the array's contents and the array; NULL is a no-op */
 
 #endif
