@@ -204,6 +204,7 @@ static int32_t str_lookup(const llm_tokenizer *t, const char *s, size_t n) {
 
 static const merge_slot *merge_lookup(const llm_tokenizer *t, int32_t a, int32_t b) {
     uint64_t key = ((uint64_t)(uint32_t)(a + 1) << 32) | (uint32_t)(b + 1);
+    if (!t->merge_hash) return NULL; /* no model.merges */
     for (uint32_t i = hash_pair(key) & t->merge_mask;; i = (i + 1) & t->merge_mask) {
         const merge_slot *m = &t->merge_hash[i];
         if (m->key == key) return m;

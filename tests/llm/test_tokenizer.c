@@ -216,6 +216,14 @@ static void test_tiny(void) {
     CHECK(llm_tokenizer_is_special(t, 300) && !llm_tokenizer_is_special(t, 301) && !llm_tokenizer_is_special(t, 258),
           "is_special");
     llm_tokenizer_free(t);
+
+    /* no merges, no pre-tokenizer, an unknown byte (no unk token: dropped, as tokenizers does) */
+    if (!write_temp("{\"model\": {\"vocab\": {\"a\": 0, \"b\": 1, \"\xC4\xA0\": 2}}}", path)) return;
+    st = llm_tokenizer_load(path, &t);
+    unlink(path);
+    CHECK(st == OMNI_OK, "vocab-only load: %s", omni_last_error());
+    if (st == OMNI_OK) expect_ids(t, "ab a!", 1, (const int32_t[]){0, 1, 2, 0}, 4);
+    llm_tokenizer_free(t);
 }
 
 /* ---------------------------------------------------------------- fixture parity */
@@ -551,7 +559,9 @@ int main(void) {
     CHECK(st == OMNI_OK, "load %s: %s", QWEN_JSON, omni_last_error());
     if (st != OMNI_OK) return check_exit();
     printf("load qwen3 tokenizer.json: %.1f ms (vocab %d)\n", load_ms, llm_tokenizer_vocab_size(t));
+#if !defined(__SANITIZE_ADDRESS__) /* sanitizers slow everything down; timing is checked in plain builds */
     CHECK(load_ms < 1000.0, "load took %.0f ms (want < 1 s)", load_ms);
+#endif
 
     test_parity(t, OMNI_FIXTURES "/tokenizer/qwen3_cases.txt", 2000);
     test_special_and_edges(t);
