@@ -49,6 +49,9 @@ typedef struct {
 omni_status audio_load(const char *path, audio_pcm *out);
 void audio_pcm_free(audio_pcm *a); /* NULL or zeroed is a no-op */
 
+/* 1 when this build decodes through FFmpeg and resamples with libswresample (OMNI_FFMPEG), else 0. */
+int audio_has_ffmpeg(void);
+
 /* Average `channels` interleaved channels of `frames` frames into mono (mono[i] = mean over channels). */
 void audio_downmix(float *mono, const float *interleaved, int64_t frames, int channels);
 

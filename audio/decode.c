@@ -20,6 +20,14 @@
 #include <libswresample/swresample.h>
 #endif
 
+int audio_has_ffmpeg(void) {
+#ifdef OMNI_HAVE_FFMPEG
+    return 1;
+#else
+    return 0;
+#endif
+}
+
 /* A growing mono buffer filled by the decoders (frames at the original rate). */
 typedef struct {
     float *x;
