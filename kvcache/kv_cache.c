@@ -58,6 +58,7 @@ struct kv_cache {
     float *ck, *cv;  /* [max_chunk][Hkv][D] chunk keys/values (rotated when the layer rotates) */
     int *tok_seq, *tok_i, *seq_start, *mark; /* [max_chunk], [max_chunk], [max_seqs], [max_seqs] */
     int epoch;       /* batch counter for duplicate-id detection via mark[] */
+    int64_t cells;   /* committed tokens over all sequences (<= max_tokens) */
 };
 
 static int is_q(kv_type t) { return t == KV_Q2 || t == KV_Q4; }
@@ -136,7 +137,7 @@ static void plan_layout(kv_cache *c) {
         c->q_v_bytes += c->Hkv * y->q_vh;
     }
     c->raw.page_bytes = roff;
-    c->qnt.page_bytes = qoff;
+    c->qnt.page_bytes = c->quantizing ? qoff : 0; /* no quant pages in a cache that never quantizes */
 }
 
 static void pool_setup(kv_pool *pl, uint8_t *base, int32_t *list) {
@@ -267,6 +268,7 @@ static void seq_release_pages(kv_cache *c, kv_seq *s) {
         s->raw[b] = s->qp[b] = -1;
     }
     s->nb_alloc = 0;
+    c->cells -= s->len;
     s->len = 0;
     s->nq = s->nq_new = 0;
     s->pending = -1;
@@ -342,9 +344,6 @@ static omni_status begin_step(kv_cache *c, int n_seq, const int *ids, const int 
         if (c->mark[ids[i]] == epoch) return omni_fail(OMNI_ERR_USAGE, "kv: sequence %d twice in one batch", ids[i]);
         c->mark[ids[i]] = epoch;
         if (n_new[i] < 0) return omni_fail(OMNI_ERR_USAGE, "kv: negative token count %d", n_new[i]);
-        if (s->len + n_new[i] > c->p.max_tokens)
-            return omni_fail(OMNI_ERR_NOMEM, "kv: sequence %d would hold %lld tokens, more than max_tokens %lld",
-                             ids[i], (long long)(s->len + n_new[i]), (long long)c->p.max_tokens);
         T += n_new[i];
         if (s->pending < 0) {
             fresh++;
@@ -359,6 +358,9 @@ static omni_status begin_step(kv_cache *c, int n_seq, const int *ids, const int 
     if (T > c->p.max_chunk)
         return omni_fail(OMNI_ERR_USAGE, "kv: %lld new tokens in one call, more than max_chunk %d", (long long)T,
                          c->p.max_chunk);
+    if (fresh && c->cells + T > c->p.max_tokens)
+        return omni_fail(OMNI_ERR_NOMEM, "kv: cache full: %lld + %lld tokens exceed max_tokens %lld",
+                         (long long)c->cells, (long long)T, (long long)c->p.max_tokens);
     if (fresh && in_flight) return omni_fail(OMNI_ERR_USAGE, "kv: batch mixes sequences with and without a step");
     if (!reserve || !fresh) return OMNI_OK;
     if (need_raw > c->raw.n_free || need_q > c->qnt.n_free)
@@ -385,6 +387,7 @@ omni_status kv_commit(kv_cache *c, int n_seq, const int *seq_ids, const int *n_n
                 s->raw[b] = -1;
             }
         s->len += s->pending;
+        c->cells += s->pending;
         s->nq = s->nq_new;
         s->pending = -1;
     }

@@ -106,6 +106,7 @@ omni_status kv_parse_layer_overrides(const char *spec, const kv_format *base, in
         f.window = base->window;
         f.n_sink = base->n_sink;
         for (int l = lo; l <= hi; l++) out_layers[l] = f;
+        if (*end && !end[1]) return omni_fail(OMNI_ERR_USAGE, "bad KV layer override spec '%s' (trailing comma)", spec);
         p = *end ? end + 1 : end;
     }
     return OMNI_OK;
