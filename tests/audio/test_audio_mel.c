@@ -1,10 +1,36 @@
-/* test_audio_mel.c - log-mel vs WhisperFeatureExtractor (max |d| <= 1e-4) on the 0.5 s and 1 s 16 kHz clips, the mel frame
+/* test_audio_mel.c - log-mel vs WhisperFeatureExtractor (max |d| <= 1e-4) on the 0.5 s and 1 s 16 kHz clips and on
+ * prefixes of 7777 and 250 samples (not multiples of the hop; 250 is just above the reflect-pad limit), the mel frame
  * count, and the audio token count for 1..3000 frames vs the Python formula values. */
 #include <string.h>
 
 #include "audio/audio.h"
 #include "check.h"
 #include "util.h"
+
+/* log-mel of the first n samples of a clip vs ref/mel_<name>_first<n>.f32 (lengths not a multiple of the hop). */
+static void check_prefix(const char *name, int64_t n) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/audio/clips/%s.wav", OMNI_FIXTURES, name);
+    audio_pcm a;
+    omni_status st = audio_load(path, &a);
+    CHECK(st == OMNI_OK && a.n >= n, "%s: %s", name, omni_last_error());
+    if (st || a.n < n) return;
+    int64_t T = audio_mel_frames(n), n_ref = 0;
+    snprintf(path, sizeof path, "%s/audio/ref/mel_%s_first%lld.f32", OMNI_FIXTURES, name, (long long)n);
+    float *ref = read_f32(path, &n_ref), *mel = malloc(sizeof(float) * 128 * T);
+    CHECK(ref && n_ref == 128 * T, "%s: reference has %lld values, expected 128 x %lld", path, (long long)n_ref,
+          (long long)T);
+    st = audio_log_mel(a.samples, n, mel);
+    CHECK(st == OMNI_OK, "%s[:%lld]: %s", name, (long long)n, omni_last_error());
+    if (ref && n_ref == 128 * T && !st) {
+        double d = max_abs_diff(mel, ref, n_ref);
+        printf("%s[:%lld] T=%4lld  log-mel max|d| = %.3g\n", name, (long long)n, (long long)T, d);
+        CHECK(d <= 1e-4, "%s[:%lld]: log-mel max|d| = %g > 1e-4", name, (long long)n, d);
+    }
+    free(mel);
+    free(ref);
+    audio_pcm_free(&a);
+}
 
 static void check_clip(const char *name) {
     char path[1024];
@@ -74,6 +100,8 @@ static void check_short_and_bad(void) {
 int main(void) {
     check_clip("tone_0p5s");
     check_clip("tone_1s");
+    check_prefix("tone_0p5s", 7777);
+    check_prefix("tone_0p5s", 250);
     check_token_counts();
     check_short_and_bad();
     return check_exit();

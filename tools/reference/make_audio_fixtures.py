@@ -10,7 +10,8 @@ Layout written (all little-endian; *.f32 = raw float32):
   clips/          tone_0p5s.wav (0.5 s), tone_1s.wav (exactly 1 s), tone_3p3s.wav (3.3 s), tone_9s.wav (9 s): 16 kHz
                   mono 16-bit; tone_3p3s.{flac,mp3,m4a} (same clip), tone_1s.{ogg,opus,webm}; stereo_44k.wav
                   (0.5 s, 44.1 kHz stereo 16-bit); mono_8k.wav (1 s, 8 kHz mono 16-bit)
-  ref/            mel_<clip>.f32 [128, T] (WhisperFeatureExtractor, for the 0.5 s and 1 s clips, from int16/32768);
+  ref/            mel_<clip>.f32 [128, T] (WhisperFeatureExtractor, for the 0.5 s and 1 s clips, from int16/32768;
+                  also mel_tone_0p5s_first<n>.f32 for its first 7777 and 250 samples);
                   resampled_<clip>.f32 (ffmpeg CLI / libswresample default filter, after a float channel mean);
                   token_counts.json (frames 1..3000 -> audio tokens, Python formula)
   omni-a/, omni-b/  model dirs: config.json (model_type qwen3_omni_moe, thinker_config{text,audio,vision}),
@@ -143,6 +144,10 @@ def make_feature_refs(fe, waves):
         mels[name] = mel
         if name in ("tone_0p5s", "tone_1s"):  # keep fixtures small: only the short clips' mels are stored
             write_f32(os.path.join(ref, f"mel_{name}.f32"), mel.numpy())
+    for n in (7777, 250):  # lengths that are not multiples of the hop; 250 is just above the reflect-pad limit
+        mel, T = log_mel(fe, waves["tone_0p5s"][:n])
+        assert T == n // 160
+        write_f32(os.path.join(ref, f"mel_tone_0p5s_first{n}.f32"), mel.numpy())
     from transformers.models.qwen3_omni_moe.modeling_qwen3_omni_moe import _get_feat_extract_output_lengths
     lens = _get_feat_extract_output_lengths(torch.arange(1, 3001), N_WINDOW).tolist()
     assert lens == [token_count(t) for t in range(1, 3001)]
