@@ -2,7 +2,7 @@
  * Qwen2VLImageProcessor (fixtures from tools/reference/make_vision_fixtures.py).
  * pixel_values: PNG fixtures must match exactly (resized or not); JPEGs decoded from the file are within
  * mean |d| <= 0.5/255 and max |d| <= 2/255 of the reference (exact when built with libjpeg), and exact from
- * the pixels PIL decoded. */
+ * the pixels PIL decoded. The resampler alone is compared byte for byte with torch on awkward size pairs. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -117,6 +117,32 @@ static void test_images(const cJSON *man) {
     CHECK(n >= 6, "only %d images", n);
 }
 
+/* vision_resize_bicubic_aa must equal torch's uint8 bicubic antialias resize byte for byte. */
+static void test_resize(const cJSON *man) {
+    const cJSON *r = cJSON_GetObjectItem(man, "resize"), *t;
+    size_t ns = 0, no = 0, off = 0;
+    uint8_t *src = vfix_read(vfix_str(r, "src"), &ns), *ref = vfix_read(vfix_str(r, "out"), &no);
+    const int w = vfix_int(r, "width"), h = vfix_int(r, "height");
+    CHECK(src && ref && ns == (size_t)w * h * 3, "resize fixtures missing");
+    int n = 0;
+    cJSON_ArrayForEach(t, cJSON_GetObjectItem(r, "targets")) {
+        if (!src || !ref) break;
+        const int ow = vfix_int(t, "width"), oh = vfix_int(t, "height");
+        const size_t sz = (size_t)ow * oh * 3;
+        uint8_t *out = malloc(sz);
+        CHECK(off + sz <= no, "resize_out too short");
+        if (off + sz <= no && vision_resize_bicubic_aa(src, h, w, 3, out, oh, ow) == OMNI_OK) {
+            int bad = 0;
+            for (size_t i = 0; i < sz; i++) bad += out[i] != ref[off + i];
+            CHECK(bad == 0, "resize %dx%d -> %dx%d: %d of %zu bytes differ from torch", w, h, ow, oh, bad, sz);
+        }
+        off += sz, n++;
+        free(out);
+    }
+    CHECK(n >= 8 && off == no, "%d resize cases", n);
+    free(src), free(ref);
+}
+
 static void test_token_limits(void) {
     vision_prep_params p = vision_prep_default_params();
     CHECK(vision_prep_set_token_limits(&p, 1024, 2048) == OMNI_OK, "limits");
@@ -134,6 +160,7 @@ int main(void) {
     if (man) {
         test_sizes(man);
         test_images(man);
+        test_resize(man);
     }
     test_token_limits();
     cJSON_Delete(man);

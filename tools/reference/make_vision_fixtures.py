@@ -293,6 +293,26 @@ def omni_positions():
                 pos=pos[:, 0].long().flatten().tolist(), rope_delta=int(delta.item()), token_ids=ids)
 
 
+def resize_cases(out):
+    """torch bicubic antialias resize on uint8 (what torchvision's resize runs on CPU) for awkward size pairs."""
+    import torch.nn.functional as F
+    rng = np.random.default_rng(5)
+    h, w = 61, 97
+    src = rng.integers(0, 256, (h, w, 3), dtype=np.uint8)
+    src[:20] = picture(w, 20, 9)  # smooth part too
+    src.tofile(os.path.join(out, "resize_src.u8"))
+    targets = [(5, 3), (200, 9), (96, 64), (33, 17), (97, 30), (40, 61), (1, 2), (128, 128), (13, 120), (50, 50)]
+    t = torch.from_numpy(src).permute(2, 0, 1).unsqueeze(0).contiguous()
+    blobs = []
+    for tw, th in targets:
+        r = F.interpolate(t, size=(th, tw), mode="bicubic", antialias=True, align_corners=False)
+        blobs.append(r[0].permute(1, 2, 0).contiguous().numpy().tobytes())
+    with open(os.path.join(out, "resize_out.u8"), "wb") as f:
+        f.write(b"".join(blobs))
+    return dict(src="resize_src.u8", width=w, height=h, out="resize_out.u8",
+                targets=[dict(width=tw, height=th) for tw, th in targets])
+
+
 def main():
     os.makedirs(OUT, exist_ok=True)
     man = dict(generator="tools/reference/make_vision_fixtures.py", transformers="5.17.0",
@@ -301,6 +321,7 @@ def main():
     man["formats"] = save_format_set(OUT)
     man["sizes"] = size_table()
     man["omni_positions"] = omni_positions()
+    man["resize"] = resize_cases(OUT)
     ip = processor(FIX_MIN_PIXELS, FIX_MAX_PIXELS)
     pvs = []
     for e in man["images"]:
