@@ -8,7 +8,8 @@ libopus), tests/fixtures/tok-small (tools/reference/common.py). Deterministic (s
 
 Layout written (all little-endian; *.f32 = raw float32):
   clips/          tone_0p5s.wav (0.5 s), tone_1s.wav (exactly 1 s), tone_3p3s.wav (3.3 s), tone_9s.wav (9 s): 16 kHz
-                  mono 16-bit; tone_3p3s.{flac,mp3,m4a} (same clip), tone_1s.{ogg,opus,webm}; stereo_44k.wav
+                  mono 16-bit; tone_3p3s.{flac,mp3,m4a} (same clip), tone_1s.{ogg,opus,webm}; video_1s.mp4 (video
+                  track + the 1 s clip as AAC); stereo_44k.wav
                   (0.5 s, 44.1 kHz stereo 16-bit); mono_8k.wav (1 s, 8 kHz mono 16-bit)
   ref/            mel_<clip>.f32 [128, T] (WhisperFeatureExtractor, for the 0.5 s and 1 s clips, from int16/32768;
                   also mel_tone_0p5s_first<n>.f32 for its first 7777 and 250 samples);
@@ -101,6 +102,10 @@ def make_clips():
     ffmpeg("-i", src1, *bx, "-c:a", "libvorbis", "-q:a", "3", os.path.join(clips, "tone_1s.ogg"))
     ffmpeg("-i", src1, *bx, "-c:a", "libopus", "-b:a", "32k", os.path.join(clips, "tone_1s.opus"))
     ffmpeg("-i", src1, *bx, "-c:a", "libopus", "-b:a", "32k", os.path.join(clips, "tone_1s.webm"))
+    # a video file whose audio track is the 1 s clip (mpeg4 video 32x32 at 5 fps + AAC)
+    ffmpeg("-f", "lavfi", "-i", "color=c=blue:s=32x32:r=5:d=1", "-i", src1, *bx, "-flags:v", "+bitexact",
+           "-c:v", "mpeg4", "-q:v", "31", "-c:a", "aac", "-b:a", "32k", "-shortest",
+           os.path.join(clips, "video_1s.mp4"))
     ref = os.path.join(OUT, "ref")
     os.makedirs(ref, exist_ok=True)
     for name, sec, sr, ch, seed in [("stereo_44k", 0.5, 44100, 2, 5), ("mono_8k", 1.0, 8000, 1, 6)]:
