@@ -213,7 +213,7 @@ static inline uint8_t clamp_shift(int64_t acc, int prec) {
 /* Resample along x: src [h, w, c] -> dst [h, ow, c]. */
 static void resample_h(const uint8_t *src, int h, int w, int c, uint8_t *dst, int ow, const axis_weights *aw) {
     const int64_t half = (int64_t)1 << (aw->precision - 1);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if ((int64_t)h * ow * c > 65536)
     for (int y = 0; y < h; y++) {
         const uint8_t *row = src + (size_t)y * w * c;
         for (int x = 0; x < ow; x++) {
@@ -232,7 +232,7 @@ static void resample_h(const uint8_t *src, int h, int w, int c, uint8_t *dst, in
 static void resample_v(const uint8_t *src, int w, int c, uint8_t *dst, int oh, const axis_weights *aw) {
     const int64_t half = (int64_t)1 << (aw->precision - 1);
     const size_t stride = (size_t)w * c;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if ((int64_t)oh * w * c > 65536)
     for (int y = 0; y < oh; y++) {
         const int32_t *wt = aw->w + (size_t)y * aw->ksize;
         const uint8_t *s = src + (size_t)aw->xmin[y] * stride;

@@ -303,7 +303,7 @@ static void axis_taps(int index, int size, int side, int tap[2], float wt[2]) {
 /* x[n] += sum of the 4 weighted pos_embed rows (summed in fp32 first, as transformers does). */
 static void add_pos_embed(const vision_tower *t, float *x, const int *row, const int *col, int N, int gh, int gw) {
     const int D = t->cfg.hidden, side = t->side;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if ((int64_t)N * D > 65536)
     for (int n = 0; n < N; n++) {
         int th[2], tw[2];
         float wh[2], ww[2];
@@ -354,7 +354,7 @@ static void attention_gemm(const vision_config *c, work *w, int N) {
             const int nb = N - b0 < ATT_BLOCK ? N - b0 : ATT_BLOCK;
             op_matmul_f32(w->s, w->qh + (size_t)b0 * hd, w->kh, nb, N, hd); /* [nb, N] */
             op_scale(w->s, scale, (int64_t)nb * N);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if ((int64_t)nb * N > 65536)
             for (int r = 0; r < nb; r++) op_softmax(w->s + (size_t)r * N, 1, N);
             op_matmul_f32(w->oh, w->s, w->vt, nb, hd, N); /* [nb, hd] */
             for (int r = 0; r < nb; r++)
@@ -448,4 +448,26 @@ void vision_output_free(vision_output *o) {
     free(o->embd);
     for (int k = 0; k < VISION_MAX_DEEPSTACK; k++) free(o->deepstack[k]);
     memset(o, 0, sizeof(*o));
+}
+
+omni_status vision_encode_file(vision_tower *t, const vision_prep_params *p, const char *path, int64_t max_image_pixels,
+                               vision_output *out, vision_image_info *info) {
+    vision_image im;
+    vision_patches pp = {0};
+    vision_image_info inf = {0};
+    memset(out, 0, sizeof(*out));
+    double t0 = omni_time_ms();
+    omni_status st = vision_image_load(path, max_image_pixels, &im);
+    double t1 = omni_time_ms();
+    if (!st) st = vision_preprocess(&im, p, &pp);
+    double t2 = omni_time_ms();
+    if (!st) st = vision_tower_encode(t, &pp, out);
+    if (!st) {
+        inf.width = im.width, inf.height = im.height, inf.resized_w = pp.resized_w, inf.resized_h = pp.resized_h;
+        inf.n_tokens = out->n_tokens, inf.load_ms = t1 - t0, inf.preprocess_ms = t2 - t1, inf.encode_ms = out->encode_ms;
+    }
+    if (info) *info = inf;
+    vision_patches_free(&pp);
+    vision_image_free(&im);
+    return st;
 }

@@ -128,6 +128,18 @@ typedef struct {
 omni_status vision_tower_encode(vision_tower *t, const vision_patches *pp, vision_output *out);
 void vision_output_free(vision_output *o); /* NULL is a no-op */
 
+/* What the app reports per image (stderr lines: size, resized size, visual tokens, times). */
+typedef struct {
+    int width, height;         /* as loaded */
+    int resized_w, resized_h;  /* after smart_resize */
+    int n_tokens;              /* merged visual tokens = <|image_pad|> count */
+    double load_ms, preprocess_ms, encode_ms;
+} vision_image_info;
+
+/* Load + preprocess + encode one image file (max_image_pixels <= 0: default limit). info may be NULL. */
+omni_status vision_encode_file(vision_tower *t, const vision_prep_params *p, const char *path, int64_t max_image_pixels,
+                               vision_output *out, vision_image_info *info);
+
 #ifdef __cplusplus
 }
 #endif

@@ -32,14 +32,17 @@ static omni_status encode_images(const char *dir, vision_tower *tower, const cJS
         if (st || enc->n >= MAX_IMG) break;
         char path[1024];
         snprintf(path, sizeof path, "%s/%s", VFIX_DIR, f->valuestring);
-        vision_image im;
-        vision_patches pp = {0};
-        st = vision_image_load(path, 0, &im);
-        if (!st) st = vision_preprocess(&im, &p, &pp);
-        if (!st) st = vision_tower_encode(tower, &pp, &enc->out[enc->n]);
-        if (!st) enc->grids[enc->n] = (llm_grid){pp.grid_t, pp.grid_h, pp.grid_w}, enc->n++;
-        vision_patches_free(&pp);
-        vision_image_free(&im);
+        vision_image_info info;
+        st = vision_encode_file(tower, &p, path, 0, &enc->out[enc->n], &info);
+        if (!st) {
+            const vision_output *o = &enc->out[enc->n];
+            enc->grids[enc->n] = (llm_grid){o->grid_t, o->grid_h, o->grid_w};
+            CHECK(info.n_tokens == o->n_tokens && info.resized_w == o->grid_w * 16 && info.resized_h == o->grid_h * 16,
+                  "%s: image info", path);
+            fprintf(stderr, "image %s: %dx%d -> %dx%d, %d visual tokens, encode %.1f ms\n", f->valuestring, info.width,
+                    info.height, info.resized_w, info.resized_h, info.n_tokens, info.encode_ms);
+            enc->n++;
+        }
     }
     return st;
 }
