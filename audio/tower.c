@@ -147,17 +147,20 @@ static omni_status load_layer(const audio_tower *t, const omni_ckpt *ck, int i, 
 }
 
 static omni_status load_stem(audio_tower *t, const omni_ckpt *ck) {
-    const int64_t C = t->cfg.conv_ch, d = t->cfg.d_model;
-    omni_status st;
-    if ((st = get(t, ck, &t->c1_w, "conv2d1.weight", 4, C, 1, 3, 3)) || (st = get(t, ck, &t->c1_b, "conv2d1.bias", 1, C, 0, 0, 0)) ||
-        (st = get(t, ck, &t->c2_w, "conv2d2.weight", 4, C, C, 3, 3)) || (st = get(t, ck, &t->c2_b, "conv2d2.bias", 1, C, 0, 0, 0)) ||
-        (st = get(t, ck, &t->c3_w, "conv2d3.weight", 4, C, C, 3, 3)) || (st = get(t, ck, &t->c3_b, "conv2d3.bias", 1, C, 0, 0, 0)) ||
-        (st = get(t, ck, &t->conv_out, "conv_out.weight", 2, d, C * t->f3, 0, 0)) ||
-        (st = get(t, ck, &t->lnp_w, "ln_post.weight", 1, d, 0, 0, 0)) || (st = get(t, ck, &t->lnp_b, "ln_post.bias", 1, d, 0, 0, 0)) ||
-        (st = get(t, ck, &t->p1_w, "proj1.weight", 2, d, d, 0, 0)) || (st = get(t, ck, &t->p1_b, "proj1.bias", 1, d, 0, 0, 0)) ||
-        (st = get(t, ck, &t->p2_w, "proj2.weight", 2, t->cfg.out_dim, d, 0, 0)) ||
-        (st = get(t, ck, &t->p2_b, "proj2.bias", 1, t->cfg.out_dim, 0, 0, 0)))
-        return st;
+    const int64_t C = t->cfg.conv_ch, d = t->cfg.d_model, o = t->cfg.out_dim;
+    struct { omni_tensor *w; const char *n; int nd; int64_t a, b, c, e; } tab[] = {
+        {&t->c1_w, "conv2d1.weight", 4, C, 1, 3, 3}, {&t->c1_b, "conv2d1.bias", 1, C, 0, 0, 0},
+        {&t->c2_w, "conv2d2.weight", 4, C, C, 3, 3}, {&t->c2_b, "conv2d2.bias", 1, C, 0, 0, 0},
+        {&t->c3_w, "conv2d3.weight", 4, C, C, 3, 3}, {&t->c3_b, "conv2d3.bias", 1, C, 0, 0, 0},
+        {&t->conv_out, "conv_out.weight", 2, d, C * t->f3, 0, 0},
+        {&t->lnp_w, "ln_post.weight", 1, d, 0, 0, 0}, {&t->lnp_b, "ln_post.bias", 1, d, 0, 0, 0},
+        {&t->p1_w, "proj1.weight", 2, d, d, 0, 0},    {&t->p1_b, "proj1.bias", 1, d, 0, 0, 0},
+        {&t->p2_w, "proj2.weight", 2, o, d, 0, 0},    {&t->p2_b, "proj2.bias", 1, o, 0, 0, 0},
+    };
+    for (size_t k = 0; k < sizeof tab / sizeof tab[0]; k++) {
+        omni_status st = get(t, ck, tab[k].w, tab[k].n, tab[k].nd, tab[k].a, tab[k].b, tab[k].c, tab[k].e);
+        if (st) return st;
+    }
     return OMNI_OK;
 }
 

@@ -1,13 +1,15 @@
-/* test_audio_decode.c - decoding every supported container (and a video file's audio track) to 16 kHz mono, resampling parity with the ffmpeg CLI
- * (same libswresample default filter), codec tolerances on log-mel features, and bad inputs.
+/* test_audio_decode.c - decoding every supported container (and a video file's audio track) to 16 kHz mono,
+ * resampling parity with the ffmpeg CLI (same libswresample default filter), codec tolerances on log-mel
+ * features, WAV bit depths, and bad inputs.
  *
  * Codec tolerances (log-mel units, where features span about [-1.5, 1.5]; compared on the common frames with the
  * 16-bit WAV of the same clip, on the mel bins below 7.5 kHz (0..123): the lossy encoders low-pass the top 4 bins
- * of a 16 kHz signal away, which moves them to the floor): FLAC exact (all bins); MP3 / AAC (m4a) at 64 kb/s mean
- * |d| <= 0.03 and 99th percentile <= 0.15; Vorbis / Opus (ogg, opus, webm) and the AAC 32 kb/s audio track of a
- * video file (mp4) mean |d| <= 0.06 and 99th percentile <= 0.4. The lengths may differ by at most one codec frame (AAC: 1024 samples of end padding). */
-#define LOSSY_BINS 124
+ * of a 16 kHz signal away, which moves them to the floor): FLAC exact (all bins); MP3 / AAC (m4a) at 64 kb/s
+ * mean |d| <= 0.03 and 99th percentile <= 0.15; Vorbis / Opus (ogg, opus, webm) and the AAC 32 kb/s audio track
+ * of a video file (mp4) mean |d| <= 0.06 and 99th percentile <= 0.4. The lengths may differ by at most one codec
+ * frame (AAC: 1024 samples of end padding). */
 #define _POSIX_C_SOURCE 200809L
+#define LOSSY_BINS 124
 #include <sndfile.h>
 #include <string.h>
 #include <unistd.h>
@@ -71,7 +73,8 @@ static void check_codecs(const char *base, const char **others, const double (*t
         int64_t T = 0;
         audio_pcm a;
         const char *ext = strrchr(others[i], '.');
-        if (!audio_has_ffmpeg() && (!strcmp(ext, ".m4a") || !strcmp(ext, ".webm") || !strcmp(ext, ".mp4"))) { /* FFmpeg-only formats */
+        int ff_only = !strcmp(ext, ".m4a") || !strcmp(ext, ".webm") || !strcmp(ext, ".mp4");
+        if (!audio_has_ffmpeg() && ff_only) {
             CHECK(audio_load(clip(others[i]), &a) == OMNI_ERR_INPUT, "%s without FFmpeg must fail", others[i]);
             printf("%-16s not decodable without FFmpeg: %s\n", others[i], omni_last_error());
             continue;

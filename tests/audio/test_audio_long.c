@@ -1,6 +1,7 @@
-/* test_audio_long.c - one hour of silence (8 kHz 16-bit WAV written to /tmp at test time; 16 kHz without FFmpeg): decode + resample,
- * log-mel without truncation, the token count, and (when the omni-a fixture exists) the audio tower; checks the
- * values, and that peak memory stays bounded (<= 1 GB; measured about 430 MB: 230 MB of 16 kHz samples + 184 MB of mel). */
+/* test_audio_long.c - one hour of silence (8 kHz 16-bit WAV written to /tmp at test time; 16 kHz without
+ * FFmpeg): decode + resample, log-mel without truncation, the token count, and (when the omni-a fixture exists)
+ * the audio tower; checks the values, and that peak memory stays bounded (<= 1 GB; measured about 430 MB:
+ * 230 MB of 16 kHz samples + 184 MB of mel). */
 #define _POSIX_C_SOURCE 200809L
 #include <sndfile.h>
 #include <string.h>

@@ -139,7 +139,8 @@ static void run_case(omni_fx *fx, const char *model, const cJSON *c) {
     if (img) {
         int len = cJSON_GetObjectItem(img, "tokens")->valueint, nd = cJSON_GetObjectItem(img, "n_deepstack")->valueint;
         iemb = read_rel(fx, cJSON_GetObjectItem(img, "embeds_file")->valuestring, (int64_t)len * fx->hidden);
-        llm_span s = {.start = cJSON_GetObjectItem(img, "start")->valueint, .len = len, .embd = iemb, .n_deepstack = nd};
+        llm_span s = {.start = cJSON_GetObjectItem(img, "start")->valueint, .len = len, .embd = iemb,
+                      .n_deepstack = nd};
         for (int k = 0; k < nd && k < 4; k++) {
             ds[k] = read_rel(fx, cJSON_GetArrayItem(cJSON_GetObjectItem(img, "deepstack_files"), k)->valuestring,
                              (int64_t)len * fx->hidden);
