@@ -6,7 +6,8 @@
  * decoded. Truncated PNG (no IEND) and JPEG (no EOI after the scan) are refused explicitly because stb decodes
  * some truncated files without complaint. Output: RGB uint8, alpha composited on white.
  * When built with libjpeg(-turbo) (OMNI_HAVE_LIBJPEG), JPEG pixels come from it (islow IDCT, fancy upsampling:
- * the same pixels as PIL/transformers); stb's JPEG decoder differs by a few levels on chroma-subsampled files. */
+ * the same pixels as PIL/transformers); stb's JPEG decoder differs by a few levels on chroma-subsampled files.
+ * A JPEG's EXIF orientation is applied as PIL.ImageOps.exif_transpose does (transformers' load_image). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -217,10 +218,69 @@ static int header_dims(const uint8_t *d, size_t n, img_format f, int64_t *w, int
     return 0;
 }
 
-omni_status vision_image_load_memory(const uint8_t *data, size_t size, const char *name, int64_t max_pixels,
-                                     vision_image *out) {
+/* EXIF orientation (tag 0x0112) of a JPEG's APP1 "Exif" segment: 1..8, 1 when absent or unreadable. */
+static int jpeg_exif_orientation(const uint8_t *d, size_t n) {
+    for (size_t i = 2; i + 4 <= n;) {
+        if (d[i] != 0xFF) return 1;
+        uint8_t m = d[i + 1];
+        if (m == 0xFF) { i++; continue; }
+        if (m == 0xDA || m == 0xD9) return 1;
+        size_t len = be16(d + i + 2);
+        if (m == 0xE1 && len >= 16 && i + 2 + len <= n && !memcmp(d + i + 4, "Exif\0\0", 6)) {
+            const uint8_t *t = d + i + 10; /* TIFF header */
+            const size_t tn = len - 8;
+            int le = t[0] == 'I';
+            #define RD16(p) (le ? le16(p) : be16(p))
+            #define RD32(p) (le ? (le16(p) | (le16((p) + 2) << 16)) : be32(p))
+            size_t ifd = RD32(t + 4);
+            if (ifd + 2 > tn) return 1;
+            unsigned cnt = RD16(t + ifd);
+            for (unsigned k = 0; k < cnt && ifd + 2 + 12 * (k + 1) <= tn; k++) {
+                const uint8_t *e = t + ifd + 2 + 12 * k;
+                if (RD16(e) == 0x0112) {
+                    unsigned v = RD16(e + 8);
+                    return v >= 1 && v <= 8 ? (int)v : 1;
+                }
+            }
+            #undef RD16
+            #undef RD32
+            return 1;
+        }
+        i += 2 + len;
+    }
+    return 1;
+}
+
+/* Apply an EXIF orientation like PIL.ImageOps.exif_transpose (which transformers' load_image calls).
+ * Output pixel (x, y) of the W' x H' result takes input pixel src_xy(x, y). */
+static omni_status apply_orientation(vision_image *img, int o) {
+    if (o <= 1 || o > 8) return OMNI_OK;
+    const int w = img->width, h = img->height, swap = o >= 5;
+    const int W = swap ? h : w, H = swap ? w : h;
+    uint8_t *out = malloc((size_t)w * h * 3);
+    if (!out) return omni_fail(OMNI_ERR_NOMEM, "out of memory rotating a %dx%d image", w, h);
+    for (int y = 0; y < H; y++)
+        for (int x = 0; x < W; x++) {
+            int sx, sy;
+            switch (o) {
+            case 2: sx = w - 1 - x, sy = y; break;
+            case 3: sx = w - 1 - x, sy = h - 1 - y; break;
+            case 4: sx = x, sy = h - 1 - y; break;
+            case 5: sx = y, sy = x; break;
+            case 6: sx = y, sy = h - 1 - x; break;
+            case 7: sx = w - 1 - y, sy = h - 1 - x; break;
+            default: sx = w - 1 - y, sy = x; break; /* 8 */
+            }
+            memcpy(out + ((size_t)y * W + x) * 3, img->rgb + ((size_t)sy * w + sx) * 3, 3);
+        }
+    free(img->rgb);
+    img->rgb = out, img->width = W, img->height = H;
+    return OMNI_OK;
+}
+
+static omni_status decode_image(const uint8_t *data, size_t size, const char *name, int64_t max_pixels,
+                                vision_image *out) {
     memset(out, 0, sizeof(*out));
-    if (!name) name = "<memory>";
     if (max_pixels <= 0) max_pixels = VISION_DEFAULT_MAX_IMAGE_PIXELS;
     img_format fmt = FMT_UNKNOWN;
     omni_status st = check_container(data, size, name, &fmt);
@@ -261,6 +321,15 @@ omni_status vision_image_load_memory(const uint8_t *data, size_t size, const cha
     stbi_image_free(rgba);
     out->width = w, out->height = h, out->src_channels = c2;
     return OMNI_OK;
+}
+
+omni_status vision_image_load_memory(const uint8_t *data, size_t size, const char *name, int64_t max_pixels,
+                                     vision_image *out) {
+    if (!name) name = "<memory>";
+    omni_status st = decode_image(data, size, name, max_pixels, out);
+    if (st == OMNI_OK && size >= 3 && data[0] == 0xFF && data[1] == 0xD8) st = apply_orientation(out, jpeg_exif_orientation(data, size));
+    if (st != OMNI_OK) vision_image_free(out);
+    return st;
 }
 
 static omni_status read_file(const char *path, uint8_t **data, size_t *size) {

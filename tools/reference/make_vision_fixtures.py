@@ -128,6 +128,17 @@ def save_format_set(out):
     add("fmt_grey.png", Image.fromarray(grey, "L"))
     add("fmt_la.png", Image.fromarray(np.stack([grey, alpha], -1), "LA"))
     add("fmt_rgba.png", Image.fromarray(np.concatenate([arr, alpha[..., None]], -1), "RGBA"))
+    # EXIF orientations 2..8 (transformers' load_image applies PIL.ImageOps.exif_transpose)
+    from PIL import ImageOps
+    for o in range(2, 9):
+        name = f"fmt_orient{o}.jpg"
+        path = os.path.join(out, name)
+        exif = Image.Exif()
+        exif[0x0112] = o
+        Image.fromarray(arr, "RGB").save(path, quality=92, exif=exif)
+        exp = composite_white(ImageOps.exif_transpose(Image.open(path)))
+        exp.tofile(path + ".rgb.u8")
+        items.append(dict(file=name, width=exp.shape[1], height=exp.shape[0], rgb=name + ".rgb.u8"))
     # 16-bit RGB PNG (PIL cannot write it): build the file by hand; expected = high byte of each sample.
     v16 = arr.astype(np.uint16) * 257 + np.uint16(3)
     path = os.path.join(out, "fmt_rgb16.png")
