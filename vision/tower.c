@@ -249,7 +249,7 @@ const vision_config *vision_tower_config(const vision_tower *t) { return &t->cfg
 
 typedef struct {
     float *x, *xn, *qkv, *att, *tmp, *mlp, *cos, *sin; /* [N,D] [N,D] [N,3D] [N,D] [N,D] [N,max(I,M)] [N,hd] [N,hd] */
-    float *qh, *kh, *vt, *s, *oh;                       /* one head: [N,hd] [N,hd] [hd,N] [ATT_BLOCK,N] [ATT_BLOCK,hd] */
+    float *qh, *kh, *vt, *s, *oh;                       /* one head: [N,hd] [N,hd] [hd,N] [ATT_BLOCK,N] [hd,ATT_BLOCK] */
     int *row, *col;                                     /* [N] full-resolution patch coordinates */
 } work;
 
@@ -356,9 +356,9 @@ static void attention_gemm(const vision_config *c, work *w, int N) {
             op_scale(w->s, scale, (int64_t)nb * N);
 #pragma omp parallel for schedule(static) if ((int64_t)nb * N > 65536)
             for (int r = 0; r < nb; r++) op_softmax(w->s + (size_t)r * N, 1, N);
-            op_matmul_f32(w->oh, w->s, w->vt, nb, hd, N); /* [nb, hd] */
+            op_matmul_f32(w->oh, w->vt, w->s, hd, nb, N); /* O_hᵀ [hd, nb]: nb output columns parallelise better */
             for (int r = 0; r < nb; r++)
-                memcpy(w->att + (size_t)(b0 + r) * D + (size_t)h * hd, w->oh + (size_t)r * hd, sizeof(float) * hd);
+                for (int d = 0; d < hd; d++) w->att[(size_t)(b0 + r) * D + (size_t)h * hd + d] = w->oh[(size_t)d * nb + r];
         }
     }
 }
