@@ -2,7 +2,8 @@
  * preprocessed and encoded by the vision tower; their embeddings and DeepStack features replace the
  * <|image_pad|> tokens of the fixture prompt (spans); positions come from llm_positions_build. Checks:
  * last-position logits max|d|/max|ref| <= 1e-3, same argmax and top-5 set, and 16 greedy tokens identical
- * (decode positions = cache index + rope_delta; no EOS stop, as the reference loop). */
+ * (decode positions = cache index + rope_delta; no EOS stop, as the reference loop); the same prompt prefilled
+ * in two chunks gives the same last logits. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -98,6 +99,39 @@ static void greedy(const char *name, llm_model *m, kv_cache *kv, int seq, int de
     CHECK(ok && n == n_want && n == 16, "%s: greedy tokens differ (%d matched of %d)", name, n - !ok, n_want);
 }
 
+/* Same prompt in two chunks split between the two images (after the first image's span): chunk positions are
+ * slices of the whole-prompt streams, span starts are chunk-relative. */
+static void two_chunks(const char *name, llm_model *m, const int32_t *ids, const int32_t *pos, int n,
+                       const llm_span *spans, const float *ref) {
+    const int V = llm_model_config(m)->vocab, cut = spans[0].start + spans[0].len + 1;
+    kv_params kp = llm_model_kv_params(m);
+    kv_parse_mode("f32", &kp.fmt);
+    kp.max_tokens = n + 32, kp.max_seqs = 1;
+    kv_cache *kv = NULL;
+    int seq = 0;
+    float *logits = malloc(sizeof(float) * V);
+    int32_t *cpos = malloc(sizeof(int32_t) * 3 * n);
+    omni_status st = kv_init(&kp, &kv);
+    if (!st) st = kv_seq_add(kv, &seq);
+    for (int c = 0; c < 2 && !st; c++) {
+        const int a = c ? cut : 0, len = c ? n - cut : cut;
+        for (int s3 = 0; s3 < 3; s3++)
+            for (int i = 0; i < len; i++) cpos[s3 * len + i] = pos[s3 * n + a + i];
+        llm_span sp = spans[c];
+        sp.start -= a;
+        llm_input in = {len, ids + a, cpos, 1, &sp};
+        st = llm_forward(m, kv, seq, &in, c ? logits : NULL);
+    }
+    CHECK(st == OMNI_OK, "%s chunked: %s", name, omni_last_error());
+    if (!st) {
+        char label[128];
+        snprintf(label, sizeof label, "%s (2 chunks)", name);
+        compare_logits(label, logits, ref, V);
+    }
+    free(cpos), free(logits);
+    kv_free(kv);
+}
+
 static void run_model(const cJSON *man, const cJSON *model) {
     const char *name = vfix_str(model, "dir");
     const cJSON *e = cJSON_GetObjectItem(model, "e2e");
@@ -145,6 +179,7 @@ static void run_model(const cJSON *man, const cJSON *model) {
         if (!st && nl == sizeof(float) * (size_t)cfg->vocab) {
             compare_logits(name, logits, ref, cfg->vocab);
             greedy(name, m, kv, seq, delta, logits, cJSON_GetObjectItem(e, "greedy"));
+            two_chunks(name, m, ids, pos, n, spans, ref);
         }
     }
     (void)man;
