@@ -1,10 +1,10 @@
 /* mel.c - Whisper log-mel spectrogram (as WhisperFeatureExtractor's torch path) with FFTW3, streamed.
  *
  * wave [n] -> centred STFT (reflect pad n_fft/2, periodic Hann 400, hop 160) -> |X|² [201] per frame
- * -> mel = filters · power (128 Slaney filters, f64-built, used as f32) -> log10(max(mel, 1e-10))
+ * -> mel = filters · power (128 Slaney filters, f64-built, used as f32; each filter is a triangle over a few
+ * bins, so only its non-zero range is summed) -> log10(max(mel, 1e-10))
  * -> second pass over the output: max(x, global_max - 8), (x + 4) / 4.
- * Frames are processed in blocks of MEL_BLOCK so the filter bank product is one GEMM per block; memory is the
- * output [128, T] plus O(MEL_BLOCK · 201). */
+ * Single-threaded and allocation-free per frame; memory is the output [128, T] plus O(n_fft). */
 #include "audio/audio.h"
 
 #include <math.h>
@@ -14,9 +14,7 @@
 
 #include <fftw3.h>
 
-#include "kernels/ops.h"
 
-#define MEL_BLOCK 256
 #define N_FREQ (AUDIO_N_FFT / 2 + 1)
 
 static pthread_mutex_t fftw_lock = PTHREAD_MUTEX_INITIALIZER; /* the FFTW planner is not thread-safe */
@@ -37,6 +35,10 @@ static double mel_to_hz(double m) {
 void audio_mel_filters(double *fb, int n_freq, int n_mels, double sr, double fmin, double fmax) {
     double mmin = hz_to_mel(fmin), mmax = hz_to_mel(fmax);
     double *ff = malloc((size_t)(n_mels + 2) * sizeof(double));
+    if (!ff) { /* out of memory: an all-zero bank (callers check their own allocations first) */
+        memset(fb, 0, sizeof(double) * n_freq * n_mels);
+        return;
+    }
     double mstep = (mmax - mmin) / (n_mels + 1);
     for (int i = 0; i < n_mels + 2; i++) ff[i] = mel_to_hz(i == n_mels + 1 ? mmax : mmin + i * mstep);
     double fstep = (double)((int)sr / 2) / (n_freq - 1);
@@ -66,9 +68,9 @@ typedef struct {
     fftwf_complex *spec; /* [201] */
     fftwf_plan plan;
     float window[AUDIO_N_FFT];
-    float *fb;    /* [128, 201] (N, K) for op_matmul_f32 */
-    float *power; /* [MEL_BLOCK, 201] */
-    float *mel;   /* [MEL_BLOCK, 128] */
+    float *fb;    /* [128, 201] */
+    int lo[AUDIO_N_MELS], hi[AUDIO_N_MELS]; /* non-zero bins of filter m: [lo, hi) */
+    float power[N_FREQ];
 } mel_state;
 
 static void mel_state_free(mel_state *s) {
@@ -78,8 +80,6 @@ static void mel_state_free(mel_state *s) {
     fftwf_free(s->frame);
     fftwf_free(s->spec);
     free(s->fb);
-    free(s->power);
-    free(s->mel);
 }
 
 static omni_status mel_state_init(mel_state *s) {
@@ -87,10 +87,8 @@ static omni_status mel_state_init(mel_state *s) {
     s->frame = fftwf_malloc(sizeof(float) * AUDIO_N_FFT);
     s->spec = fftwf_malloc(sizeof(fftwf_complex) * N_FREQ);
     s->fb = malloc(sizeof(float) * AUDIO_N_MELS * N_FREQ);
-    s->power = malloc(sizeof(float) * MEL_BLOCK * N_FREQ);
-    s->mel = malloc(sizeof(float) * MEL_BLOCK * AUDIO_N_MELS);
     double *fb = malloc(sizeof(double) * AUDIO_N_MELS * N_FREQ);
-    if (!s->frame || !s->spec || !s->fb || !s->power || !s->mel || !fb) {
+    if (!s->frame || !s->spec || !s->fb || !fb) {
         free(fb);
         mel_state_free(s);
         return omni_fail(OMNI_ERR_NOMEM, "log-mel: out of memory");
@@ -99,6 +97,14 @@ static omni_status mel_state_init(mel_state *s) {
     for (int k = 0; k < N_FREQ; k++)
         for (int m = 0; m < AUDIO_N_MELS; m++) s->fb[m * N_FREQ + k] = (float)fb[k * AUDIO_N_MELS + m];
     free(fb);
+    for (int m = 0; m < AUDIO_N_MELS; m++) {
+        const float *f = s->fb + m * N_FREQ;
+        int lo = 0, hi = N_FREQ;
+        while (lo < N_FREQ && f[lo] == 0.0f) lo++;
+        while (hi > lo && f[hi - 1] == 0.0f) hi--;
+        s->lo[m] = lo;
+        s->hi[m] = hi;
+    }
     for (int i = 0; i < AUDIO_N_FFT; i++) /* periodic Hann, as torch.hann_window(400) */
         s->window[i] = (float)(0.5 - 0.5 * cos(2.0 * 3.14159265358979323846 * i / AUDIO_N_FFT));
     pthread_mutex_lock(&fftw_lock);
@@ -111,17 +117,14 @@ static omni_status mel_state_init(mel_state *s) {
     return OMNI_OK;
 }
 
-/* Power spectra of frames [f0, f0+nb) into s->power. */
-static void stft_block(mel_state *s, const float *x, int64_t n, int64_t f0, int nb) {
-    for (int b = 0; b < nb; b++) {
-        int64_t start = (f0 + b) * AUDIO_HOP;
-        int interior = start >= AUDIO_N_FFT / 2 && start + AUDIO_N_FFT / 2 <= n;
-        for (int i = 0; i < AUDIO_N_FFT; i++)
-            s->frame[i] = s->window[i] * (interior ? x[start - AUDIO_N_FFT / 2 + i] : padded_at(x, n, start + i));
-        fftwf_execute(s->plan);
-        float *p = s->power + (size_t)b * N_FREQ;
-        for (int k = 0; k < N_FREQ; k++) p[k] = s->spec[k][0] * s->spec[k][0] + s->spec[k][1] * s->spec[k][1];
-    }
+/* Power spectrum of frame f into s->power. */
+static void stft_frame(mel_state *s, const float *x, int64_t n, int64_t f) {
+    int64_t start = f * AUDIO_HOP;
+    int interior = start >= AUDIO_N_FFT / 2 && start + AUDIO_N_FFT / 2 <= n;
+    for (int i = 0; i < AUDIO_N_FFT; i++)
+        s->frame[i] = s->window[i] * (interior ? x[start - AUDIO_N_FFT / 2 + i] : padded_at(x, n, start + i));
+    fftwf_execute(s->plan);
+    for (int k = 0; k < N_FREQ; k++) s->power[k] = s->spec[k][0] * s->spec[k][0] + s->spec[k][1] * s->spec[k][1];
 }
 
 omni_status audio_log_mel(const float *wave, int64_t n, float *out) {
@@ -136,16 +139,16 @@ omni_status audio_log_mel(const float *wave, int64_t n, float *out) {
     if (st) return st;
     const int64_t T = audio_mel_frames(n);
     float mx = -INFINITY;
-    for (int64_t f0 = 0; f0 < T; f0 += MEL_BLOCK) {
-        int nb = (int)(T - f0 < MEL_BLOCK ? T - f0 : MEL_BLOCK);
-        stft_block(&s, wave, n, f0, nb);
-        op_matmul_f32(s.mel, s.power, s.fb, nb, AUDIO_N_MELS, N_FREQ); /* [nb,128] = [nb,201]·[128,201]ᵀ */
-        for (int b = 0; b < nb; b++)
-            for (int m = 0; m < AUDIO_N_MELS; m++) {
-                float v = log10f(fmaxf(s.mel[b * AUDIO_N_MELS + m], 1e-10f));
-                out[(size_t)m * T + f0 + b] = v;
-                mx = fmaxf(mx, v);
-            }
+    for (int64_t f = 0; f < T; f++) {
+        stft_frame(&s, wave, n, f);
+        for (int m = 0; m < AUDIO_N_MELS; m++) {
+            const float *fb = s.fb + m * N_FREQ;
+            float acc = 0.0f;
+            for (int k = s.lo[m]; k < s.hi[m]; k++) acc += fb[k] * s.power[k];
+            float v = log10f(fmaxf(acc, 1e-10f));
+            out[(size_t)m * T + f] = v;
+            mx = fmaxf(mx, v);
+        }
     }
     const float floor_v = mx - 8.0f;
     for (int64_t i = 0; i < (int64_t)AUDIO_N_MELS * T; i++) out[i] = (fmaxf(out[i], floor_v) + 4.0f) / 4.0f;

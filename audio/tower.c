@@ -265,7 +265,7 @@ static omni_status work_alloc(aut_work *w, const audio_tower *t, int Lc, int G, 
  * (column = c·9 + kh·3 + kw, the flattening of a PyTorch [C_out, C_in, 3, 3] weight). */
 static void im2col(float *col, const float *x, int nb, int H, int W, int C) {
     int Ho = conv_len(H), Wo = conv_len(W);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if ((int64_t)nb * Ho * Wo * C > (1 << 16))
     for (int bh = 0; bh < nb * Ho; bh++) {
         int b = bh / Ho, ho = bh % Ho;
         const float *xb = x + (size_t)b * H * W * C;
