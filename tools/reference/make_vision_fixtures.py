@@ -324,6 +324,36 @@ def resize_cases(out):
                 targets=[dict(width=tw, height=th) for tw, th in targets])
 
 
+@torch.no_grad()
+def omni_tower_check(model_dir, pv, grid, ref):
+    """transformers' Qwen3-Omni vision encoder with the renamed tensors gives the Qwen3-VL tower outputs; the C test
+    therefore checks its Omni-layout load against the Qwen3-VL references. Returns max|d|/max|ref|."""
+    from safetensors.torch import load_file
+    from transformers.models.qwen3_omni_moe.configuration_qwen3_omni_moe import Qwen3OmniMoeVisionEncoderConfig
+    from transformers.models.qwen3_omni_moe.modeling_qwen3_omni_moe import Qwen3OmniMoeVisionEncoder
+    with open(os.path.join(model_dir, "config.json")) as f:
+        vc = json.load(f)["vision_config"]
+    vc.pop("model_type", None)
+    cfg = Qwen3OmniMoeVisionEncoderConfig(**vc)
+    cfg._attn_implementation = "eager"
+    enc = Qwen3OmniMoeVisionEncoder(cfg).eval()
+    sd = {}
+    for k, v in load_file(os.path.join(model_dir, "model.safetensors")).items():
+        if not k.startswith("model.visual."):
+            continue
+        r = k[len("model.visual."):]
+        if r.startswith(("merger.", "deepstack_merger_list.")):
+            r = r.replace("deepstack_merger_list.", "merger_list.").replace(".norm.", ".ln_q.")
+            r = r.replace(".linear_fc1.", ".mlp.0.").replace(".linear_fc2.", ".mlp.2.")
+        sd[r] = v.float()
+    enc.load_state_dict(sd, strict=True)
+    out = enc(pv, grid_thw=torch.tensor([grid]), return_dict=True)
+    got = torch.cat([out.pooler_output] + list(out.deepstack_features), 0).numpy()
+    err = float(np.abs(got - ref).max() / np.abs(ref).max())
+    assert err < 1e-6, f"Omni vision encoder differs from the Qwen3-VL tower: {err}"
+    return err
+
+
 def main():
     os.makedirs(OUT, exist_ok=True)
     man = dict(generator="tools/reference/make_vision_fixtures.py", transformers="5.17.0",
@@ -352,7 +382,11 @@ def main():
         ent = dict(dir=name, vision_hidden=vh, head_dim=vh // heads, depth=depth, deepstack=ds, tower=[])
         for e, (pv, grid, _) in zip(man["images"], pvs):
             fn = f"{name}.{e['file']}.tower.f32"
-            tower_outputs(m32, pv, grid).astype("<f4").tofile(os.path.join(OUT, fn))
+            tower = tower_outputs(m32, pv, grid)
+            tower.astype("<f4").tofile(os.path.join(OUT, fn))
+            if name == "vl-h72":
+                man["omni_tower_max_rel_diff"] = max(man.get("omni_tower_max_rel_diff", 0.0),
+                                                     omni_tower_check(d, pv, grid, tower))
             ent["tower"].append(dict(image=e["file"], file=fn, n_tokens=grid[1] * grid[2] // 4,
                                      n_deepstack=len(ds)))
         r = e2e(m32, tok, ip, [pvs[0][2], pvs[2][2]], text)
