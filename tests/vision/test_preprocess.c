@@ -3,10 +3,12 @@
  * pixel_values: PNG fixtures must match exactly (resized or not); JPEGs decoded from the file are within
  * mean |d| <= 0.5/255 and max |d| <= 2/255 of the reference (exact when built with libjpeg), and exact from
  * the pixels PIL decoded. The resampler alone is compared byte for byte with torch on awkward size pairs. */
+#define _GNU_SOURCE /* mkdtemp */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "check.h"
 #include "vfix.h"
@@ -143,6 +145,27 @@ static void test_resize(const cJSON *man) {
     free(src), free(ref);
 }
 
+/* Qwen3-Omni style config: min_pixels/max_pixels at the top level override size (as the processor's __init__). */
+static void test_omni_config(void) {
+    char dir[] = "/tmp/omni_vis_pp_XXXXXX", path[64];
+    if (!mkdtemp(dir)) return;
+    snprintf(path, sizeof path, "%s/preprocessor_config.json", dir);
+    FILE *f = fopen(path, "w");
+    if (f) {
+        fputs("{\"image_processor_type\": \"Qwen2VLImageProcessor\", \"size\": {\"shortest_edge\": 1, "
+              "\"longest_edge\": 2}, \"min_pixels\": 3136, \"max_pixels\": 12845056, \"patch_size\": 16, "
+              "\"image_mean\": [0.25, 0.5, 0.75], \"image_std\": 0.5}", f);
+        fclose(f);
+    }
+    vision_prep_params p = vision_prep_default_params();
+    CHECK(vision_prep_load_config(dir, &p) == OMNI_OK, "%s", omni_last_error());
+    CHECK(p.min_pixels == 3136 && p.max_pixels == 12845056, "min %lld max %lld", (long long)p.min_pixels,
+          (long long)p.max_pixels);
+    CHECK(p.mean[0] == 0.25f && p.mean[2] == 0.75f && p.std[1] == 0.5f, "mean/std");
+    remove(path);
+    rmdir(dir);
+}
+
 static void test_token_limits(void) {
     vision_prep_params p = vision_prep_default_params();
     CHECK(vision_prep_set_token_limits(&p, 1024, 2048) == OMNI_OK, "limits");
@@ -163,6 +186,7 @@ int main(void) {
         test_resize(man);
     }
     test_token_limits();
+    test_omni_config();
     cJSON_Delete(man);
     return check_exit();
 }
