@@ -218,6 +218,9 @@ static int header_dims(const uint8_t *d, size_t n, img_format f, int64_t *w, int
     return 0;
 }
 
+static uint32_t tiff16(const uint8_t *p, int le) { return le ? le16(p) : be16(p); }
+static uint32_t tiff32(const uint8_t *p, int le) { return le ? le16(p) | (le16(p + 2) << 16) : be32(p); }
+
 /* EXIF orientation (tag 0x0112) of a JPEG's APP1 "Exif" segment: 1..8, 1 when absent or unreadable. */
 static int jpeg_exif_orientation(const uint8_t *d, size_t n) {
     for (size_t i = 2; i + 4 <= n;) {
@@ -229,21 +232,17 @@ static int jpeg_exif_orientation(const uint8_t *d, size_t n) {
         if (m == 0xE1 && len >= 16 && i + 2 + len <= n && !memcmp(d + i + 4, "Exif\0\0", 6)) {
             const uint8_t *t = d + i + 10; /* TIFF header */
             const size_t tn = len - 8;
-            int le = t[0] == 'I';
-            #define RD16(p) (le ? le16(p) : be16(p))
-            #define RD32(p) (le ? (le16(p) | (le16((p) + 2) << 16)) : be32(p))
-            size_t ifd = RD32(t + 4);
+            const int le = t[0] == 'I';
+            size_t ifd = tiff32(t + 4, le);
             if (ifd + 2 > tn) return 1;
-            unsigned cnt = RD16(t + ifd);
+            unsigned cnt = tiff16(t + ifd, le);
             for (unsigned k = 0; k < cnt && ifd + 2 + 12 * (k + 1) <= tn; k++) {
                 const uint8_t *e = t + ifd + 2 + 12 * k;
-                if (RD16(e) == 0x0112) {
-                    unsigned v = RD16(e + 8);
+                if (tiff16(e, le) == 0x0112) {
+                    unsigned v = tiff16(e + 8, le); /* SHORT value, left-justified in the value field */
                     return v >= 1 && v <= 8 ? (int)v : 1;
                 }
             }
-            #undef RD16
-            #undef RD32
             return 1;
         }
         i += 2 + len;

@@ -58,6 +58,36 @@ static void test_formats(void) {
     cJSON_Delete(man);
 }
 
+/* A little-endian ("II") EXIF segment with orientation 8 spliced into a JPEG without EXIF: the result must be the
+ * plain decode rotated 90 degrees counter-clockwise (PIL ROTATE_90): out(x, y) = in(w - 1 - y, x). */
+static void test_exif_le(void) {
+    size_t n = 0;
+    uint8_t *jpg = vfix_read("g_color.jpg", &n);
+    CHECK(jpg != NULL, "g_color.jpg missing");
+    if (!jpg) return;
+    static const uint8_t app1[] = {0xFF, 0xE1, 0, 34, 'E', 'x', 'i', 'f', 0, 0, 'I', 'I', 42, 0, 8, 0, 0, 0,
+                                   1, 0, 0x12, 0x01, 3, 0, 1, 0, 0, 0, 8, 0, 0, 0, 0, 0, 0, 0};
+    uint8_t *buf = malloc(n + sizeof app1);
+    memcpy(buf, jpg, 2);
+    memcpy(buf + 2, app1, sizeof app1);
+    memcpy(buf + 2 + sizeof app1, jpg + 2, n - 2);
+    vision_image a, b;
+    omni_status sa = vision_image_load_memory(jpg, n, "plain", 0, &a);
+    omni_status sb = vision_image_load_memory(buf, n + sizeof app1, "exif8", 0, &b);
+    CHECK(sa == OMNI_OK && sb == OMNI_OK, "decode: %s", omni_last_error());
+    if (sa == OMNI_OK && sb == OMNI_OK) {
+        CHECK(b.width == a.height && b.height == a.width, "orientation 8: %dx%d from %dx%d", b.width, b.height,
+              a.width, a.height);
+        int bad = 0;
+        for (int y = 0; y < b.height && b.width == a.height; y++)
+            for (int x = 0; x < b.width; x++)
+                bad += memcmp(b.rgb + ((size_t)y * b.width + x) * 3, a.rgb + ((size_t)x * a.width + a.width - 1 - y) * 3, 3) != 0;
+        CHECK(bad == 0, "orientation 8 (little-endian EXIF): %d pixels differ", bad);
+    }
+    vision_image_free(&a), vision_image_free(&b);
+    free(buf), free(jpg);
+}
+
 static void expect_refused(const char *path, const char *what, const char *needle) {
     vision_image img;
     double t0 = omni_time_ms();
@@ -107,6 +137,7 @@ int main(int argc, char **argv) {
     if (!mkdtemp(tmpdir)) return 1;
     if (!strcmp(mode, "formats")) {
         test_formats();
+        test_exif_le();
     } else if (!strcmp(mode, "missing")) {
         expect_refused("/nonexistent/dir/none.png", "missing file", "No such file");
     } else if (!strcmp(mode, "empty")) {
