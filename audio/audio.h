@@ -4,9 +4,9 @@
  * Decode: libsndfile first (WAV 8/16/24/32-bit int and float, FLAC, Ogg/Vorbis, Opus, MP3, AIFF ...); when it
  * cannot open the file and the build has FFmpeg (OMNI_HAVE_FFMPEG), libavformat/libavcodec (m4a/AAC, webm, the
  * audio track of a video ...). Channels are averaged to mono, then every input whose rate is not 16 kHz goes
- * through the same libswresample resampler (default filter). NaN/Inf samples, zero-length audio, audio shorter
- * than one STFT window, missing/empty/truncated/non-audio files fail with OMNI_ERR_INPUT.
- * Without FFmpeg, inputs that are not already 16 kHz fail with OMNI_ERR_UNSUPPORTED.
+ * through the same libswresample resampler (default filter; builds without FFmpeg use a windowed-sinc resampler
+ * instead, audio_resample_sinc). NaN/Inf samples, zero-length audio, audio shorter than one STFT window,
+ * missing/empty/truncated/non-audio files fail with OMNI_ERR_INPUT.
  *
  * Log-mel: WhisperFeatureExtractor (n_fft 400, hop 160, 128 Slaney mel bins, periodic Hann, centred reflect-padded
  * STFT, last frame dropped, log10 clamp 1e-10, floor at global max - 8, (x + 4) / 4). No truncation at 30 s; the
@@ -55,9 +55,13 @@ int audio_has_ffmpeg(void);
 /* Average `channels` interleaved channels of `frames` frames into mono (mono[i] = mean over channels). */
 void audio_downmix(float *mono, const float *interleaved, int64_t frames, int channels);
 
-/* Resample mono f32 from `rate` to 16 kHz (libswresample, default filter; copy when rate == 16000).
- * *out is malloc'ed (free()), *n_out its length. Fails with OMNI_ERR_UNSUPPORTED without FFmpeg. */
+/* Resample mono f32 from `rate` to 16 kHz: libswresample (default filter) in FFmpeg builds, else
+ * audio_resample_sinc; a copy when rate == 16000. *out is malloc'ed (free()), *n_out its length. */
 omni_status audio_resample(const float *in, int64_t n, int rate, float **out, int64_t *n_out);
+
+/* The resampler of builds without FFmpeg (always compiled, for tests): polyphase Kaiser-windowed sinc,
+ * 16 zero crossings, cutoff 0.97 of the narrower Nyquist; ceil(n · 16000 / rate) output samples. */
+omni_status audio_resample_sinc(const float *in, int64_t n, int rate, float **out, int64_t *n_out);
 
 /* ---- log-mel --------------------------------------------------------------------------------------------- */
 

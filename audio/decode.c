@@ -260,16 +260,11 @@ omni_status audio_resample(const float *in, int64_t n, int rate, float **out, in
 }
 #else
 omni_status audio_resample(const float *in, int64_t n, int rate, float **out, int64_t *n_out) {
-    *out = NULL;
-    *n_out = 0;
-    if (rate != AUDIO_SAMPLE_RATE)
-        return omni_fail(OMNI_ERR_UNSUPPORTED, "audio: %d Hz input needs resampling, which needs a build with FFmpeg",
-                         rate);
-    float *y = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
-    if (!y) return omni_fail(OMNI_ERR_NOMEM, "audio: out of memory");
-    memcpy(y, in, (size_t)n * sizeof(float));
-    *out = y;
-    *n_out = n;
+    if (rate != AUDIO_SAMPLE_RATE) return audio_resample_sinc(in, n, rate, out, n_out);
+    *out = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
+    *n_out = *out ? n : 0;
+    if (!*out) return omni_fail(OMNI_ERR_NOMEM, "audio: out of memory");
+    memcpy(*out, in, (size_t)n * sizeof(float));
     return OMNI_OK;
 }
 #endif
