@@ -59,7 +59,8 @@ omni_status audio_resample_sinc(const float *in, int64_t n, int rate, float **ou
     *n_out = 0;
     if (rate <= 0 || n < 0) return omni_fail(OMNI_ERR_INPUT, "audio: invalid sample rate %d", rate);
     int64_t g = gcd64(AUDIO_SAMPLE_RATE, rate), up = AUDIO_SAMPLE_RATE / g, down = rate / g;
-    if (up > 1 << 20) return omni_fail(OMNI_ERR_UNSUPPORTED, "audio: sample rate %d has no small ratio to 16 kHz", rate);
+    if (up > 1 << 20)
+        return omni_fail(OMNI_ERR_UNSUPPORTED, "audio: sample rate %d has no small ratio to 16 kHz", rate);
     double fc = 0.97 * (rate > AUDIO_SAMPLE_RATE ? (double)AUDIO_SAMPLE_RATE / rate : 1.0);
     int half = (int)ceil(RS_ZERO_CROSSINGS / fc), taps = 2 * half;
     int64_t m = (n * up + down - 1) / down; /* ceil(n · 16000 / rate) */
