@@ -273,6 +273,7 @@ static void check_bad_inputs(void) {
     snprintf(p, sizeof p, "/tmp/omni_aud_zero_%d.wav", pid);
     CHECK(write_wav(p, SF_FORMAT_PCM_16, NULL, 0, 1, 16000) == 0, "write zero-length wav");
     expect_input_error("zero-length audio", p);
+    unlink(p);
     float x[1600];
     for (int i = 0; i < 1600; i++) x[i] = 0.1f * sinf(0.1f * i);
     x[777] = NAN;
