@@ -21,7 +21,6 @@
 #include "vision/vision.h"
 
 #define LN_EPS 1e-6f
-#define ATT_BLOCK 512 /* query rows per score block in attention_gemm: scores use ATT_BLOCK * N floats */
 
 typedef struct {
     omni_tensor n1w, n1b, n2w, n2b, qkv_w, qkv_b, proj_w, proj_b, fc1_w, fc1_b, fc2_w, fc2_b;
@@ -249,13 +248,11 @@ const vision_config *vision_tower_config(const vision_tower *t) { return &t->cfg
 
 typedef struct {
     float *x, *xn, *qkv, *att, *tmp, *mlp, *cos, *sin; /* [N,D] [N,D] [N,3D] [N,D] [N,D] [N,max(I,M)] [N,hd] [N,hd] */
-    float *qh, *kh, *vt, *s, *oh;                       /* one head: [N,hd] [N,hd] [hd,N] [ATT_BLOCK,N] [hd,ATT_BLOCK] */
     int *row, *col;                                     /* [N] full-resolution patch coordinates */
 } work;
 
 static void work_free(work *w) {
     free(w->x), free(w->xn), free(w->qkv), free(w->att), free(w->tmp), free(w->mlp), free(w->cos), free(w->sin);
-    free(w->qh), free(w->kh), free(w->vt), free(w->s), free(w->oh);
     free(w->row), free(w->col);
 }
 
@@ -266,12 +263,8 @@ static omni_status work_alloc(work *w, const vision_config *c, int N) {
     w->qkv = malloc(sizeof(float) * n * 3 * D), w->att = malloc(sizeof(float) * n * D);
     w->tmp = malloc(sizeof(float) * n * D), w->mlp = malloc(sizeof(float) * n * (I > M ? I : M));
     w->cos = malloc(sizeof(float) * n * hd), w->sin = malloc(sizeof(float) * n * hd);
-    w->qh = malloc(sizeof(float) * n * hd), w->kh = malloc(sizeof(float) * n * hd);
-    w->vt = malloc(sizeof(float) * n * hd), w->s = malloc(sizeof(float) * n * (n < ATT_BLOCK ? n : ATT_BLOCK));
-    w->oh = malloc(sizeof(float) * hd * (n < ATT_BLOCK ? n : ATT_BLOCK));
     w->row = malloc(sizeof(int) * n), w->col = malloc(sizeof(int) * n);
-    if (!w->x || !w->xn || !w->qkv || !w->att || !w->tmp || !w->mlp || !w->cos || !w->sin || !w->row || !w->col ||
-        !w->qh || !w->kh || !w->vt || !w->s || !w->oh) {
+    if (!w->x || !w->xn || !w->qkv || !w->att || !w->tmp || !w->mlp || !w->cos || !w->sin || !w->row || !w->col) {
         work_free(w);
         return omni_fail(OMNI_ERR_NOMEM, "out of memory encoding %d patches", N);
     }
@@ -337,30 +330,12 @@ static void rope_tables(const vision_tower *t, const int *row, const int *col, i
     }
 }
 
-/* Bidirectional attention over the image's N patches, head by head, as GEMMs (op_matmul_f32): the same math as
- * op_attention (S = Q_h K_hᵀ · scale, row softmax, O_h = S V_h) but BLAS-speed for long sequences, which the
- * vision tower always has (4096 patches for a 1024-token image). qkv rows: [q (D) | k (D) | v (D)]. */
-static void attention_gemm(const vision_config *c, work *w, int N) {
-    const int D = c->hidden, hd = c->head_dim;
-    const float scale = 1.0f / sqrtf((float)hd);
-    for (int h = 0; h < c->n_heads; h++) {
-        for (int n = 0; n < N; n++) {
-            const float *r = w->qkv + (size_t)n * 3 * D + (size_t)h * hd;
-            memcpy(w->qh + (size_t)n * hd, r, sizeof(float) * hd);
-            memcpy(w->kh + (size_t)n * hd, r + D, sizeof(float) * hd);
-            for (int d = 0; d < hd; d++) w->vt[(size_t)d * N + n] = r[2 * D + d];
-        }
-        for (int b0 = 0; b0 < N; b0 += ATT_BLOCK) {
-            const int nb = N - b0 < ATT_BLOCK ? N - b0 : ATT_BLOCK;
-            op_matmul_f32(w->s, w->qh + (size_t)b0 * hd, w->kh, nb, N, hd); /* [nb, N] */
-            op_scale(w->s, scale, (int64_t)nb * N);
-#pragma omp parallel for schedule(static) if ((int64_t)nb * N > 65536)
-            for (int r = 0; r < nb; r++) op_softmax(w->s + (size_t)r * N, 1, N);
-            op_matmul_f32(w->oh, w->vt, w->s, hd, nb, N); /* O_hᵀ [hd, nb]: nb output columns parallelise better */
-            for (int r = 0; r < nb; r++)
-                for (int d = 0; d < hd; d++) w->att[(size_t)(b0 + r) * D + (size_t)h * hd + d] = w->oh[(size_t)d * nb + r];
-        }
-    }
+/* Bidirectional attention over the image's N patches (op_attention takes the blocked sgemm path at this length).
+ * qkv rows: [q (D) | k (D) | v (D)], heads of hd contiguous values. */
+static void attention(const vision_config *c, work *w, int N) {
+    const int D = c->hidden, H = c->n_heads, hd = c->head_dim;
+    op_attention(w->att, D, w->qkv, 3 * D, w->qkv + D, 3 * D, w->qkv + 2 * D, 3 * D, N, N, H, H, hd,
+                 1.0f / sqrtf((float)hd), -1);
 }
 
 static void run_block(const vision_tower *t, const vis_block *b, work *w, int N) {
@@ -370,7 +345,7 @@ static void run_block(const vision_tower *t, const vis_block *b, work *w, int N)
     op_linear(w->qkv, w->xn, N, &b->qkv_w, &b->qkv_b);
     op_rope_neox(w->qkv, N, H, hd, 3 * D, w->cos, w->sin);
     op_rope_neox(w->qkv + D, N, H, hd, 3 * D, w->cos, w->sin);
-    attention_gemm(c, w, N);
+    attention(c, w, N);
     op_linear(w->tmp, w->att, N, &b->proj_w, &b->proj_b);
     op_add(w->x, w->tmp, (int64_t)N * D);
     op_layernorm(w->xn, w->x, &b->n2w, &b->n2b, N, D, LN_EPS);

@@ -9,6 +9,7 @@
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
+#include <string.h>
 
 static int g_threads = 0;
 
@@ -241,10 +242,56 @@ void op_topk(const float *x, int n, int k, int *idx, float *val) {
 
 /* ---- attention ----------------------------------------------------------------------------------------- */
 
+/* Long sequences: per (head, block of ATT_QB queries) S = Q Kᵀ·scale and O = softmax(S) V with sgemm, masked
+ * entries -inf. Returns 0 if the scratch could not be allocated (the caller then uses the streaming loop). */
+#define ATT_QB 128
+static int attention_blocked(float *out, int64_t ldo, const float *q, int64_t ldq, const float *k, int64_t ldk,
+                             const float *v, int64_t ldv, int Tq, int Tk, int Hq, int Hkv, int D, float scale,
+                             int causal_offset) {
+    int group = Hq / Hkv, nqb = (Tq + ATT_QB - 1) / ATT_QB, ok = 1;
+#pragma omp parallel
+    {
+        float *S = malloc(sizeof(float) * (size_t)ATT_QB * Tk);
+        if (!S) {
+#pragma omp atomic write
+            ok = 0;
+        }
+#pragma omp barrier
+#pragma omp for collapse(2) schedule(dynamic, 1)
+        for (int h = 0; h < Hq; h++) {
+            for (int b = 0; b < nqb; b++) {
+                if (!ok) continue;
+                int i0 = b * ATT_QB, nq = Tq - i0 < ATT_QB ? Tq - i0 : ATT_QB, kh = h / group;
+                int nk = causal_offset < 0 ? Tk : i0 + nq + causal_offset; /* keys any row of the block sees */
+                if (nk > Tk) nk = Tk;
+                if (nk <= 0) {
+                    for (int r = 0; r < nq; r++) memset(out + (int64_t)(i0 + r) * ldo + (int64_t)h * D, 0, sizeof(float) * D);
+                    continue;
+                }
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, nk, D, scale, q + (int64_t)i0 * ldq + (int64_t)h * D,
+                            (int)ldq, k + (int64_t)kh * D, (int)ldk, 0.f, S, nk);
+                for (int r = 0; r < nq; r++) {
+                    float *row = S + (int64_t)r * nk;
+                    if (causal_offset >= 0)
+                        for (int j = i0 + r + causal_offset + 1; j < nk; j++) row[j] = -INFINITY;
+                    softmax_row(row, nk);
+                }
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, D, nk, 1.f, S, nk, v + (int64_t)kh * D, (int)ldv,
+                            0.f, out + (int64_t)i0 * ldo + (int64_t)h * D, (int)ldo);
+            }
+        }
+        free(S);
+    }
+    return ok;
+}
+
 void op_attention(float *out, int64_t ldo, const float *q, int64_t ldq, const float *k, int64_t ldk,
                   const float *v, int64_t ldv, int Tq, int Tk, int Hq, int Hkv, int D, float scale,
                   int causal_offset) {
     int group = Hq / Hkv;
+    if (Tq >= 16 && Tk >= 64 &&
+        attention_blocked(out, ldo, q, ldq, k, ldk, v, ldv, Tq, Tk, Hq, Hkv, D, scale, causal_offset))
+        return;
     /* One pass with an online softmax (running max m, running sum l, output rescaled when m grows): no scratch. */
 #pragma omp parallel for collapse(2) schedule(dynamic, 4) if ((double)Tq * Tk * Hq * D > 262144.0)
     for (int h = 0; h < Hq; h++) {

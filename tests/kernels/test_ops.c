@@ -804,10 +804,12 @@ static void attn_case(attn_cfg a) {
 }
 
 static void test_attention(void) {
-    static const int T[][2] = {{1, 1}, {1, 19}, {19, 19}, {5, 33}, {33, 33}, {7, 127}, {0, 5}};
+    /* the last three take the blocked sgemm path (Tq >= 16, Tk >= 64), 150 spans two query blocks of 128 */
+    static const int T[][2] = {{1, 1}, {1, 19}, {19, 19}, {5, 33}, {33, 33}, {7, 127}, {0, 5}, {17, 64}, {150, 150},
+                               {20, 300}};
     static const int H[][2] = {{2, 2}, {4, 2}, {4, 1}, {8, 2}}; /* GQA ratios 1, 2, 4, 4 */
     static const int Ds[] = {7, 64, 128};
-    for (int t = 0; t < 7; t++)
+    for (int t = 0; t < 10; t++)
         for (int h = 0; h < 4; h++)
             for (int d = 0; d < 3; d++) {
                 int Tq = T[t][0], Tk = T[t][1];
