@@ -35,7 +35,7 @@ omni_status omni_args_prompt(const omni_args *a, char **out) {
     *out = NULL;
     if (a->prompt_file) {
         size_t len;
-        *out = llm_read_file(a->prompt_file, &len);
+        *out = omni_read_file(a->prompt_file, &len);
         if (!*out) return omni_fail(OMNI_ERR_INPUT, "cannot read prompt file %s: %s", a->prompt_file, strerror(errno));
         if (memchr(*out, 0, len)) {
             free(*out);

@@ -61,27 +61,11 @@ static void json_int(const cJSON *o, const char *key, int *v) {
     if (cJSON_IsNumber(x)) *v = (int)x->valuedouble;
 }
 
-static char *read_text(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = n >= 0 ? malloc((size_t)n + 1) : NULL;
-    if (s && fread(s, 1, (size_t)n, f) != (size_t)n) {
-        free(s);
-        s = NULL;
-    }
-    if (s) s[n] = 0;
-    fclose(f);
-    return s;
-}
-
 omni_status audio_tower_config_read(const char *model_dir, audio_tower_config *cfg) {
     *cfg = audio_tower_default_config();
     char path[4096];
     snprintf(path, sizeof path, "%s/config.json", model_dir);
-    char *text = read_text(path);
+    char *text = omni_read_file(path, NULL);
     if (!text) return omni_fail(OMNI_ERR_MODEL, "audio tower: cannot read %s", path);
     cJSON *root = cJSON_Parse(text);
     free(text);

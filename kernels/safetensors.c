@@ -227,23 +227,10 @@ static omni_status add_shard_path(omni_ckpt *c, const char *dir, const char *fil
     return OMNI_OK;
 }
 
-static char *read_small_file(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = n >= 0 ? malloc((size_t)n + 1) : NULL;
-    if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) { free(buf); buf = NULL; }
-    fclose(f);
-    if (buf) { buf[n] = 0; *len = (size_t)n; }
-    return buf;
-}
-
 /* Shards named by model.safetensors.index.json; also returns the parsed weight_map to verify later. */
 static omni_status shards_from_index(omni_ckpt *c, const char *dir, const char *index_path, cJSON **map_out) {
     size_t len;
-    char *txt = read_small_file(index_path, &len);
+    char *txt = omni_read_file(index_path, &len);
     if (!txt) return omni_fail(OMNI_ERR_MODEL, "cannot read %s", index_path);
     cJSON *root = cJSON_ParseWithLength(txt, len);
     free(txt);

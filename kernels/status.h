@@ -48,6 +48,11 @@ void omni_log(int level, const char *fmt, ...)
 #endif
     ;
 
+/* Read a whole regular file into a malloc'ed, NUL-terminated buffer (*len = bytes, may be NULL).
+ * NULL on failure with errno set (EISDIR for a directory). */
+#include <stddef.h>
+char *omni_read_file(const char *path, size_t *len);
+
 /* Monotonic clock in milliseconds (for timings). */
 double omni_time_ms(void);
 

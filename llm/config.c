@@ -8,24 +8,6 @@
 #include <string.h>
 #include <sys/stat.h>
 
-char *llm_read_file(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    struct stat st;
-    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
-        fclose(f);
-        errno = EISDIR;
-        return NULL;
-    }
-    char *buf = malloc((size_t)st.st_size + 1);
-    size_t n = buf ? fread(buf, 1, (size_t)st.st_size, f) : 0;
-    fclose(f);
-    if (!buf) return NULL;
-    buf[n] = 0;
-    if (len) *len = n;
-    return buf;
-}
-
 static const cJSON *obj(const cJSON *o, const char *k) { return o ? cJSON_GetObjectItemCaseSensitive(o, k) : NULL; }
 
 static int get_int(const cJSON *o, const char *k, int *out) {
@@ -187,7 +169,7 @@ static omni_status parse_root(cJSON *root, llm_config *c) {
 static void read_generation_config(const char *dir, llm_config *c) {
     char path[4096];
     snprintf(path, sizeof path, "%s/generation_config.json", dir);
-    char *txt = llm_read_file(path, NULL);
+    char *txt = omni_read_file(path, NULL);
     if (!txt) return;
     cJSON *g = cJSON_Parse(txt);
     free(txt);
@@ -209,7 +191,7 @@ omni_status llm_config_load(const char *dir, llm_config *c) {
     char path[4096];
     snprintf(path, sizeof path, "%s/config.json", dir);
     size_t len;
-    char *txt = llm_read_file(path, &len);
+    char *txt = omni_read_file(path, &len);
     if (!txt) return omni_fail(OMNI_ERR_MODEL, "cannot read %s: %s", path, strerror(errno));
     c->root = cJSON_ParseWithLength(txt, len);
     free(txt);

@@ -48,9 +48,6 @@ void llm_config_free(llm_config *cfg);
 
 int llm_config_is_eos(const llm_config *cfg, int id);
 
-/* Read a whole small file into a malloc'ed NUL-terminated buffer (NULL on failure, errno set). */
-char *llm_read_file(const char *path, size_t *len);
-
 #ifdef __cplusplus
 }
 #endif

@@ -25,22 +25,6 @@ vision_prep_params vision_prep_default_params(void) {
     return p;
 }
 
-static char *slurp_text(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    rewind(f);
-    char *s = n >= 0 ? malloc((size_t)n + 1) : NULL;
-    if (s && fread(s, 1, (size_t)n, f) != (size_t)n) {
-        free(s);
-        s = NULL;
-    }
-    if (s) s[n] = 0;
-    fclose(f);
-    return s;
-}
-
 static void json_int(const cJSON *o, const char *key, int64_t *dst) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
     if (cJSON_IsNumber(v)) *dst = (int64_t)v->valuedouble;
@@ -57,7 +41,7 @@ static void json_float3(const cJSON *o, const char *key, float *dst) {
 omni_status vision_prep_load_config(const char *model_dir, vision_prep_params *p) {
     char path[4096];
     snprintf(path, sizeof(path), "%s/preprocessor_config.json", model_dir);
-    char *text = slurp_text(path);
+    char *text = omni_read_file(path, NULL);
     if (!text) return OMNI_OK;
     cJSON *root = cJSON_Parse(text);
     free(text);

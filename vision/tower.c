@@ -42,22 +42,6 @@ struct vision_tower {
 
 /* ---- config ------------------------------------------------------------------------------------------------ */
 
-static char *slurp(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    rewind(f);
-    char *s = n >= 0 ? malloc((size_t)n + 1) : NULL;
-    if (s && fread(s, 1, (size_t)n, f) != (size_t)n) {
-        free(s);
-        s = NULL;
-    }
-    if (s) s[n] = 0;
-    fclose(f);
-    return s;
-}
-
 static int jint(const cJSON *o, const char *k, int def) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
     return cJSON_IsNumber(v) ? v->valueint : def;
@@ -104,7 +88,7 @@ static omni_status parse_vision_config(const cJSON *vc, vision_config *c) {
 static omni_status read_config(const char *model_dir, vision_config *c) {
     char path[4096];
     snprintf(path, sizeof path, "%s/config.json", model_dir);
-    char *text = slurp(path);
+    char *text = omni_read_file(path, NULL);
     if (!text) return omni_fail(OMNI_ERR_MODEL, "cannot read %s", path);
     cJSON *root = cJSON_Parse(text);
     free(text);

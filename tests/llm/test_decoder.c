@@ -121,7 +121,7 @@ static void run_case(llm_model *m, llm_tokenizer *tok, const char *dir, const cJ
 static void run_model(const char *dir) {
     char path[4400];
     snprintf(path, sizeof path, "%s/expected.json", dir);
-    char *txt = llm_read_file(path, NULL);
+    char *txt = omni_read_file(path, NULL);
     if (!txt) return; /* not a fixture dir */
     cJSON *exp = cJSON_Parse(txt);
     free(txt);

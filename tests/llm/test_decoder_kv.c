@@ -67,7 +67,7 @@ int main(void) {
     CHECK(llm_model_load(FIX, &g_m) == OMNI_OK, "load: %s", omni_last_error());
     if (!g_m) return check_exit();
     g_V = llm_model_config(g_m)->vocab;
-    char *txt = llm_read_file(FIX "/expected.json", NULL);
+    char *txt = omni_read_file(FIX "/expected.json", NULL);
     cJSON *e = cJSON_Parse(txt);
     free(txt);
     const cJSON *c, *ids_j = NULL;

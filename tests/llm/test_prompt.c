@@ -33,7 +33,7 @@ static int to_parts(const cJSON *msg, llm_part *parts, int cap) {
 }
 
 static void run_file(const char *path) {
-    char *txt = llm_read_file(path, NULL);
+    char *txt = omni_read_file(path, NULL);
     CHECK(txt != NULL, "cannot read %s", path);
     if (!txt) return;
     cJSON *cases = cJSON_Parse(txt);
