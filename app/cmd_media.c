@@ -51,16 +51,8 @@ void ask_defaults(omni_args *a) {
     a->n_predict = 1024;
 }
 
+/* generate with the Omni defaults; audio is required. */
 omni_status cmd_ask(const omni_args *a, volatile int *intr) {
     if (a->n_audios == 0) return omni_fail(OMNI_ERR_USAGE, "usage: omni ask -m MODEL --audio FILE \"question\"");
-    omni_session s;
-    omni_status st = omni_open_and_prefill(&s, a, a->n_predict, intr);
-    if (!st) st = session_generate(&s, a->n_predict, 0, NULL, NULL);
-    if (!st) {
-        fputc('\n', stdout);
-        fflush(stdout);
-        session_print_perf(&s);
-    }
-    session_close(&s);
-    return st;
+    return cmd_generate(a, intr);
 }
