@@ -22,14 +22,14 @@ static int has_config(const char *dir) {
 
 /* Snapshot directory of a models--Org--Name cache dir. */
 static omni_status cache_snapshot(const char *cache_dir, char *out, size_t cap) {
-    char p[4096], ref[256] = {0};
+    char p[4096], ref[128] = {0};
     snprintf(p, sizeof p, "%s/refs/main", cache_dir);
     FILE *f = fopen(p, "r");
     if (f) {
         if (fgets(ref, sizeof ref, f)) ref[strcspn(ref, "\r\n \t")] = 0;
         fclose(f);
     }
-    if (ref[0]) {
+    if (ref[0] && strlen(cache_dir) + strlen(ref) + 12 < cap) {
         snprintf(out, cap, "%s/snapshots/%s", cache_dir, ref);
         if (is_dir(out)) return OMNI_OK;
     }
