@@ -41,7 +41,7 @@ static omni_status cache_snapshot(const char *cache_dir, char *out, size_t cap) 
     out[0] = 0;
     while ((de = readdir(d))) { /* newest snapshot if refs/main is missing */
         if (de->d_name[0] == '.') continue;
-        char s[4096];
+        char s[4096 + 256];
         struct stat st;
         snprintf(s, sizeof s, "%s/%s", p, de->d_name);
         if (stat(s, &st) == 0 && S_ISDIR(st.st_mode) && st.st_mtime >= best) {
