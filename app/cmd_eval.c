@@ -55,7 +55,7 @@ static int cmp_double(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-static void report(const omni_args *a, const char *mode, kl_stats *k, int n_tokens) {
+static void report(const omni_args *a, const char *mode, kl_stats *k, int n_tokens, int chunk) {
     double mean = 0;
     for (int i = 0; i < k->n; i++) mean += k->kl[i];
     mean /= k->n;
@@ -66,7 +66,7 @@ static void report(const omni_args *a, const char *mode, kl_stats *k, int n_toke
     if (a->json) {
         printf("{\"mode\": \"%s\", \"ref\": \"bf16\", \"tokens\": %d, \"chunk\": %d, \"mean_kl\": %.6g, "
                "\"p99_kl\": %.6g, \"top1_agree\": %.6f, \"ppl_ref\": %.6g, \"ppl_mode\": %.6g}\n",
-               mode, n_tokens, a->top_n > 0 ? a->top_n : 1, mean, p99, (double)k->agree / k->n, ppl_ref, ppl_mode);
+               mode, n_tokens, chunk, mean, p99, (double)k->agree / k->n, ppl_ref, ppl_mode);
         return;
     }
     printf("| mode | tokens | mean KL | p99 KL | top-1 agree | PPL bf16 | PPL mode |\n");
@@ -130,8 +130,7 @@ omni_status cmd_eval(const omni_args *a, volatile int *intr) {
     if (!st && !*intr) {
         char name[64];
         kv_format_name(kv_layer_format(kv, 0), name, sizeof name);
-        args.top_n = chunk;
-        report(&args, name, &k, n);
+        report(&args, name, &k, n, chunk);
     }
     free(k.kl);
     kv_free(ref);
