@@ -198,6 +198,11 @@ static omni_status expand_media(const omni_session *s, const int32_t *ids, int n
                 else next_aud = k + 1;
                 break;
             }
+        if (!m) { /* cannot happen after the count check above; keep the invariant explicit */
+            free(e->ids);
+            e->ids = NULL;
+            return omni_fail(OMNI_ERR_RUNTIME, "internal: no media item for placeholder %d", i);
+        }
         llm_span *sp = &e->spans[e->n_spans++];
         *sp = (llm_span){o, m->n_tokens, m->embd, m->n_deepstack, {0}};
         for (int d = 0; d < m->n_deepstack; d++) sp->deepstack[d] = m->deepstack[d];
