@@ -16,6 +16,8 @@
 
 _Static_assert(KV_GROUP == KVQ_G, "block size");
 
+#define KV_HEADS_PER_PASS 8 /* query heads of one GQA group attended together (scratch is sized for this many) */
+
 typedef struct {
     int quant;             /* K and V quantized in blocks beyond the window */
     int kbits, vbits;      /* when quant */
@@ -185,8 +187,10 @@ static omni_status alloc_scratch(kv_cache *c) {
     int T = c->p.max_chunk, D = c->D;
     c->n_threads = omp_get_max_threads();
     if (c->n_threads < 1) c->n_threads = 1;
-    /* per thread: q~ [D], acc [D], w [32], scores [max_tokens + max_chunk], gather K/V + tmp [3][32][D] */
-    c->thr_floats = (size_t)2 * D + KV_GROUP + (size_t)c->p.max_tokens + T + (size_t)3 * KV_GROUP * D;
+    /* per thread (see kv_thr): q~ and acc [KV_HEADS_PER_PASS][D], block [32][D], scores [KV_HEADS_PER_PASS]
+     * [max_tokens + max_chunk]; the flush reuses the scores area for K/V/tmp blocks [3][32][D]. */
+    size_t sc = (size_t)KV_HEADS_PER_PASS * ((size_t)c->p.max_tokens + T);
+    c->thr_floats = (size_t)2 * KV_HEADS_PER_PASS * D + (size_t)KV_GROUP * D + (sc > (size_t)3 * KV_GROUP * D ? sc : (size_t)3 * KV_GROUP * D);
     c->thr_floats = (c->thr_floats + 15) & ~(size_t)15;
     c->thr = malloc(c->thr_floats * c->n_threads * sizeof(float));
     c->ck = malloc((size_t)T * c->Hkv * D * sizeof(float));
@@ -433,9 +437,14 @@ void kv_format_line(const kv_cache *c, char *buf, int cap) {
              u.k_bytes / mib, tensor_type(c, 1), u.v_bytes / mib);
 }
 
-/* ---------------------------------------------------------------- attention */
+/* ---------------------------------------------------------------- attention
+ * One task = one new token t and one KV head g, for up to KV_HEADS_PER_PASS query heads of g's GQA group at a time:
+ * each history block is turned into f32 rows once (pointer for f32 pages, bf16 -> f32, or dequantized into a
+ * 32 x D buffer) and used by every head of the pass. Scores: scale * (q~ . k_j) with dot_f32 for every key
+ * (history and chunk alike, so the f32 format is exact and split-invariant), softmax in f32 (max-subtracted,
+ * sequential sum), values accumulated in key order, output divided by the sum, un-rotated. */
 
-/* 8 partial sums in a fixed order (deterministic, vectorizable by hand-unrolling). */
+/* 8 partial sums in a fixed order (deterministic; vectorizes). */
 static float dot_f32(const float *a, const float *b, int n) {
     float s[8] = {0};
     int i = 0;
@@ -445,118 +454,101 @@ static float dot_f32(const float *a, const float *b, int n) {
     return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
 }
 
-static float dot_bf16(const float *a, const uint16_t *b, int n) {
-    float s[8] = {0};
-    int i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int k = 0; k < 8; k++) s[k] += a[i + k] * omni_bf16_to_f32(b[i + k]);
-    for (; i < n; i++) s[i & 7] += a[i] * omni_bf16_to_f32(b[i]);
-    return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+static void axpy_f32(float *acc, float w, const float *x, int n) {
+    for (int i = 0; i < n; i++) acc[i] += w * x[i];
 }
 
-static float dot_raw(const float *q, const uint8_t *row, int esz, int n) {
-    return esz == 4 ? dot_f32(q, (const float *)row, n) : dot_bf16(q, (const uint16_t *)row, n);
+static void bf16_rows(float *dst, const uint16_t *src, int64_t n) {
+    for (int64_t i = 0; i < n; i++) dst[i] = omni_bf16_to_f32(src[i]);
 }
 
-static void axpy_raw(float *acc, float w, const uint8_t *row, int esz, int n) {
-    if (esz == 4) {
-        const float *r = (const float *)row;
-        for (int i = 0; i < n; i++) acc[i] += w * r[i];
-    } else {
-        const uint16_t *r = (const uint16_t *)row;
-        for (int i = 0; i < n; i++) acc[i] += w * omni_bf16_to_f32(r[i]);
+/* Block b (K if v == 0, else V) of one layer/head in the committed state as f32 rows [32][D] (n valid rows):
+ * a pointer into an f32 page or buf filled by conversion / dequantization. */
+static const float *block_rows(const kv_cache *c, const kv_seq *s, int layer, int g, int b, int v, int n, float *buf) {
+    const kv_layer *y = &c->lay[layer];
+    const int D = c->D, esz = v ? y->vesz : y->kesz;
+    const size_t head = (size_t)KV_GROUP * D * esz;
+    if (y->quant && b < s->nq) {
+        const uint8_t *src = page_ptr(&c->qnt, s->qp[b]) + (v ? y->q_v + (size_t)g * y->q_vh : y->q_k + (size_t)g * y->q_kh);
+        if (v) kvq_dequant_values(src, D, y->vbits, buf);
+        else kvq_dequant_keys(src, D, y->kbits, c->fmt[layer].scale, buf);
+        if (b == 0 && c->S > 0) /* sinks: exact bf16 rows from the raw page kept for block 0 */
+            bf16_rows(buf, (const uint16_t *)(page_ptr(&c->raw, s->raw[0]) + (v ? y->raw_v : y->raw_k) + (size_t)g * head),
+                      (int64_t)c->S * D);
+        return buf;
     }
+    const uint8_t *src = b < s->nq /* a non-quantized layer inside a quantizing cache: raw layout in the quant page */
+                             ? page_ptr(&c->qnt, s->qp[b]) + (v ? y->q_v : y->q_k) + (size_t)g * head
+                             : page_ptr(&c->raw, s->raw[b]) + (v ? y->raw_v : y->raw_k) + (size_t)g * head;
+    if (esz == 4) return (const float *)src;
+    bf16_rows(buf, (const uint16_t *)src, (int64_t)n * D);
+    return buf;
 }
 
-/* Raw rows [32][D] of block b (K or V) of one layer/head in the committed state, with element size. */
-static const uint8_t *raw_block(const kv_cache *c, const kv_seq *s, int layer, int g, int b, int v, int *esz) {
-    const kv_layer *y = &c->lay[layer];
-    *esz = v ? y->vesz : y->kesz;
-    size_t head = (size_t)KV_GROUP * c->D * *esz;
-    if (b < s->nq) /* a non-quantized layer inside a quantizing cache: raw layout in the quant page */
-        return page_ptr(&c->qnt, s->qp[b]) + (v ? y->q_v : y->q_k) + (size_t)g * head;
-    return page_ptr(&c->raw, s->raw[b]) + (v ? y->raw_v : y->raw_k) + (size_t)g * head;
+/* Scratch of one thread: q~ [P][D], acc [P][D], block buffer [32][D], scores [P][max_tokens + max_chunk]. */
+typedef struct {
+    float *q, *acc, *blk, *sc;
+    size_t ld; /* row stride of sc */
+} kv_thr;
+
+static kv_thr thr_view(const kv_cache *c, int tid) {
+    kv_thr t;
+    float *base = c->thr + (size_t)tid * c->thr_floats;
+    t.q = base;
+    t.acc = t.q + (size_t)KV_HEADS_PER_PASS * c->D;
+    t.blk = t.acc + (size_t)KV_HEADS_PER_PASS * c->D;
+    t.sc = t.blk + (size_t)KV_GROUP * c->D;
+    t.ld = (size_t)c->p.max_tokens + c->p.max_chunk;
+    return t;
 }
 
-static const uint8_t *quant_block(const kv_cache *c, const kv_seq *s, int layer, int g, int b, int v) {
-    const kv_layer *y = &c->lay[layer];
-    return page_ptr(&c->qnt, s->qp[b]) + (v ? y->q_v + (size_t)g * y->q_vh : y->q_k + (size_t)g * y->q_kh);
-}
-
-/* sc[0..L) = scale * q . k_j over the stored history. */
-static void history_scores(const kv_cache *c, const kv_seq *s, int layer, int g, const float *q, float scale,
-                           float *sc) {
-    const kv_layer *y = &c->lay[layer];
-    const int D = c->D;
-    int nb = (int)ceil_div(s->len, KV_GROUP), esz;
-    for (int b = 0; b < nb; b++) {
-        float *o = sc + (size_t)b * KV_GROUP;
-        int n = s->len - (int64_t)b * KV_GROUP < KV_GROUP ? (int)(s->len - (int64_t)b * KV_GROUP) : KV_GROUP;
-        if (y->quant && b < s->nq) {
-            kvq_key_scores(quant_block(c, s, layer, g, b, 0), D, y->kbits, c->fmt[layer].scale, q, o);
-            if (b == 0 && c->S > 0) {
-                const uint8_t *r = page_ptr(&c->raw, s->raw[0]) + y->raw_k + (size_t)g * KV_GROUP * D * 2;
-                for (int j = 0; j < c->S; j++) o[j] = dot_bf16(q, (const uint16_t *)r + (size_t)j * D, D);
-            }
-            for (int j = 0; j < KV_GROUP; j++) o[j] *= scale;
-        } else {
-            const uint8_t *r = raw_block(c, s, layer, g, b, 0, &esz);
-            for (int j = 0; j < n; j++) o[j] = scale * dot_raw(q, r + (size_t)j * D * esz, esz, D);
-        }
-    }
-}
-
-/* acc += sum_j w_j v_j over the stored history (w unnormalized softmax weights). */
-static void history_values(const kv_cache *c, const kv_seq *s, int layer, int g, const float *w, float *acc,
-                           float *w32) {
-    const kv_layer *y = &c->lay[layer];
-    const int D = c->D;
-    int nb = (int)ceil_div(s->len, KV_GROUP), esz;
-    for (int b = 0; b < nb; b++) {
-        const float *wb = w + (size_t)b * KV_GROUP;
-        int n = s->len - (int64_t)b * KV_GROUP < KV_GROUP ? (int)(s->len - (int64_t)b * KV_GROUP) : KV_GROUP;
-        if (y->quant && b < s->nq) {
-            if (b == 0 && c->S > 0) {
-                const uint8_t *r = page_ptr(&c->raw, s->raw[0]) + y->raw_v + (size_t)g * KV_GROUP * D * 2;
-                for (int j = 0; j < KV_GROUP; j++) w32[j] = j < c->S ? 0.0f : wb[j];
-                for (int j = 0; j < c->S; j++) axpy_raw(acc, wb[j], r + (size_t)j * D * 2, 2, D);
-                kvq_value_accum(quant_block(c, s, layer, g, b, 1), D, y->vbits, w32, acc);
-            } else {
-                kvq_value_accum(quant_block(c, s, layer, g, b, 1), D, y->vbits, wb, acc);
-            }
-        } else {
-            const uint8_t *r = raw_block(c, s, layer, g, b, 1, &esz);
-            for (int j = 0; j < n; j++) axpy_raw(acc, wb[j], r + (size_t)j * D * esz, esz, D);
-        }
-    }
-}
-
-/* One query row (token t of the batch, head h): out[D]. */
-static void attend_one(kv_cache *c, int layer, const int *ids, int t, int h, int Hq, const float *q, float scale,
-                       float *out, float *thr) {
-    const int D = c->D, Hkv = c->Hkv, g = h / (Hq / Hkv), si = c->tok_seq[t], i = c->tok_i[t];
+/* Query heads h0 .. h0+np-1 (all of KV head g) of batch token t. */
+static void attend_pass(kv_cache *c, int layer, const int *ids, int t, int g, int h0, int np, int Hq,
+                        const float *q, float scale, float *out, const kv_thr *w) {
+    const int D = c->D, Hkv = c->Hkv, si = c->tok_seq[t], i = c->tok_i[t], rot = c->fmt[layer].rotate;
     const kv_seq *s = &c->seqs[ids[si]];
-    const kv_format *f = &c->fmt[layer];
-    float *qb = thr, *acc = qb + D, *w32 = acc + D, *sc = w32 + KV_GROUP;
-    memcpy(qb, q + ((size_t)t * Hq + h) * D, (size_t)D * sizeof(float));
-    if (f->rotate) kvq_fwht(qb, D);
     const int64_t L = s->len, n = L + i + 1;
-    history_scores(c, s, layer, g, qb, scale, sc);
+    const int nb = (int)ceil_div(L, KV_GROUP);
     const float *ck = c->ck + ((size_t)c->seq_start[si] * Hkv + g) * D, *cv = c->cv + ((size_t)c->seq_start[si] * Hkv + g) * D;
-    for (int j = 0; j <= i; j++) sc[L + j] = scale * dot_f32(qb, ck + (size_t)j * Hkv * D, D);
-    float m = sc[0], sum = 0.0f;
-    for (int64_t j = 1; j < n; j++) m = sc[j] > m ? sc[j] : m;
-    for (int64_t j = 0; j < n; j++) {
-        sc[j] = expf(sc[j] - m);
-        sum += sc[j];
+    float inv[KV_HEADS_PER_PASS];
+    for (int p = 0; p < np; p++) {
+        memcpy(w->q + (size_t)p * D, q + ((size_t)t * Hq + h0 + p) * D, (size_t)D * sizeof(float));
+        if (rot) kvq_fwht(w->q + (size_t)p * D, D);
     }
-    memset(acc, 0, (size_t)D * sizeof(float));
-    history_values(c, s, layer, g, sc, acc, w32);
-    for (int j = 0; j <= i; j++) axpy_raw(acc, sc[L + j], (const uint8_t *)(cv + (size_t)j * Hkv * D), 4, D);
-    float inv = 1.0f / sum;
-    for (int d = 0; d < D; d++) acc[d] *= inv;
-    if (f->rotate) kvq_fwht(acc, D);
-    memcpy(out + ((size_t)t * Hq + h) * D, acc, (size_t)D * sizeof(float));
+    for (int b = 0; b < nb; b++) {
+        int nr = L - (int64_t)b * KV_GROUP < KV_GROUP ? (int)(L - (int64_t)b * KV_GROUP) : KV_GROUP;
+        const float *rows = block_rows(c, s, layer, g, b, 0, nr, w->blk);
+        for (int p = 0; p < np; p++)
+            for (int j = 0; j < nr; j++)
+                w->sc[p * w->ld + (size_t)b * KV_GROUP + j] = scale * dot_f32(w->q + (size_t)p * D, rows + (size_t)j * D, D);
+    }
+    for (int p = 0; p < np; p++) {
+        float *sc = w->sc + p * w->ld, m, sum = 0.0f;
+        for (int j = 0; j <= i; j++) sc[L + j] = scale * dot_f32(w->q + (size_t)p * D, ck + (size_t)j * Hkv * D, D);
+        m = sc[0];
+        for (int64_t j = 1; j < n; j++) m = sc[j] > m ? sc[j] : m;
+        for (int64_t j = 0; j < n; j++) {
+            sc[j] = expf(sc[j] - m);
+            sum += sc[j];
+        }
+        inv[p] = 1.0f / sum;
+    }
+    for (int p = 0; p < np; p++) memset(w->acc + (size_t)p * D, 0, (size_t)D * sizeof(float));
+    for (int b = 0; b < nb; b++) {
+        int nr = L - (int64_t)b * KV_GROUP < KV_GROUP ? (int)(L - (int64_t)b * KV_GROUP) : KV_GROUP;
+        const float *rows = block_rows(c, s, layer, g, b, 1, nr, w->blk);
+        for (int p = 0; p < np; p++)
+            for (int j = 0; j < nr; j++)
+                axpy_f32(w->acc + (size_t)p * D, w->sc[p * w->ld + (size_t)b * KV_GROUP + j], rows + (size_t)j * D, D);
+    }
+    for (int p = 0; p < np; p++) {
+        float *acc = w->acc + (size_t)p * D;
+        const float *sc = w->sc + p * w->ld;
+        for (int j = 0; j <= i; j++) axpy_f32(acc, sc[L + j], cv + (size_t)j * Hkv * D, D);
+        for (int d = 0; d < D; d++) acc[d] *= inv[p];
+        if (rot) kvq_fwht(acc, D);
+        memcpy(out + ((size_t)t * Hq + h0 + p) * D, acc, (size_t)D * sizeof(float));
+    }
 }
 
 /* ---------------------------------------------------------------- append + flush */
@@ -669,17 +661,22 @@ omni_status kv_forward(kv_cache *c, int layer, int n_seq, const int *seq_ids, co
     }
     if (T == 0) return OMNI_OK;
     load_chunk(c, layer, k, v, T);
-    const int ntask = T * n_q_heads;
+    const int gs = n_q_heads / c->Hkv, npass = (gs + KV_HEADS_PER_PASS - 1) / KV_HEADS_PER_PASS;
+    const int ntask = T * c->Hkv * npass;
 #pragma omp parallel for num_threads(c->n_threads) schedule(dynamic, 1)
-    for (int task = 0; task < ntask; task++)
-        attend_one(c, layer, seq_ids, task / n_q_heads, task % n_q_heads, n_q_heads, q, scale, out,
-                   c->thr + (size_t)omp_get_thread_num() * c->thr_floats);
+    for (int task = 0; task < ntask; task++) {
+        int t = task / (c->Hkv * npass), g = (task / npass) % c->Hkv, pass = task % npass;
+        int h0 = g * gs + pass * KV_HEADS_PER_PASS, np = gs - pass * KV_HEADS_PER_PASS;
+        kv_thr w = thr_view(c, omp_get_thread_num());
+        attend_pass(c, layer, seq_ids, t, g, h0, np < KV_HEADS_PER_PASS ? np : KV_HEADS_PER_PASS, n_q_heads, q, scale,
+                    out, &w);
+    }
     const int njob = n_seq * c->Hkv;
 #pragma omp parallel for num_threads(c->n_threads) schedule(dynamic, 1)
     for (int job = 0; job < njob; job++) {
         int si = job / c->Hkv, g = job % c->Hkv;
         kv_seq *s = &c->seqs[seq_ids[si]];
-        float *thr = c->thr + (size_t)omp_get_thread_num() * c->thr_floats + 2 * c->D + KV_GROUP;
+        float *thr = thr_view(c, omp_get_thread_num()).sc;
         append_raw(c, s, si, n_new[si], layer, g);
         flush_blocks(c, s, si, layer, g, thr);
     }

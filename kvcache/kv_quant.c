@@ -127,27 +127,46 @@ void kvq_quant_values(const float *v, int D, int bits, uint8_t *dst) {
     }
 }
 
-void kvq_dequant_keys(const uint8_t *src, int D, int bits, int use_norm, float *out) {
-    const int bpc = KVQ_G * bits / 8, per = 8 / bits, mask = (1 << bits) - 1;
-    const uint16_t *scale = (const uint16_t *)(src + (size_t)D * bpc), *mnv = scale + D, *norm = mnv + D;
-    for (int c = 0; c < D; c++) {
-        float sc = kvq_h2f(scale[c]), m = kvq_h2f(mnv[c]);
-        const uint8_t *cb = src + (size_t)c * bpc;
-        for (int j = 0; j < KVQ_G; j++) {
-            int q = (cb[j / per] >> ((j % per) * bits)) & mask;
-            float x = (float)q * sc + m;
-            out[(size_t)j * D + c] = use_norm ? kvq_h2f(norm[j]) * x : x;
+/* The 32 codes of 32*bits/8 packed bytes (LSB first) as floats. */
+static inline void unpack32(const uint8_t *p, int bits, float *codes) {
+    if (bits == 2) {
+        for (int i = 0; i < 8; i++) {
+            unsigned b = p[i];
+            codes[4 * i + 0] = (float)(b & 3u);
+            codes[4 * i + 1] = (float)((b >> 2) & 3u);
+            codes[4 * i + 2] = (float)((b >> 4) & 3u);
+            codes[4 * i + 3] = (float)(b >> 6);
+        }
+    } else {
+        for (int i = 0; i < 16; i++) {
+            unsigned b = p[i];
+            codes[2 * i + 0] = (float)(b & 15u);
+            codes[2 * i + 1] = (float)(b >> 4);
         }
     }
 }
 
+void kvq_dequant_keys(const uint8_t *src, int D, int bits, int use_norm, float *out) {
+    const int bpc = KVQ_G * bits / 8;
+    const uint16_t *scale = (const uint16_t *)(src + (size_t)D * bpc), *mnv = scale + D, *norm = mnv + D;
+    float nrm[KVQ_G], codes[KVQ_G];
+    for (int j = 0; j < KVQ_G; j++) nrm[j] = use_norm ? kvq_h2f(norm[j]) : 1.0f;
+    for (int c = 0; c < D; c++) {
+        float sc = kvq_h2f(scale[c]), m = kvq_h2f(mnv[c]);
+        unpack32(src + (size_t)c * bpc, bits, codes);
+        for (int j = 0; j < KVQ_G; j++) out[(size_t)j * D + c] = nrm[j] * (codes[j] * sc + m);
+    }
+}
+
 void kvq_dequant_values(const uint8_t *src, int D, int bits, float *out) {
-    const int bpt = D * bits / 8, per = 8 / bits, ng = D / KVQ_G, mask = (1 << bits) - 1;
+    const int bpt = D * bits / 8, ng = D / KVQ_G, bpg = KVQ_G * bits / 8;
     const uint16_t *scale = (const uint16_t *)(src + (size_t)KVQ_G * bpt), *mnv = scale + KVQ_G * ng;
+    float codes[KVQ_G];
     for (int j = 0; j < KVQ_G; j++)
-        for (int c = 0; c < D; c++) {
-            int g = c / KVQ_G, q = (src[(size_t)j * bpt + c / per] >> ((c % per) * bits)) & mask;
-            out[(size_t)j * D + c] = (float)q * kvq_h2f(scale[j * ng + g]) + kvq_h2f(mnv[j * ng + g]);
+        for (int g = 0; g < ng; g++) {
+            float sc = kvq_h2f(scale[j * ng + g]), m = kvq_h2f(mnv[j * ng + g]), *o = out + (size_t)j * D + g * KVQ_G;
+            unpack32(src + (size_t)j * bpt + g * bpg, bits, codes);
+            for (int c = 0; c < KVQ_G; c++) o[c] = codes[c] * sc + m;
         }
 }
 

@@ -83,7 +83,9 @@ static double shadow_check(const kv_format *f, const kv_data *d, int l, int64_t 
     return worst;
 }
 
-/* Feed d with splits, check every row against the shadow. Returns the worst error. */
+static int g_last_chunk_only; /* check only the last chunk's rows (keeps the 3000-token cases affordable) */
+
+/* Feed d with splits, check every row (or the last chunk's) against the shadow. Returns the worst error. */
 static double run_and_check(const char *mode, int R, int S, const kv_data *d, const int *splits, int ns, float *out) {
     kv_cache *c = kvt_cache(mode, R, S, d->n_layers, d->Hkv, d->D, d->N, 1, (int)d->N);
     CHECK(c != NULL, "kv_init %s: %s", mode, omni_last_error());
@@ -96,6 +98,10 @@ static double run_and_check(const char *mode, int R, int S, const kv_data *d, co
     for (int l = 0; l < d->n_layers; l++) {
         int64_t L = 0;
         for (int s = 0; s < ns; s++) {
+            if (g_last_chunk_only && s < ns - 1) {
+                L += splits[s];
+                continue;
+            }
             double e = shadow_check(kv_layer_format(c, l), d, l, L, L, L + splits[s], out);
             worst = e > worst ? e : worst;
             L += splits[s];
@@ -167,6 +173,7 @@ static void test_boundaries(void) {
             left -= x;
         }
         sb[nb++] = 1;
+        g_last_chunk_only = L > 1000;
         for (int m = 0; m < 2; m++)
             for (int ri = 0; ri < 3; ri++) {
                 double ea = run_and_check(modes[m], Rs[ri], 0, &d, sa, 2, oa);
