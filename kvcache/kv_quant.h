@@ -83,7 +83,9 @@ void kvq_quant_values(const float *v, int D, int bits, uint8_t *dst);
 void kvq_dequant_keys(const uint8_t *src, int D, int bits, int use_norm, float *out);
 void kvq_dequant_values(const uint8_t *src, int D, int bits, float *out);
 
-/* s[j] = q . k^_j for the 32 keys of a packed block (scale/min folded into q, norm into the score). */
+/* Folded math of the GPU decode kernel (spec/oscar.md section 5), kept as its CPU reference and tested against
+ * dequantize+dot; the CPU cache itself dequantizes each block once per KV head (shared by the GQA group).
+ * s[j] = q . k^_j for the 32 keys of a packed block (scale/min folded into q, norm into the score). */
 void kvq_key_scores(const uint8_t *src, int D, int bits, int use_norm, const float *q, float *s);
 /* acc[c] += sum_j w[j] * v^_j[c] over the 32 values of a packed block (tokens with w[j] == 0 are skipped). */
 void kvq_value_accum(const uint8_t *src, int D, int bits, const float *w, float *acc);

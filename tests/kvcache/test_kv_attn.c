@@ -14,6 +14,7 @@
 
 #include "check.h"
 #include "kv_test_util.h"
+#include "kernels/ops.h"
 #include "kvcache/kv_quant.h"
 
 static int is_q(kv_type t) { return t == KV_Q2 || t == KV_Q4; }
@@ -126,6 +127,24 @@ static void test_formats(void) {
     }
     CHECK(memcmp(o[0], o[1], n * 4) == 0, "f32: 3 chunks differ from one prefill (not bit-identical)");
     CHECK(memcmp(o[0], o[2], n * 4) == 0, "f32: odd chunk split differs from one prefill (not bit-identical)");
+    /* f32 vs the kernels' plain attention (what a decoder without this cache computes) */
+    double e_op = 0.0;
+    float *ref = malloc((size_t)d.N * d.Hq * d.D * 4);
+    for (int l = 0; l < d.n_layers; l++) {
+        op_attention(ref, (int64_t)d.Hq * d.D, kvd_q(&d, l, 0), (int64_t)d.Hq * d.D, kvd_k(&d, l, 0), (int64_t)d.Hkv * d.D,
+                     kvd_v(&d, l, 0), (int64_t)d.Hkv * d.D, (int)d.N, (int)d.N, d.Hq, d.Hkv, d.D, 0.125f, 0);
+        for (int64_t t = 0; t < d.N; t++)
+            for (int h = 0; h < d.Hq; h++) {
+                double r[64];
+                const float *a = ref + ((size_t)t * d.Hq + h) * d.D;
+                for (int x = 0; x < d.D; x++) r[x] = a[x];
+                double e = rel_err(o[1] + (((size_t)l * d.N + t) * d.Hq + h) * d.D, r, d.D);
+                e_op = e > e_op ? e : e_op;
+            }
+    }
+    free(ref);
+    printf("f32 cache (3 chunks) vs op_attention (one pass): worst row relative difference %.2e\n", e_op);
+    CHECK(e_op < 2e-6, "f32 cache vs op_attention: %.2e", e_op);
     /* every other format vs its shadow */
     const struct {
         const char *mode;
