@@ -87,10 +87,16 @@ static double shadow_check(const kv_format *f, const kv_data *d, int l, int64_t 
 static int g_last_chunk_only; /* check only the last chunk's rows (keeps the 3000-token cases affordable) */
 
 /* Feed d with splits, check every row (or the last chunk's) against the shadow. Returns the worst error. */
+static double check_cache(kv_cache *c, const char *mode, const kv_data *d, const int *splits, int ns, float *out);
+
 static double run_and_check(const char *mode, int R, int S, const kv_data *d, const int *splits, int ns, float *out) {
     kv_cache *c = kvt_cache(mode, R, S, d->n_layers, d->Hkv, d->D, d->N, 1, (int)d->N);
     CHECK(c != NULL, "kv_init %s: %s", mode, omni_last_error());
-    if (!c) return 1e9;
+    return c ? check_cache(c, mode, d, splits, ns, out) : 1e9;
+}
+
+/* Feed a fresh sequence of cache c (freed here) and check every row against the shadow of its layer's format. */
+static double check_cache(kv_cache *c, const char *mode, const kv_data *d, const int *splits, int ns, float *out) {
     int id;
     kv_seq_add(c, &id);
     omni_status st = kvt_feed(c, id, d, splits, ns, out);
@@ -170,6 +176,41 @@ static void test_formats(void) {
     CHECK(e_exact > 1e-5 && e_exact < 5e-2, "bf16 vs f32 max abs difference %.2e (expected bf16 rounding)", e_exact);
     printf("bf16 vs f32 (3 chunks): max abs difference %.2e\n", e_exact);
     for (int i = 0; i < 3; i++) free(o[i]);
+    kvd_free(&d);
+}
+
+/* Per-layer formats: quantized and raw layers in one cache (raw layers use a raw layout in quant pages). */
+static void test_layer_mix(void) {
+    kv_data d = kvd_make(3, 4, 2, 64, 200, 43);
+    float *out = malloc((size_t)3 * 200 * 4 * 64 * 4);
+    const int sx[] = {1, 31, 32, 33, 100, 1, 1, 1};
+    const char *specs[] = {"1:bf16,2:kivi4", "0:f32,2:k4v2", "0-1:kivi2"};
+    for (int i = 0; i < 3; i++) {
+        kv_params p = kv_default_params();
+        kv_format lf[3];
+        kv_parse_mode("int2", &p.fmt);
+        p.fmt.window = 32, p.fmt.n_sink = i == 2 ? 2 : 0;
+        CHECK(kv_parse_layer_overrides(specs[i], &p.fmt, 3, lf) == OMNI_OK, "%s", omni_last_error());
+        p.layer_fmt = lf, p.n_layers = 3, p.n_kv_heads = 2, p.head_dim = 64, p.max_tokens = 200, p.max_chunk = 200;
+        kv_cache *c = NULL;
+        CHECK(kv_init(&p, &c) == OMNI_OK, "%s: %s", specs[i], omni_last_error());
+        kv_usage u;
+        kv_get_usage(c, &u);
+        int64_t want = 0; /* quant page: per layer, packed blocks or the raw layout */
+        for (int l = 0; l < 3; l++) {
+            int kb = lf[l].k_type == KV_Q2 ? 2 : 4, vb = lf[l].v_type == KV_Q2 ? 2 : 4;
+            if (lf[l].k_type == KV_F32 || lf[l].k_type == KV_BF16)
+                want += 2 * 2 * 32 * 64 * (lf[l].k_type == KV_F32 ? 4 : 2);
+            else
+                want += 2 * ((int64_t)kvq_key_bytes(64, kb, lf[l].scale) + (int64_t)kvq_value_bytes(64, vb));
+        }
+        CHECK(u.quant_page_bytes == want, "%s: quant page %lld, expected %lld", specs[i], (long long)u.quant_page_bytes,
+              (long long)want);
+        double e = check_cache(c, specs[i], &d, sx, 8, out);
+        printf("int2 with overrides %-14s: worst row error vs fp64 shadow %.2e\n", specs[i], e);
+        CHECK(e < 2e-5, "%s: error vs shadow %.2e", specs[i], e);
+    }
+    free(out);
     kvd_free(&d);
 }
 
@@ -254,6 +295,7 @@ static void test_batch(void) {
 
 int main(void) {
     test_formats();
+    test_layer_mix();
     test_boundaries();
     test_batch();
     return check_exit();
