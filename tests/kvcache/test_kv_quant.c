@@ -3,7 +3,9 @@
  * step 0 -> 1, sink tokens excluded from key groups, folded scores/values equal dequantize-then-dot, FWHT
  * self-inverse / norm-preserving / equal to the dense Sylvester matrix (d = 32, 64, 128, 256), and the packed
  * bytes of a fixed input equal the committed golden file tests/fixtures/kvcache/quant_golden.bin.
- * Regenerate the golden file (only when the format changes on purpose): test_kv_quant --write-golden PATH. */
+ * Regenerate the golden file (only when the format changes on purpose): test_kv_quant --write-golden PATH; then
+ * confirm it with the independent numpy implementation of the documented format:
+ * python3 tests/fixtures/kvcache/check_golden.py (it matched byte for byte when the file was committed). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
