@@ -21,6 +21,9 @@
  * Threading: kv_forward uses OpenMP inside (threads = omp_get_max_threads() at kv_init); one cache must not be
  * used from two threads at once. q/k/v/out are contiguous (row stride = heads * D). A prefill longer than
  * max_chunk tokens must be split into several steps.
+ * Memory: kv_init reserves one pool (quant pages for max_tokens, window pages for max_seqs windows in flight;
+ * untouched pages cost no RSS) and per-thread scratch of 8 x (max_tokens + max_chunk) floats (scores) plus a few
+ * 32 x D blocks. kv_get_usage reports the pages in use (what the KV line prints) and pool_bytes.
  *
  * ---- Storage layout (what a GPU kernel must mirror) ----
  * A sequence's tokens are split into blocks of G = 32 consecutive positions (block b = positions 32b..32b+31).
@@ -44,7 +47,9 @@
  *   KV head (bf16: 512 B). Quantizer, per group x_1..x_n (n = 32; sink tokens of block 0 excluded from keys):
  *       mn = fp16_round_down(min x); sc = fp16_round_up((max x - mn) / (2^b - 1)); sc == 0 -> 1;
  *       code = clamp(rintf((x - mn) / sc), 0, 2^b - 1)  (f32 IEEE division, round-half-to-even);
- *   hence |x - x^| <= sc/2 for every element. Key norm: s = sqrt(sum k~_c^2) in double, -> f32 -> fp16 RNE
+ *   hence |x - x^| <= sc/2 for every element; a constant group is exact when its value is an fp16 number (every
+ *   bf16 value in fp16's range is; fp16 min/step can be coarse when |mean| >> range, the bound holds regardless).
+ *   Key norm: s = sqrt(sum k~_c^2) in double, -> f32 -> fp16 RNE
  *   (saturating; 0 -> 1); unit key u = k~ / s_fp16 (f32 division). Norms are fp16, decided by measurement
  *   (test_kv_tni): fp16 rounding adds <= 4.9e-4 relative error to a key whose int2 reconstruction error is ~0.30
  *   (0.15%), attention error 0.0559 (fp16) vs 0.0553 (fp32 norms) = noise of the code rounding; saves 2 B/token/head.
