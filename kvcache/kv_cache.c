@@ -649,6 +649,8 @@ omni_status kv_forward(kv_cache *c, int layer, int n_seq, const int *seq_ids, co
         return omni_fail(OMNI_ERR_USAGE, "kv: layer %d out of range (%d layers)", layer, c->p.n_layers);
     if (n_q_heads <= 0 || n_q_heads % c->Hkv)
         return omni_fail(OMNI_ERR_USAGE, "kv: %d query heads is not a multiple of %d KV heads", n_q_heads, c->Hkv);
+    if (n_seq > 0 && (!seq_ids || !n_new || !q || !k || !v || !out))
+        return omni_fail(OMNI_ERR_USAGE, "kv: NULL argument to kv_forward");
     omni_status st = begin_step(c, n_seq, seq_ids, n_new, 1);
     if (st) return st;
     int T = 0;
