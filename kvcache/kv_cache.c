@@ -17,6 +17,7 @@
 _Static_assert(KV_GROUP == KVQ_G, "block size");
 
 #define KV_HEADS_PER_PASS 8 /* query heads of one GQA group attended together (scratch is sized for this many) */
+#define KV_QTILE 16         /* new tokens of one sequence attended together (share each dequantized block) */
 
 typedef struct {
     int quant;             /* K and V quantized in blocks beyond the window */
@@ -58,10 +59,12 @@ struct kv_cache {
     size_t thr_floats;
     float *thr;      /* [n_threads][thr_floats] */
     float *ck, *cv;  /* [max_chunk][Hkv][D] chunk keys/values (rotated when the layer rotates) */
-    int *tok_seq, *tok_i, *seq_start, *mark; /* [max_chunk], [max_chunk], [max_seqs], [max_seqs] */
+    int *tile_seq, *tile_i0, *seq_start, *mark; /* [max_chunk], [max_chunk], [max_seqs], [max_seqs] */
     int epoch;       /* batch counter for duplicate-id detection via mark[] */
     int64_t cells;   /* committed tokens over all sequences (<= max_tokens) */
 };
+
+static size_t thr_floats_needed(int D); /* per-thread scratch, see kv_thr */
 
 static int is_q(kv_type t) { return t == KV_Q2 || t == KV_Q4; }
 static int type_bits(kv_type t) { return t == KV_Q2 ? 2 : 4; }
@@ -187,19 +190,15 @@ static omni_status alloc_scratch(kv_cache *c) {
     int T = c->p.max_chunk, D = c->D;
     c->n_threads = omp_get_max_threads();
     if (c->n_threads < 1) c->n_threads = 1;
-    /* per thread (see kv_thr): q~ and acc [KV_HEADS_PER_PASS][D], block [32][D], scores [KV_HEADS_PER_PASS]
-     * [max_tokens + max_chunk]; the flush reuses the scores area for K/V/tmp blocks [3][32][D]. */
-    size_t sc = (size_t)KV_HEADS_PER_PASS * ((size_t)c->p.max_tokens + T);
-    c->thr_floats = (size_t)2 * KV_HEADS_PER_PASS * D + (size_t)KV_GROUP * D + (sc > (size_t)3 * KV_GROUP * D ? sc : (size_t)3 * KV_GROUP * D);
-    c->thr_floats = (c->thr_floats + 15) & ~(size_t)15;
+    c->thr_floats = thr_floats_needed(D); /* see kv_thr */
     c->thr = malloc(c->thr_floats * c->n_threads * sizeof(float));
     c->ck = malloc((size_t)T * c->Hkv * D * sizeof(float));
     c->cv = malloc((size_t)T * c->Hkv * D * sizeof(float));
-    c->tok_seq = malloc((size_t)T * sizeof(int));
-    c->tok_i = malloc((size_t)T * sizeof(int));
+    c->tile_seq = malloc((size_t)T * sizeof(int));
+    c->tile_i0 = malloc((size_t)T * sizeof(int));
     c->seq_start = malloc((size_t)c->p.max_seqs * sizeof(int));
     c->mark = calloc((size_t)c->p.max_seqs, sizeof(int));
-    if (!c->thr || !c->ck || !c->cv || !c->tok_seq || !c->tok_i || !c->seq_start || !c->mark)
+    if (!c->thr || !c->ck || !c->cv || !c->tile_seq || !c->tile_i0 || !c->seq_start || !c->mark)
         return omni_fail(OMNI_ERR_NOMEM, "kv: cannot allocate scratch");
     return OMNI_OK;
 }
@@ -248,8 +247,8 @@ void kv_free(kv_cache *c) {
     free(c->thr);
     free(c->ck);
     free(c->cv);
-    free(c->tok_seq);
-    free(c->tok_i);
+    free(c->tile_seq);
+    free(c->tile_i0);
     free(c->seq_start);
     free(c->mark);
     free(c);
@@ -438,11 +437,13 @@ void kv_format_line(const kv_cache *c, char *buf, int cap) {
 }
 
 /* ---------------------------------------------------------------- attention
- * One task = one new token t and one KV head g, for up to KV_HEADS_PER_PASS query heads of g's GQA group at a time:
- * each history block is turned into f32 rows once (pointer for f32 pages, bf16 -> f32, or dequantized into a
- * 32 x D buffer) and used by every head of the pass. Scores: scale * (q~ . k_j) with dot_f32 for every key
- * (history and chunk alike, so the f32 format is exact and split-invariant), softmax in f32 (max-subtracted,
- * sequential sum), values accumulated in key order, output divided by the sum, un-rotated. */
+ * Flash-style, one task = a tile of up to KV_QTILE new tokens of one sequence x one KV head x up to
+ * KV_HEADS_PER_PASS query heads of its GQA group. Keys are visited in blocks of 32 absolute positions (rows from
+ * the stored history or from the chunk), each history block turned into f32 rows once per task (pointer into an
+ * f32 page, bf16 -> f32, or dequantized into a 32 x D buffer) and used by every query of the tile. Per query row:
+ * scores scale * (q~ . k_j) with dot_f32, online softmax (running max m, sum l, acc rescaled when m grows),
+ * output acc / l, un-rotated. Because blocks follow absolute positions and every key uses the same dot/axpy, a
+ * row's result does not depend on the chunk split or on the tile: f32 multi-turn == one prefill, bit for bit. */
 
 /* 8 partial sums in a fixed order (deterministic; vectorizes). */
 static float dot_f32(const float *a, const float *b, int n) {
@@ -456,6 +457,10 @@ static float dot_f32(const float *a, const float *b, int n) {
 
 static void axpy_f32(float *acc, float w, const float *x, int n) {
     for (int i = 0; i < n; i++) acc[i] += w * x[i];
+}
+
+static void scale_f32(float *acc, float w, int n) {
+    for (int i = 0; i < n; i++) acc[i] *= w;
 }
 
 static void bf16_rows(float *dst, const uint16_t *src, int64_t n) {
@@ -485,69 +490,92 @@ static const float *block_rows(const kv_cache *c, const kv_seq *s, int layer, in
     return buf;
 }
 
-/* Scratch of one thread: q~ [P][D], acc [P][D], block buffer [32][D], scores [P][max_tokens + max_chunk]. */
+/* Scratch of one thread: q~ and acc [KV_QTILE * KV_HEADS_PER_PASS][D], m and l [same], K and V blocks [32][D],
+ * row pointers [2][32]. The flush (after attention) reuses the start of it for [3][32][D]. */
 typedef struct {
-    float *q, *acc, *blk, *sc;
-    size_t ld; /* row stride of sc */
+    float *q, *acc, *m, *l, *kb, *vb;
+    const float **kr, **vr;
 } kv_thr;
+
+static size_t thr_floats_needed(int D) {
+    size_t rows = (size_t)KV_QTILE * KV_HEADS_PER_PASS, att = 2 * rows * D + 2 * rows + (size_t)2 * KV_GROUP * D;
+    size_t ptrs = (2 * KV_GROUP * sizeof(float *) + sizeof(float) - 1) / sizeof(float), flush = (size_t)3 * KV_GROUP * D;
+    size_t n = att + ptrs > flush ? att + ptrs : flush;
+    return (n + 15) & ~(size_t)15;
+}
 
 static kv_thr thr_view(const kv_cache *c, int tid) {
     kv_thr t;
-    float *base = c->thr + (size_t)tid * c->thr_floats;
-    t.q = base;
-    t.acc = t.q + (size_t)KV_HEADS_PER_PASS * c->D;
-    t.blk = t.acc + (size_t)KV_HEADS_PER_PASS * c->D;
-    t.sc = t.blk + (size_t)KV_GROUP * c->D;
-    t.ld = (size_t)c->p.max_tokens + c->p.max_chunk;
+    const size_t rows = (size_t)KV_QTILE * KV_HEADS_PER_PASS;
+    t.q = c->thr + (size_t)tid * c->thr_floats;
+    t.acc = t.q + rows * c->D;
+    t.m = t.acc + rows * c->D;
+    t.l = t.m + rows;
+    t.kb = t.l + rows;
+    t.vb = t.kb + (size_t)KV_GROUP * c->D;
+    t.kr = (const float **)(void *)(t.vb + (size_t)KV_GROUP * c->D); /* float storage, pointer-aligned (16 floats) */
+    t.vr = t.kr + KV_GROUP;
     return t;
 }
 
-/* Query heads h0 .. h0+np-1 (all of KV head g) of batch token t. */
-static void attend_pass(kv_cache *c, int layer, const int *ids, int t, int g, int h0, int np, int Hq,
+/* Online-softmax update of one query row with keys/values kr/vr[0..n). */
+static void row_update(const float *q, const float *const *kr, const float *const *vr, int n, float scale, int D,
+                       float *m, float *l, float *acc) {
+    float sc[KV_GROUP], mb = -INFINITY;
+    for (int j = 0; j < n; j++) {
+        sc[j] = scale * dot_f32(q, kr[j], D);
+        mb = sc[j] > mb ? sc[j] : mb;
+    }
+    if (mb > *m) {
+        float f = expf(*m - mb); /* 0 on the first block (m = -inf) */
+        *l *= f;
+        scale_f32(acc, f, D);
+        *m = mb;
+    }
+    for (int j = 0; j < n; j++) {
+        float e = expf(sc[j] - *m);
+        *l += e;
+        axpy_f32(acc, e, vr[j], D);
+    }
+}
+
+/* Queries i0..i0+nt-1 (chunk indices) of batch sequence si, query heads h0..h0+np-1 (all of KV head g). */
+static void attend_tile(kv_cache *c, int layer, const int *ids, int si, int i0, int nt, int g, int h0, int np, int Hq,
                         const float *q, float scale, float *out, const kv_thr *w) {
-    const int D = c->D, Hkv = c->Hkv, si = c->tok_seq[t], i = c->tok_i[t], rot = c->fmt[layer].rotate;
+    const int D = c->D, Hkv = c->Hkv, rot = c->fmt[layer].rotate, t0 = c->seq_start[si] + i0;
     const kv_seq *s = &c->seqs[ids[si]];
-    const int64_t L = s->len, n = L + i + 1;
-    const int nb = (int)ceil_div(L, KV_GROUP);
+    const int64_t L = s->len, pend = L + i0 + nt; /* keys [0, pend) are visited */
     const float *ck = c->ck + ((size_t)c->seq_start[si] * Hkv + g) * D, *cv = c->cv + ((size_t)c->seq_start[si] * Hkv + g) * D;
-    float inv[KV_HEADS_PER_PASS];
-    for (int p = 0; p < np; p++) {
-        memcpy(w->q + (size_t)p * D, q + ((size_t)t * Hq + h0 + p) * D, (size_t)D * sizeof(float));
-        if (rot) kvq_fwht(w->q + (size_t)p * D, D);
+    for (int r = 0; r < nt * np; r++) {
+        float *qr = w->q + (size_t)r * D;
+        memcpy(qr, q + ((size_t)(t0 + r / np) * Hq + h0 + r % np) * D, (size_t)D * sizeof(float));
+        if (rot) kvq_fwht(qr, D);
+        memset(w->acc + (size_t)r * D, 0, (size_t)D * sizeof(float));
+        w->m[r] = -INFINITY;
+        w->l[r] = 0.0f;
     }
-    for (int b = 0; b < nb; b++) {
-        int nr = L - (int64_t)b * KV_GROUP < KV_GROUP ? (int)(L - (int64_t)b * KV_GROUP) : KV_GROUP;
-        const float *rows = block_rows(c, s, layer, g, b, 0, nr, w->blk);
-        for (int p = 0; p < np; p++)
-            for (int j = 0; j < nr; j++)
-                w->sc[p * w->ld + (size_t)b * KV_GROUP + j] = scale * dot_f32(w->q + (size_t)p * D, rows + (size_t)j * D, D);
-    }
-    for (int p = 0; p < np; p++) {
-        float *sc = w->sc + p * w->ld, m, sum = 0.0f;
-        for (int j = 0; j <= i; j++) sc[L + j] = scale * dot_f32(w->q + (size_t)p * D, ck + (size_t)j * Hkv * D, D);
-        m = sc[0];
-        for (int64_t j = 1; j < n; j++) m = sc[j] > m ? sc[j] : m;
-        for (int64_t j = 0; j < n; j++) {
-            sc[j] = expf(sc[j] - m);
-            sum += sc[j];
+    for (int64_t p0 = 0; p0 < pend; p0 += KV_GROUP) {
+        int b = (int)(p0 / KV_GROUP), n = pend - p0 < KV_GROUP ? (int)(pend - p0) : KV_GROUP;
+        int nh = L - p0 <= 0 ? 0 : L - p0 < n ? (int)(L - p0) : n; /* history rows of this block */
+        const float *kh = nh ? block_rows(c, s, layer, g, b, 0, nh, w->kb) : NULL;
+        const float *vh = nh ? block_rows(c, s, layer, g, b, 1, nh, w->vb) : NULL;
+        for (int j = 0; j < n; j++) {
+            int64_t p = p0 + j;
+            w->kr[j] = p < L ? kh + (size_t)j * D : ck + (size_t)(p - L) * Hkv * D;
+            w->vr[j] = p < L ? vh + (size_t)j * D : cv + (size_t)(p - L) * Hkv * D;
         }
-        inv[p] = 1.0f / sum;
+        for (int r = 0; r < nt * np; r++) {
+            int64_t pq = L + i0 + r / np; /* causal: keys 0..pq */
+            int nv = pq - p0 + 1 < n ? (int)(pq - p0 + 1) : n;
+            if (nv > 0)
+                row_update(w->q + (size_t)r * D, w->kr, w->vr, nv, scale, D, &w->m[r], &w->l[r], w->acc + (size_t)r * D);
+        }
     }
-    for (int p = 0; p < np; p++) memset(w->acc + (size_t)p * D, 0, (size_t)D * sizeof(float));
-    for (int b = 0; b < nb; b++) {
-        int nr = L - (int64_t)b * KV_GROUP < KV_GROUP ? (int)(L - (int64_t)b * KV_GROUP) : KV_GROUP;
-        const float *rows = block_rows(c, s, layer, g, b, 1, nr, w->blk);
-        for (int p = 0; p < np; p++)
-            for (int j = 0; j < nr; j++)
-                axpy_f32(w->acc + (size_t)p * D, w->sc[p * w->ld + (size_t)b * KV_GROUP + j], rows + (size_t)j * D, D);
-    }
-    for (int p = 0; p < np; p++) {
-        float *acc = w->acc + (size_t)p * D;
-        const float *sc = w->sc + p * w->ld;
-        for (int j = 0; j <= i; j++) axpy_f32(acc, sc[L + j], cv + (size_t)j * Hkv * D, D);
-        for (int d = 0; d < D; d++) acc[d] *= inv[p];
+    for (int r = 0; r < nt * np; r++) {
+        float *acc = w->acc + (size_t)r * D;
+        scale_f32(acc, 1.0f / w->l[r], D);
         if (rot) kvq_fwht(acc, D);
-        memcpy(out + ((size_t)t * Hq + h0 + p) * D, acc, (size_t)D * sizeof(float));
+        memcpy(out + ((size_t)(t0 + r / np) * Hq + h0 + r % np) * D, acc, (size_t)D * sizeof(float));
     }
 }
 
@@ -653,32 +681,34 @@ omni_status kv_forward(kv_cache *c, int layer, int n_seq, const int *seq_ids, co
         return omni_fail(OMNI_ERR_USAGE, "kv: NULL argument to kv_forward");
     omni_status st = begin_step(c, n_seq, seq_ids, n_new, 1);
     if (st) return st;
-    int T = 0;
+    int T = 0, ntile = 0;
     for (int i = 0; i < n_seq; i++) {
         c->seq_start[i] = T;
-        for (int j = 0; j < n_new[i]; j++, T++) {
-            c->tok_seq[T] = i;
-            c->tok_i[T] = j;
+        for (int j = 0; j < n_new[i]; j += KV_QTILE, ntile++) {
+            c->tile_seq[ntile] = i;
+            c->tile_i0[ntile] = j;
         }
+        T += n_new[i];
     }
     if (T == 0) return OMNI_OK;
     load_chunk(c, layer, k, v, T);
     const int gs = n_q_heads / c->Hkv, npass = (gs + KV_HEADS_PER_PASS - 1) / KV_HEADS_PER_PASS;
-    const int ntask = T * c->Hkv * npass;
+    const int ntask = ntile * c->Hkv * npass;
 #pragma omp parallel for num_threads(c->n_threads) schedule(dynamic, 1)
     for (int task = 0; task < ntask; task++) {
-        int t = task / (c->Hkv * npass), g = (task / npass) % c->Hkv, pass = task % npass;
+        int tile = task / (c->Hkv * npass), g = (task / npass) % c->Hkv, pass = task % npass;
+        int si = c->tile_seq[tile], i0 = c->tile_i0[tile], nt = n_new[si] - i0 < KV_QTILE ? n_new[si] - i0 : KV_QTILE;
         int h0 = g * gs + pass * KV_HEADS_PER_PASS, np = gs - pass * KV_HEADS_PER_PASS;
         kv_thr w = thr_view(c, omp_get_thread_num());
-        attend_pass(c, layer, seq_ids, t, g, h0, np < KV_HEADS_PER_PASS ? np : KV_HEADS_PER_PASS, n_q_heads, q, scale,
-                    out, &w);
+        attend_tile(c, layer, seq_ids, si, i0, nt, g, h0, np < KV_HEADS_PER_PASS ? np : KV_HEADS_PER_PASS, n_q_heads, q,
+                    scale, out, &w);
     }
     const int njob = n_seq * c->Hkv;
 #pragma omp parallel for num_threads(c->n_threads) schedule(dynamic, 1)
     for (int job = 0; job < njob; job++) {
         int si = job / c->Hkv, g = job % c->Hkv;
         kv_seq *s = &c->seqs[seq_ids[si]];
-        float *thr = thr_view(c, omp_get_thread_num()).sc;
+        float *thr = thr_view(c, omp_get_thread_num()).q;
         append_raw(c, s, si, n_new[si], layer, g);
         flush_blocks(c, s, si, layer, g, thr);
     }

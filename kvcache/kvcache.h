@@ -22,8 +22,9 @@
  * used from two threads at once. q/k/v/out are contiguous (row stride = heads * D). A prefill longer than
  * max_chunk tokens must be split into several steps.
  * Memory: kv_init reserves one pool (quant pages for max_tokens, window pages for max_seqs windows in flight;
- * untouched pages cost no RSS) and per-thread scratch of 8 x (max_tokens + max_chunk) floats (scores) plus a few
- * 32 x D blocks. kv_get_usage reports the pages in use (what the KV line prints) and pool_bytes.
+ * untouched pages cost no RSS), chunk buffers [max_chunk][Hkv][D] x 2 and a small per-thread scratch (online
+ * softmax: no buffer grows with the context). kv_get_usage reports the pages in use (what the KV line prints)
+ * and pool_bytes.
  *
  * ---- Storage layout (what a GPU kernel must mirror) ----
  * A sequence's tokens are split into blocks of G = 32 consecutive positions (block b = positions 32b..32b+31).
