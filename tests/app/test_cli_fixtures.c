@@ -59,7 +59,7 @@ static void run_case(const char *dir, const cJSON *c, int V) {
     const char *prompt = cJSON_GetStringValue(cJSON_GetObjectItem(c, "prompt"));
     const char *system = cJSON_GetStringValue(cJSON_GetObjectItem(c, "system"));
     int raw = cJSON_IsTrue(cJSON_GetObjectItem(c, "raw"));
-    char pf[4200], of[4200], opts[8192] = "", q[4096];
+    char pf[4200], of[4200], opts[16384] = "", q[4096];
     snprintf(pf, sizeof pf, "%s/prompt.txt", g_tmp);
     snprintf(of, sizeof of, "%s/logits.f32", g_tmp);
     write_all(pf, prompt, strlen(prompt));
