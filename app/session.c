@@ -87,9 +87,12 @@ omni_status session_kv_init(omni_session *s, int ctx) {
     omni_status st = session_new_cache(s, NULL, ctx, &s->kv, &s->seq);
     if (st) return st;
     s->ctx = ctx;
-    char line[512];
-    kv_format_line(s->kv, line, sizeof line);
-    omni_log(1, "%s\n", line);
+    kv_usage u;
+    char name[64];
+    kv_get_usage(s->kv, &u);
+    kv_format_name(kv_layer_format(s->kv, 0), name, sizeof name);
+    omni_log(1, "kv_cache: %s (window %d), capacity %lld cells, %d layers, pool %.2f MiB reserved\n", name,
+             kv_layer_format(s->kv, 0)->window, (long long)u.cells_capacity, u.n_layers, u.pool_bytes / 1048576.0);
     return OMNI_OK;
 }
 
