@@ -13,17 +13,26 @@ static const char *base_name(const char *p) {
     return b ? b + 1 : p;
 }
 
-static omni_status ensure_vision(omni_session *s) {
-    if (s->vtower) return OMNI_OK;
-    if (!s->cfg->vision_json)
+omni_status media_check_support(const omni_session *s, int n_images, int n_audios) {
+    if (n_images && !s->cfg->vision_json)
         return omni_fail(OMNI_ERR_UNSUPPORTED, "this model (%s) has no vision tower: images are not supported",
                          s->cfg->model_type);
+    if (n_audios && !s->cfg->audio_json)
+        return omni_fail(OMNI_ERR_UNSUPPORTED, "this model (%s) has no audio tower: audio input needs Qwen3-Omni",
+                         s->cfg->model_type);
+    return OMNI_OK;
+}
+
+static omni_status ensure_vision(omni_session *s) {
+    if (s->vtower) return OMNI_OK;
+    omni_status st = media_check_support(s, 1, 0);
+    if (st) return st;
     s->vprep = vision_prep_default_params();
     if (s->cfg->arch == LLM_ARCH_QWEN3_OMNI_MOE) { /* Qwen3-Omni's preprocessor_config.json values (spec §6.7) */
         s->vprep.min_pixels = 3136;
         s->vprep.max_pixels = 12845056;
     }
-    omni_status st = vision_prep_load_config(s->model_dir, &s->vprep);
+    st = vision_prep_load_config(s->model_dir, &s->vprep);
     if (!st) st = vision_prep_set_token_limits(&s->vprep, s->args.image_min_tokens, s->args.image_max_tokens);
     if (!st) st = vision_tower_load(s->model_dir, llm_model_ckpt(s->model), &s->vtower);
     if (!st && vision_tower_config(s->vtower)->out_hidden != s->cfg->hidden)
@@ -65,11 +74,10 @@ omni_status media_encode_image(omni_session *s, const char *path, omni_media *ou
 
 static omni_status ensure_audio(omni_session *s) {
     if (s->atower) return OMNI_OK;
-    if (!s->cfg->audio_json)
-        return omni_fail(OMNI_ERR_UNSUPPORTED, "this model (%s) has no audio tower: audio input needs Qwen3-Omni",
-                         s->cfg->model_type);
+    omni_status st = media_check_support(s, 0, 1);
+    if (st) return st;
     audio_tower_config ac;
-    omni_status st = audio_tower_config_read(s->model_dir, &ac);
+    st = audio_tower_config_read(s->model_dir, &ac);
     if (!st) st = audio_tower_load(llm_model_ckpt(s->model), &ac, &s->atower);
     if (!st && ac.out_dim != s->cfg->hidden)
         st = omni_fail(OMNI_ERR_MODEL, "audio output_dim %d != text hidden %d", ac.out_dim, s->cfg->hidden);
@@ -108,15 +116,6 @@ omni_status media_encode_audio(omni_session *s, const char *path, omni_media *ou
     return st;
 }
 
-omni_status media_check_support(const omni_session *s, int n_images, int n_audios) {
-    if (n_images && !s->cfg->vision_json)
-        return omni_fail(OMNI_ERR_UNSUPPORTED, "this model (%s) has no vision tower: images are not supported",
-                         s->cfg->model_type);
-    if (n_audios && !s->cfg->audio_json)
-        return omni_fail(OMNI_ERR_UNSUPPORTED, "this model (%s) has no audio tower: audio input needs Qwen3-Omni",
-                         s->cfg->model_type);
-    return OMNI_OK;
-}
 
 void media_free(omni_media *m, int n) {
     if (!m) return;

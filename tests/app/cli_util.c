@@ -2,6 +2,9 @@
 #define _DEFAULT_SOURCE
 #include "cli_util.h"
 
+#include "kernels/status.h"
+
+#include <math.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -9,19 +12,6 @@
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-char *read_all(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = malloc((size_t)n + 1);
-    if (b && fread(b, 1, (size_t)n, f) != (size_t)n) { free(b); b = NULL; }
-    fclose(f);
-    if (b) { b[n] = 0; if (len) *len = (size_t)n; }
-    return b;
-}
 
 int write_all(const char *path, const void *data, size_t len) {
     FILE *f = fopen(path, "wb");
@@ -43,8 +33,8 @@ cli_result cli_run(const char *fmt, ...) {
     int st = system(cmd);
     cli_result r;
     r.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-    r.out = read_all(outp, NULL);
-    r.err = read_all(errp, NULL);
+    r.out = omni_read_file(outp, NULL);
+    r.err = omni_read_file(errp, NULL);
     if (!r.out) r.out = calloc(1, 1);
     if (!r.err) r.err = calloc(1, 1);
     unlink(outp);
@@ -79,7 +69,7 @@ int copy_dir(const char *src, const char *dst) {
 
 int rewrite_header(const char *path, void (*edit)(cJSON *hdr, void *ctx), void *ctx) {
     size_t len;
-    unsigned char *b = (unsigned char *)read_all(path, &len);
+    unsigned char *b = (unsigned char *)omni_read_file(path, &len);
     if (!b || len < 8) { free(b); return -1; }
     uint64_t n = 0;
     for (int i = 0; i < 8; i++) n |= (uint64_t)b[i] << (8 * i);
@@ -97,5 +87,25 @@ int rewrite_header(const char *path, void (*edit)(cJSON *hdr, void *ctx), void *
     free(js);
     free(o);
     free(b);
+    return rc;
+}
+
+int compare_logits_files(const char *got_path, const char *ref_path, logits_cmp *out) {
+    size_t ng = 0, nr = 0;
+    float *got = (float *)omni_read_file(got_path, &ng), *ref = (float *)omni_read_file(ref_path, &nr);
+    int rc = got && ref && ng == nr && ng >= 4 ? 0 : -1;
+    if (!rc) {
+        int V = (int)(ng / 4), ag = 0, ar = 0;
+        float maxd = 0, maxr = 0;
+        for (int i = 0; i < V; i++) {
+            maxd = fmaxf(maxd, fabsf(got[i] - ref[i]));
+            maxr = fmaxf(maxr, fabsf(ref[i]));
+            ag = got[i] > got[ag] ? i : ag;
+            ar = ref[i] > ref[ar] ? i : ar;
+        }
+        *out = (logits_cmp){V, maxd / maxr, ag, ar};
+    }
+    free(got);
+    free(ref);
     return rc;
 }

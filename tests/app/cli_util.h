@@ -6,6 +6,8 @@
 #include <cjson/cJSON.h>
 #include <stddef.h>
 
+#include "kernels/status.h" /* omni_read_file */
+
 typedef struct {
     int code;      /* exit code (-1 if it did not exit normally, e.g. crashed) */
     char *out;     /* stdout (malloc'ed) */
@@ -17,10 +19,18 @@ cli_result cli_run(const char *fmt, ...);
 void cli_free(cli_result *r);
 int cli_lines(const char *s); /* number of non-empty lines */
 
-char *read_all(const char *path, size_t *len);
 int write_all(const char *path, const void *data, size_t len);
 /* A fresh temp dir (mkdtemp under /tmp); returns a static-lifetime malloc'ed path. */
 char *make_tmpdir(void);
+/* Compare two little-endian f32 logits files: returns 0 and fills max|got-ref|/max|ref| and both argmaxes, or -1
+ * when a file is missing or the sizes differ. */
+typedef struct {
+    int n;
+    float rel;
+    int argmax_got, argmax_ref;
+} logits_cmp;
+int compare_logits_files(const char *got_path, const char *ref_path, logits_cmp *out);
+
 /* Copy the model directory `src` into `dst` (created). */
 int copy_dir(const char *src, const char *dst);
 /* Parse the header of a safetensors file, let `edit` change it, and write the file back with the same data. */

@@ -46,22 +46,10 @@ static char *greedy_text(const char *dir, const cJSON *c) {
 }
 
 static void compare(const char *name, const char *got_path, const char *ref_path) {
-    size_t ng = 0, nr = 0;
-    float *got = (float *)read_all(got_path, &ng), *want = (float *)read_all(ref_path, &nr);
-    CHECK(got && want && ng == nr && ng > 0, "%s: logits sizes %zu %zu", name, ng, nr);
-    if (got && want && ng == nr) {
-        int V = (int)(ng / 4), ag = 0, aw = 0;
-        float maxd = 0, maxr = 0;
-        for (int i = 0; i < V; i++) {
-            maxd = fmaxf(maxd, fabsf(got[i] - want[i]));
-            maxr = fmaxf(maxr, fabsf(want[i]));
-            ag = got[i] > got[ag] ? i : ag;
-            aw = want[i] > want[aw] ? i : aw;
-        }
-        CHECK(maxd / maxr <= 1e-3f && ag == aw, "%s: rel %.3g, argmax %d vs %d", name, maxd / maxr, ag, aw);
-    }
-    free(got);
-    free(want);
+    logits_cmp c;
+    int ok = compare_logits_files(got_path, ref_path, &c) == 0;
+    CHECK(ok && c.rel <= 1e-3f && c.argmax_got == c.argmax_ref, "%s: rel %.3g, argmax %d vs %d", name, ok ? c.rel : -1.f,
+          ok ? c.argmax_got : -1, ok ? c.argmax_ref : -1);
 }
 
 static void run_case(const char *dir, const cJSON *c, const char *image) {
@@ -109,7 +97,7 @@ int main(void) {
         char dir[4200], path[4300];
         snprintf(dir, sizeof dir, "%s/%s", AUD, models[m]);
         snprintf(path, sizeof path, "%s/expected.json", dir);
-        char *txt = read_all(path, NULL);
+        char *txt = omni_read_file(path, NULL);
         CHECK(txt != NULL, "missing %s", path);
         if (!txt) continue;
         cJSON *e = cJSON_Parse(txt);

@@ -29,7 +29,7 @@ static const char *shq(const char *s, char *buf, size_t cap) {
 
 static void check_logits(const char *name, const char *out_path, const char *ref_path, const cJSON *c, int V) {
     size_t ng = 0, nr = 0;
-    float *got = (float *)read_all(out_path, &ng), *ref = (float *)read_all(ref_path, &nr);
+    float *got = (float *)omni_read_file(out_path, &ng), *ref = (float *)omni_read_file(ref_path, &nr);
     CHECK(got && ref && ng == (size_t)V * 4 && nr == ng, "%s: logits file sizes %zu / %zu", name, ng, nr);
     if (got && ref && ng == nr && ng == (size_t)V * 4) {
         float maxd = 0, maxr = 0;
@@ -108,7 +108,7 @@ int main(void) {
         char dir[4096], path[4200];
         snprintf(dir, sizeof dir, "%s/text/%s", OMNI_FIXTURES, de->d_name);
         snprintf(path, sizeof path, "%s/expected.json", dir);
-        char *txt = de->d_name[0] != '.' ? read_all(path, NULL) : NULL;
+        char *txt = de->d_name[0] != '.' ? omni_read_file(path, NULL) : NULL;
         if (!txt) continue;
         cJSON *exp = cJSON_Parse(txt);
         free(txt);

@@ -249,7 +249,7 @@ static void check_bad_inputs(void) {
     expect_input_error("empty file", p);
     unlink(p);
     size_t n = 0;
-    char *wav = read_all(clip("tone_1s.wav"), &n);
+    char *wav = omni_read_file(clip("tone_1s.wav"), &n);
     CHECK(wav && n > 1000, "read tone_1s.wav");
     if (wav) {
         snprintf(p, sizeof p, "/tmp/omni_aud_trunc_%d.wav", pid);

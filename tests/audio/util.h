@@ -8,34 +8,18 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-/* Whole file as malloc'ed bytes (NUL-terminated); *n = size. NULL if unreadable. */
-static inline char *read_all(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long sz = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = malloc((size_t)sz + 1);
-    if (b && fread(b, 1, (size_t)sz, f) != (size_t)sz) {
-        free(b);
-        b = NULL;
-    }
-    if (b) b[sz] = 0;
-    fclose(f);
-    if (n) *n = (size_t)sz;
-    return b;
-}
+#include "kernels/status.h"
 
 /* Raw little-endian f32 file; *n = element count. */
 static inline float *read_f32(const char *path, int64_t *n) {
     size_t bytes = 0;
-    float *x = (float *)read_all(path, &bytes);
+    float *x = (float *)omni_read_file(path, &bytes);
     if (n) *n = x ? (int64_t)(bytes / 4) : 0;
     return x;
 }
 
 static inline cJSON *read_json(const char *path) {
-    char *s = read_all(path, NULL);
+    char *s = omni_read_file(path, NULL);
     cJSON *j = s ? cJSON_Parse(s) : NULL;
     free(s);
     return j;

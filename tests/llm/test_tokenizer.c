@@ -22,19 +22,6 @@
 
 /* ---------------------------------------------------------------- helpers */
 
-static char *slurp(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)n + 1);
-    if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) { free(buf); buf = NULL; }
-    if (buf) { buf[n] = 0; *len = (size_t)n; }
-    fclose(f);
-    return buf;
-}
-
 /* Write text to a fresh temporary file; returns its path in buf. */
 static const char *write_temp(const char *text, char *buf) {
     strcpy(buf, "/tmp/omni_tok_XXXXXX");
@@ -261,7 +248,7 @@ static int hexval(char c) { return c <= '9' ? c - '0' : (c | 32) - 'a' + 10; }
 /* Run every case of a fixture file. Returns the number of cases, -1 if the file is missing. */
 static int run_cases(const llm_tokenizer *t, const char *path, parity_stats *ps) {
     size_t flen = 0;
-    char *file = slurp(path, &flen);
+    char *file = omni_read_file(path, &flen);
     if (!file) return -1;
     char *text = malloc(flen + 1);
     int32_t *want = malloc((flen + 1) * sizeof *want);
@@ -462,7 +449,7 @@ static void test_fuzz(const llm_tokenizer *t) {
 /* Encode throughput on the concatenated fixture strings (a few MB). */
 static void test_speed(const llm_tokenizer *t, const char *cases_path) {
     size_t flen = 0;
-    char *file = slurp(cases_path, &flen);
+    char *file = omni_read_file(cases_path, &flen);
     if (!file) return;
     size_t cap = 4 * flen, n = 0;
     char *big = malloc(cap), *tmp = malloc(flen);
@@ -492,7 +479,7 @@ static void test_speed(const llm_tokenizer *t, const char *cases_path) {
  * to "a b" strings (same meaning), written to a temporary file; path in buf, or NULL. */
 static const char *gpt2_variant(char *buf) {
     size_t len = 0;
-    char *text = slurp(OMNI_FIXTURES "/tok-small/tokenizer.json", &len), *out = NULL;
+    char *text = omni_read_file(OMNI_FIXTURES "/tok-small/tokenizer.json", &len), *out = NULL;
     cJSON *root = text ? cJSON_Parse(text) : NULL;
     cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
     const char *path = NULL;
