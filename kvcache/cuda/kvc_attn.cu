@@ -1,0 +1,439 @@
+/* kvc_attn.cu - decode attention (one query token per sequence) over the paged OScaR/KIVI history on the GPU.
+ *
+ * Three kernels per call (all on the caller's stream):
+ *   prep    grid (n_seq, Hq [+ 2 Hkv]), D threads: q~ = scale * H q (H only when rotating), k~_new = H k_new,
+ *           v~_new = H v_new into the workspace.
+ *   split   grid (n_split, Hkv * n_pass, n_seq), 4 warps: the GP query heads of one pass of a GQA group walk the
+ *           blocks [b0, b1) of their KV head, warp w taking blocks b0 + w, b0 + w + 4, ... Quantized block: the
+ *           packed key+value bytes are copied to shared memory (16-byte loads); per-channel scale folded into q
+ *           (qsc[c][h] = q~_h[c] * sc_c), the min into a bias (q~_h . mn), lane j scores token j:
+ *           s_hj = norm_j * (sum_c qsc[c][h] code_cj + bias_h) (oscar.md section 5); online softmax per warp;
+ *           lane i accumulates channels [i*D/32, (i+1)*D/32) of sum_j p_hj (sc_jg code_jc + mn_jg). Raw (bf16
+ *           window) block: plain dot products / axpy from global memory, rows beyond L skipped. The 4 warps'
+ *           (m, l, acc) are merged in shared memory and written as one partial per (seq, head, split).
+ *   combine grid (n_seq, Hq), D threads: log-sum-exp merge of the splits (+ the new token itself), o = acc / l,
+ *           un-rotated with the FWHT, written to out.
+ * Workspace (kvc_attn_init): q~ [S][Hq][D], k~/v~_new [S][Hkv][D], partials ml [S][Hq][KVC_MAX_SPLIT][2] and
+ * acc [S][Hq][KVC_MAX_SPLIT][D] (f32). */
+#include "kvc_common.cuh"
+
+#include <stdlib.h>
+
+extern "C" {
+#include "kvcache/kv_cuda.h"
+}
+
+#define KVC_NW 4           /* warps per split CTA */
+#define KVC_MAX_SPLIT 256  /* most splits of one sequence */
+
+struct kvc_attn {
+    int max_seqs, Hq, Hkv, D, n_sm;
+    float *qr, *kn, *vn, *ml, *acc;
+};
+
+/* ---------------------------------------------------------------- warp helpers */
+
+__device__ __forceinline__ float kvc_warp_max(float x) {
+    for (int o = 16; o; o >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
+    return x;
+}
+__device__ __forceinline__ float kvc_warp_sum(float x) {
+    for (int o = 16; o; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+    return x;
+}
+
+/* ---------------------------------------------------------------- prep */
+
+__global__ void kvc_prep_kernel(const float *q, const float *kn, const float *vn, float *qr, float *knr, float *vnr,
+                                int Hq, int Hkv, int D, int rotate, float scale) {
+    extern __shared__ float x[];
+    const int s = blockIdx.x, r = blockIdx.y, c = threadIdx.x;
+    const float *src;
+    float *dst, mul = 1.0f;
+    if (r < Hq) {
+        src = q + ((size_t)s * Hq + r) * D, dst = qr + ((size_t)s * Hq + r) * D, mul = scale;
+    } else if (r < Hq + Hkv) {
+        src = kn + ((size_t)s * Hkv + r - Hq) * D, dst = knr + ((size_t)s * Hkv + r - Hq) * D;
+    } else {
+        src = vn + ((size_t)s * Hkv + r - Hq - Hkv) * D, dst = vnr + ((size_t)s * Hkv + r - Hq - Hkv) * D;
+    }
+    x[c] = src[c];
+    if (rotate) kvc_fwht_rows(x, 1, D, D, c, D);
+    dst[c] = x[c] * mul;
+}
+
+/* ---------------------------------------------------------------- split */
+
+template <int D, int GP> struct kvc_warp_smem {
+    uint4 kb[(D * KVC_G * 4 / 8 + D * 4 + KVC_G * 2 + 15) / 16]; /* packed key block (largest: int4 + norms) */
+    uint4 vb[(KVC_G * D * 4 / 8 + KVC_G * (D / KVC_G) * 4 + 15) / 16];
+    float qsc[D * GP]; /* folded q [c][h]; at the end this warp's acc [h][c] */
+    float p[KVC_G * GP]; /* softmax weights [j][h]; at the end m [h], l [h] */
+};
+
+template <int D, int GP> struct kvc_split_args {
+    kvc_layer_view v;
+    const float *qr;
+    float *ml, *acc;
+    int Hq, gs, n_pass, n_split;
+};
+
+/* Online-softmax step of a warp for its GP heads: lane j's scores s[h] (-inf when invalid); writes p to ps. */
+template <int GP>
+__device__ __forceinline__ void kvc_softmax_step(const float *s, float *m, float *l, float *ps, float *corr_out,
+                                                 int lane) {
+#pragma unroll
+    for (int h = 0; h < GP; h++) {
+        float mb = kvc_warp_max(s[h]), mn = fmaxf(m[h], mb);
+        float corr = expf(m[h] - mn); /* 0 on the first block (m = -inf) */
+        float p = s[h] == -INFINITY ? 0.0f : expf(s[h] - mn);
+        l[h] = l[h] * corr + p; /* per-lane partial sum, summed over the warp at the end */
+        m[h] = mn;
+        corr_out[h] = corr;
+        ps[lane * GP + h] = p;
+    }
+}
+
+template <int D, int GP>
+__device__ void kvc_quant_block(const kvc_split_args<D, GP> &a, kvc_warp_smem<D, GP> &w, const float *qs,
+                                const uint8_t *kp, const uint8_t *vp, float *m, float *l, float (*o)[D / 32],
+                                int lane) {
+    const kvc_layer_view &v = a.v;
+    const int kb = v.kbits, vb = v.vbits;
+    const int kbytes = D * KVC_G * kb / 8 + D * 4 + (v.scale ? KVC_G * 2 : 0), vbytes = KVC_G * D * vb / 8 + D * 4;
+    for (int i = lane; i < kbytes / 16; i += 32) w.kb[i] = __ldg((const uint4 *)kp + i);
+    for (int i = lane; i < vbytes / 16; i += 32) w.vb[i] = __ldg((const uint4 *)vp + i);
+    __syncwarp();
+    const uint8_t *kbuf = (const uint8_t *)w.kb, *vbuf = (const uint8_t *)w.vb;
+    const uint16_t *ksc = (const uint16_t *)(kbuf + D * KVC_G * kb / 8), *kmn = ksc + D, *knorm = kmn + D;
+    float bias[GP];
+#pragma unroll
+    for (int h = 0; h < GP; h++) bias[h] = 0.0f;
+    for (int c = lane; c < D; c += 32) {
+        float sc = kvc_h2f(ksc[c]), mn = kvc_h2f(kmn[c]);
+#pragma unroll
+        for (int h = 0; h < GP; h++) {
+            float qv = qs[h * D + c];
+            w.qsc[c * GP + h] = qv * sc;
+            bias[h] += qv * mn;
+        }
+    }
+#pragma unroll
+    for (int h = 0; h < GP; h++) bias[h] = kvc_warp_sum(bias[h]);
+    __syncwarp();
+    /* scores of token j = lane */
+    const uint32_t *kc = (const uint32_t *)kbuf;
+    const int per_word = 32 / kb, wj = lane / per_word, sh = (lane % per_word) * kb;
+    const uint32_t kmask = (1u << kb) - 1u;
+    float acc[GP];
+#pragma unroll
+    for (int h = 0; h < GP; h++) acc[h] = 0.0f;
+#pragma unroll 8
+    for (int c = 0; c < D; c++) {
+        float cf = (float)((kc[c * kb + wj] >> sh) & kmask);
+#pragma unroll
+        for (int h = 0; h < GP; h++) acc[h] += w.qsc[c * GP + h] * cf;
+    }
+    const float nrm = v.scale ? kvc_h2f(knorm[lane]) : 1.0f;
+    float s[GP], corr[GP];
+#pragma unroll
+    for (int h = 0; h < GP; h++) s[h] = (acc[h] + bias[h]) * nrm;
+    kvc_softmax_step<GP>(s, m, l, w.p, corr, lane);
+    __syncwarp();
+    /* values: lane owns channels c0 .. c0 + D/32 - 1, all in group g */
+    constexpr int CPL = D / 32, NG = D / KVC_G;
+    const int c0 = lane * CPL, g = c0 / KVC_G, bpt = D * vb / 8, bit0 = c0 * vb;
+    const uint16_t *vsc = (const uint16_t *)(vbuf + KVC_G * bpt), *vmn = vsc + KVC_G * NG;
+    const uint32_t vmask = (1u << vb) - 1u;
+#pragma unroll
+    for (int h = 0; h < GP; h++)
+#pragma unroll
+        for (int i = 0; i < CPL; i++) o[h][i] *= corr[h];
+    for (int j = 0; j < KVC_G; j++) {
+        uint32_t word = *(const uint32_t *)(vbuf + j * bpt + (bit0 / 32) * 4) >> (bit0 % 32);
+        float sc = kvc_h2f(vsc[j * NG + g]), mn = kvc_h2f(vmn[j * NG + g]);
+        float cf[CPL];
+#pragma unroll
+        for (int i = 0; i < CPL; i++) cf[i] = (float)((word >> (i * vb)) & vmask);
+#pragma unroll
+        for (int h = 0; h < GP; h++) {
+            float p = w.p[j * GP + h], pa = p * sc, pb = p * mn;
+#pragma unroll
+            for (int i = 0; i < CPL; i++) o[h][i] += pa * cf[i] + pb;
+        }
+    }
+    __syncwarp();
+}
+
+template <int D, int GP>
+__device__ void kvc_raw_block(const kvc_split_args<D, GP> &a, kvc_warp_smem<D, GP> &w, const float *qs,
+                              const uint16_t *kr, const uint16_t *vr, int n, float *m, float *l, float (*o)[D / 32],
+                              int lane) {
+    float s[GP], corr[GP];
+#pragma unroll
+    for (int h = 0; h < GP; h++) s[h] = -INFINITY;
+    if (lane < n) {
+        float acc[GP];
+#pragma unroll
+        for (int h = 0; h < GP; h++) acc[h] = 0.0f;
+        const uint4 *row = (const uint4 *)(kr + (size_t)lane * D);
+        for (int c8 = 0; c8 < D / 8; c8++) {
+            uint4 u = __ldg(row + c8);
+            uint32_t wd[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+            for (int t = 0; t < 4; t++) {
+                float x0 = __uint_as_float(wd[t] << 16), x1 = __uint_as_float(wd[t] & 0xffff0000u);
+#pragma unroll
+                for (int h = 0; h < GP; h++) acc[h] += qs[h * D + c8 * 8 + 2 * t] * x0 + qs[h * D + c8 * 8 + 2 * t + 1] * x1;
+            }
+        }
+#pragma unroll
+        for (int h = 0; h < GP; h++) s[h] = acc[h];
+    }
+    kvc_softmax_step<GP>(s, m, l, w.p, corr, lane);
+    __syncwarp();
+    constexpr int CPL = D / 32;
+    const int c0 = lane * CPL;
+#pragma unroll
+    for (int h = 0; h < GP; h++)
+#pragma unroll
+        for (int i = 0; i < CPL; i++) o[h][i] *= corr[h];
+    for (int j = 0; j < n; j++) {
+        float x[CPL];
+#pragma unroll
+        for (int i = 0; i < CPL; i++) x[i] = kvc_bf2f(vr[(size_t)j * D + c0 + i]);
+#pragma unroll
+        for (int h = 0; h < GP; h++) {
+            float p = w.p[j * GP + h];
+#pragma unroll
+            for (int i = 0; i < CPL; i++) o[h][i] += p * x[i];
+        }
+    }
+    __syncwarp();
+}
+
+template <int D, int GP>
+__global__ void __launch_bounds__(KVC_NW * 32) kvc_split_kernel(const kvc_split_args<D, GP> a) {
+    __shared__ float qs[GP * D];
+    __shared__ kvc_warp_smem<D, GP> ws[KVC_NW];
+    const kvc_layer_view &v = a.v;
+    const int split = blockIdx.x, g = blockIdx.y / a.n_pass, pass = blockIdx.y % a.n_pass, seq = blockIdx.z;
+    const int h0 = g * a.gs + pass * GP, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    for (int t = threadIdx.x; t < GP * D; t += blockDim.x) qs[t] = a.qr[((size_t)seq * a.Hq + h0) * D + t];
+    __syncthreads();
+    const int64_t L = v.len[seq];
+    const int nb = (int)((L + KVC_G - 1) / KVC_G), nq = L >= v.window ? (int)((L - v.window) / KVC_G) : 0;
+    const int bps = (nb + a.n_split - 1) / a.n_split, b0 = split * bps, b1 = min(nb, b0 + bps);
+    const int64_t kh = (int64_t)D * KVC_G * v.kbits / 8 + D * 4 + (v.scale ? KVC_G * 2 : 0);
+    const int64_t vh = (int64_t)KVC_G * D * v.vbits / 8 + D * 4;
+    kvc_warp_smem<D, GP> &w = ws[warp];
+    float m[GP], l[GP], o[GP][D / 32];
+#pragma unroll
+    for (int h = 0; h < GP; h++) {
+        m[h] = -INFINITY;
+        l[h] = 0.0f;
+#pragma unroll
+        for (int i = 0; i < D / 32; i++) o[h][i] = 0.0f;
+    }
+    const int32_t *qtab = v.qtab + (size_t)seq * v.tab_stride, *rtab = v.rtab + (size_t)seq * v.tab_stride;
+    for (int b = b0 + warp; b < b1; b += KVC_NW) {
+        if (b < nq) {
+            const uint8_t *page = v.qpool + (int64_t)qtab[b] * v.qpage_bytes;
+            kvc_quant_block<D, GP>(a, w, qs, page + v.q_k + g * kh, page + v.q_v + g * vh, m, l, o, lane);
+        } else {
+            const uint8_t *page = v.rpool + (int64_t)rtab[b] * v.rpage_bytes;
+            const int64_t head = (int64_t)g * KVC_G * D * 2;
+            int n = (int)min((int64_t)KVC_G, L - (int64_t)b * KVC_G);
+            kvc_raw_block<D, GP>(a, w, qs, (const uint16_t *)(page + v.r_k + head),
+                                 (const uint16_t *)(page + v.r_v + head), n, m, l, o, lane);
+        }
+    }
+    /* this warp's state -> its smem (acc [h][c] in qsc, m/l in p), then merge the warps */
+#pragma unroll
+    for (int h = 0; h < GP; h++) {
+        float lt = kvc_warp_sum(l[h]);
+#pragma unroll
+        for (int i = 0; i < D / 32; i++) w.qsc[h * D + lane * (D / 32) + i] = o[h][i];
+        if (lane == 0) {
+            w.p[h] = m[h];
+            w.p[GP + h] = lt;
+        }
+    }
+    __syncthreads();
+    for (int t = threadIdx.x; t < GP * D; t += blockDim.x) {
+        const int h = t / D, c = t % D;
+        float M = -INFINITY;
+        for (int k = 0; k < KVC_NW; k++) M = fmaxf(M, ws[k].p[h]);
+        float Ls = 0.0f, A = 0.0f;
+        if (M != -INFINITY)
+            for (int k = 0; k < KVC_NW; k++) {
+                float mk = ws[k].p[h];
+                if (mk == -INFINITY) continue;
+                float f = expf(mk - M);
+                Ls += ws[k].p[GP + h] * f;
+                A += ws[k].qsc[h * D + c] * f;
+            }
+        const size_t row = ((size_t)seq * a.Hq + h0 + h) * KVC_MAX_SPLIT + split;
+        a.acc[row * D + c] = A;
+        if (c == 0) {
+            a.ml[row * 2] = M;
+            a.ml[row * 2 + 1] = Ls;
+        }
+    }
+}
+
+/* ---------------------------------------------------------------- combine */
+
+__global__ void kvc_combine_kernel(const float *ml, const float *acc, const float *qr, const float *knr,
+                                   const float *vnr, float *out, int Hq, int gs, int Hkv, int D, int n_split,
+                                   int rotate) {
+    extern __shared__ float sh[]; /* x [D], red [D] */
+    float *x = sh, *red = sh + D;
+    const int s = blockIdx.x, h = blockIdx.y, c = threadIdx.x, g = h / gs;
+    const size_t row = ((size_t)s * Hq + h) * KVC_MAX_SPLIT;
+    float self = -INFINITY;
+    if (knr) {
+        red[c] = qr[((size_t)s * Hq + h) * D + c] * knr[((size_t)s * Hkv + g) * D + c];
+        __syncthreads();
+        for (int o = D / 2; o; o >>= 1) {
+            if (c < o) red[c] += red[c + o];
+            __syncthreads();
+        }
+        self = red[0];
+    }
+    float M = self;
+    for (int i = 0; i < n_split; i++) M = fmaxf(M, ml[(row + i) * 2]);
+    float Ls = 0.0f, A = 0.0f;
+    for (int i = 0; i < n_split; i++) {
+        float mi = ml[(row + i) * 2];
+        if (mi == -INFINITY) continue;
+        float f = expf(mi - M);
+        Ls += ml[(row + i) * 2 + 1] * f;
+        A += acc[(row + i) * D + c] * f;
+    }
+    if (knr) {
+        float e = expf(self - M);
+        Ls += e;
+        A += e * vnr[((size_t)s * Hkv + g) * D + c];
+    }
+    x[c] = Ls > 0.0f ? A / Ls : 0.0f;
+    if (rotate) kvc_fwht_rows(x, 1, D, D, c, D);
+    out[((size_t)s * Hq + h) * D + c] = x[c];
+}
+
+/* ---------------------------------------------------------------- host */
+
+extern "C" omni_status kvc_attn_init(int max_seqs, int n_q_heads, int n_kv_heads, int head_dim, kvc_attn **out) {
+    *out = NULL;
+    if (max_seqs <= 0 || n_kv_heads <= 0 || n_q_heads <= 0 || n_q_heads % n_kv_heads ||
+        (head_dim != 64 && head_dim != 128))
+        return omni_fail(OMNI_ERR_USAGE, "kv cuda attn: bad sizes (seqs %d, heads %d/%d, head_dim %d: 64 or 128)",
+                         max_seqs, n_q_heads, n_kv_heads, head_dim);
+    kvc_attn *a = (kvc_attn *)calloc(1, sizeof *a);
+    if (!a) return omni_fail(OMNI_ERR_NOMEM, "kv cuda attn: out of memory");
+    a->max_seqs = max_seqs, a->Hq = n_q_heads, a->Hkv = n_kv_heads, a->D = head_dim;
+    int dev = 0;
+    omni_status st = kvc_cuda_check(cudaGetDevice(&dev), "cudaGetDevice");
+    if (!st) st = kvc_cuda_check(cudaDeviceGetAttribute(&a->n_sm, cudaDevAttrMultiProcessorCount, dev), "SM count");
+    size_t rows = (size_t)max_seqs * n_q_heads, krows = (size_t)max_seqs * n_kv_heads;
+    if (!st) st = kvc_cuda_check(cudaMalloc((void **)&a->qr, rows * head_dim * 4), "cudaMalloc q");
+    if (!st) st = kvc_cuda_check(cudaMalloc((void **)&a->kn, krows * head_dim * 4), "cudaMalloc k");
+    if (!st) st = kvc_cuda_check(cudaMalloc((void **)&a->vn, krows * head_dim * 4), "cudaMalloc v");
+    if (!st) st = kvc_cuda_check(cudaMalloc((void **)&a->ml, rows * KVC_MAX_SPLIT * 2 * 4), "cudaMalloc ml");
+    if (!st) st = kvc_cuda_check(cudaMalloc((void **)&a->acc, rows * KVC_MAX_SPLIT * head_dim * 4), "cudaMalloc acc");
+    if (st) {
+        kvc_attn_free(a);
+        return st;
+    }
+    *out = a;
+    return OMNI_OK;
+}
+
+extern "C" void kvc_attn_free(kvc_attn *a) {
+    if (!a) return;
+    cudaFree(a->qr);
+    cudaFree(a->kn);
+    cudaFree(a->vn);
+    cudaFree(a->ml);
+    cudaFree(a->acc);
+    free(a);
+}
+
+/* Heads per pass: the largest of 8, 4, 2, 1 dividing the group size. */
+static int heads_per_pass(int gs) { return gs % 8 == 0 ? 8 : gs % 4 == 0 ? 4 : gs % 2 == 0 ? 2 : 1; }
+
+extern "C" int kvc_attn_splits(const kvc_attn *a, int n_seq, int64_t max_len) {
+    const int gs = a->Hq / a->Hkv, n_pass = gs / heads_per_pass(gs);
+    int64_t nb = (max_len + KVC_G - 1) / KVC_G, ctas = (int64_t)n_seq * a->Hkv * n_pass;
+    int64_t want = (4LL * a->n_sm + ctas - 1) / ctas, most = (nb + KVC_NW - 1) / KVC_NW;
+    if (want > most) want = most;
+    if (want > KVC_MAX_SPLIT) want = KVC_MAX_SPLIT;
+    return want < 1 ? 1 : (int)want;
+}
+
+template <int D, int GP>
+static void launch_split(const kvc_layer_view *v, const kvc_attn *a, int n_seq, int n_split, int gs,
+                         cudaStream_t st) {
+    kvc_split_args<D, GP> args;
+    args.v = *v;
+    args.qr = a->qr;
+    args.ml = a->ml;
+    args.acc = a->acc;
+    args.Hq = a->Hq;
+    args.gs = gs;
+    args.n_pass = gs / GP;
+    args.n_split = n_split;
+    dim3 grid(n_split, a->Hkv * args.n_pass, n_seq);
+    kvc_split_kernel<D, GP><<<grid, KVC_NW * 32, 0, st>>>(args);
+}
+
+template <int D>
+static void launch_split_d(const kvc_layer_view *v, const kvc_attn *a, int n_seq, int n_split, int gs,
+                           cudaStream_t st) {
+    switch (heads_per_pass(gs)) {
+    case 8: launch_split<D, 8>(v, a, n_seq, n_split, gs, st); break;
+    case 4: launch_split<D, 4>(v, a, n_seq, n_split, gs, st); break;
+    case 2: launch_split<D, 2>(v, a, n_seq, n_split, gs, st); break;
+    default: launch_split<D, 1>(v, a, n_seq, n_split, gs, st); break;
+    }
+}
+
+static omni_status check_view(const kvc_attn *a, const kvc_layer_view *v, int n_seq, int n_q_heads) {
+    if (v->n_kv_heads != a->Hkv || v->head_dim != a->D || n_q_heads != a->Hq)
+        return omni_fail(OMNI_ERR_USAGE, "kv cuda attn: view/heads (%d kv, %d q, D %d) differ from the workspace's "
+                         "(%d, %d, %d)", v->n_kv_heads, n_q_heads, v->head_dim, a->Hkv, a->Hq, a->D);
+    if (n_seq < 0 || n_seq > a->max_seqs)
+        return omni_fail(OMNI_ERR_USAGE, "kv cuda attn: %d sequences (workspace holds %d)", n_seq, a->max_seqs);
+    if ((v->kbits != 2 && v->kbits != 4) || (v->vbits != 2 && v->vbits != 4))
+        return omni_fail(OMNI_ERR_USAGE, "kv cuda attn: bits %d/%d (2 or 4)", v->kbits, v->vbits);
+    if (v->window < 0 || v->window > 256 || v->window % KVC_G)
+        return omni_fail(OMNI_ERR_USAGE, "kv cuda attn: window %d", v->window);
+    if (v->qpage_bytes % 16 || v->q_k % 16 || v->q_v % 16 || ((uintptr_t)v->qpool & 15u) || v->rpage_bytes % 16 ||
+        v->r_k % 16 || v->r_v % 16 || ((uintptr_t)v->rpool & 15u))
+        return omni_fail(OMNI_ERR_USAGE, "kv cuda attn: pools, page sizes and offsets must be 16-byte aligned");
+    if (n_seq > 0 && (!v->len || !v->qtab || !v->rtab || !v->rpool || !v->qpool))
+        return omni_fail(OMNI_ERR_USAGE, "kv cuda attn: NULL pointer in the layer view");
+    return OMNI_OK;
+}
+
+extern "C" omni_status kvc_decode(kvc_attn *a, const kvc_layer_view *v, int n_seq, int64_t max_len, const float *q,
+                                  const float *k_new, const float *v_new, float *out, int n_q_heads, float scale,
+                                  void *stream) {
+    if (!a || !v) return omni_fail(OMNI_ERR_USAGE, "kv cuda attn: NULL workspace or view");
+    omni_status st = check_view(a, v, n_seq, n_q_heads);
+    if (st) return st;
+    if (n_seq == 0) return OMNI_OK;
+    if (!q || !out || (!k_new) != (!v_new))
+        return omni_fail(OMNI_ERR_USAGE, "kv cuda attn: NULL q/out, or only one of k_new/v_new");
+    cudaStream_t cs = (cudaStream_t)stream;
+    const int D = a->D, gs = a->Hq / a->Hkv, n_split = kvc_attn_splits(a, n_seq, max_len);
+    dim3 pgrid(n_seq, a->Hq + (k_new ? 2 * a->Hkv : 0));
+    kvc_prep_kernel<<<pgrid, D, D * sizeof(float), cs>>>(q, k_new, v_new, a->qr, a->kn, a->vn, a->Hq, a->Hkv, D,
+                                                         v->rotate, scale);
+    if (D == 64) launch_split_d<64>(v, a, n_seq, n_split, gs, cs);
+    else launch_split_d<128>(v, a, n_seq, n_split, gs, cs);
+    dim3 cgrid(n_seq, a->Hq);
+    kvc_combine_kernel<<<cgrid, D, 2 * D * sizeof(float), cs>>>(a->ml, a->acc, a->qr, k_new ? a->kn : NULL,
+                                                                 a->vn, out, a->Hq, gs, a->Hkv, D, n_split, v->rotate);
+    return kvc_cuda_check(cudaGetLastError(), "decode attention launch");
+}
