@@ -1,0 +1,350 @@
+/* ops.cu - the dense element-wise, norm, RoPE, softmax, argmax and embedding kernels of kernels/ops_cuda.h.
+ *
+ * Version 1 (this file): one block per row for row ops (block-wide fp32 reductions through warp shuffles and a
+ * 32-float shared array; rmsnorm: one warp per row up to 1024 and 4/16-byte accesses where alignment allows),
+ * grid-stride loops for element-wise ops.
+ * The arithmetic mirrors PyTorch's bf16 kernels: load bf16 -> fp32 math -> round-to-nearest-even to bf16
+ * at the points named in ops_cuda.h. No fast-math intrinsics (expf, erff, tanhf, rsqrtf, IEEE division). */
+#include <math.h>
+#include <stdint.h>
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include "cuda_check.h"
+#include "kernels/ops_cuda.h"
+
+typedef __nv_bfloat16 bf16;
+
+#define ROW_THREADS 256
+#define EW_THREADS 256
+#define EW_MAX_BLOCKS 8192
+
+__device__ __forceinline__ float bf(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
+__device__ __forceinline__ float ld_bf(const uint16_t *p, int64_t i) { return __bfloat162float(((const bf16 *)p)[i]); }
+__device__ __forceinline__ void st_bf(uint16_t *p, int64_t i, float v) { ((bf16 *)p)[i] = __float2bfloat16_rn(v); }
+
+/* Sum over the block; every thread gets the result. sh: 32 floats of shared memory. */
+__device__ float block_sum(float v, float *sh) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+    __syncthreads(); /* sh may still be read by a previous call */
+    if (lane == 0) sh[wid] = v;
+    __syncthreads();
+    v = lane < nw ? sh[lane] : 0.f;
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__device__ float block_max(float v, float *sh) {
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+    __syncthreads();
+    if (lane == 0) sh[wid] = v;
+    __syncthreads();
+    v = lane < nw ? sh[lane] : -INFINITY;
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+static int ew_blocks(int64_t n) {
+    int64_t b = (n + EW_THREADS - 1) / EW_THREADS;
+    return (int)(b < EW_MAX_BLOCKS ? b : EW_MAX_BLOCKS);
+}
+
+static int row_threads(int dim) { return dim >= ROW_THREADS ? ROW_THREADS : ((dim + 31) / 32) * 32; }
+
+#define GRID_STRIDE(i, n)                                                                                      \
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < (n); i += (int64_t)gridDim.x * blockDim.x)
+
+/* ---- RMSNorm ----------------------------------------------------------------------------------------------- */
+
+/* VEC consecutive bf16 moved as one 2-, 4- or 16-byte access. */
+template <int VEC> struct vec_of;
+template <> struct vec_of<1> { typedef uint16_t T; };
+template <> struct vec_of<2> { typedef uint32_t T; };
+template <> struct vec_of<8> { typedef uint4 T; };
+
+template <int VEC> __device__ __forceinline__ void load_vec(float *f, const uint16_t *p, int i) {
+    typename vec_of<VEC>::T u = ((const typename vec_of<VEC>::T *)p)[i];
+    const bf16 *h = (const bf16 *)&u;
+#pragma unroll
+    for (int k = 0; k < VEC; k++) f[k] = __bfloat162float(h[k]);
+}
+
+template <int VEC> __device__ __forceinline__ void store_vec(uint16_t *p, int i, const float *f) {
+    typename vec_of<VEC>::T u;
+    bf16 *h = (bf16 *)&u;
+#pragma unroll
+    for (int k = 0; k < VEC; k++) h[k] = __float2bfloat16_rn(f[k]);
+    ((typename vec_of<VEC>::T *)p)[i] = u;
+}
+
+/* This thread's share (vectors t0, t0 + stride, ...) of the row's sum of squares; nv = dim / VEC. */
+template <int VEC> __device__ float rms_sumsq(const uint16_t *xr, int nv, int t0, int stride) {
+    float ss = 0.f, f[VEC];
+    for (int i = t0; i < nv; i += stride) {
+        load_vec<VEC>(f, xr, i);
+#pragma unroll
+        for (int k = 0; k < VEC; k++) ss += f[k] * f[k];
+    }
+    return ss;
+}
+
+/* y = bf16(bf16(x·inv)·w) for this thread's vectors. Each element is read before it is written (y may alias x). */
+template <int VEC>
+__device__ void rms_write(uint16_t *yr, const uint16_t *xr, const uint16_t *w, int nv, float inv, int t0, int stride) {
+    float f[VEC], g[VEC];
+    for (int i = t0; i < nv; i += stride) {
+        load_vec<VEC>(f, xr, i);
+        load_vec<VEC>(g, w, i);
+#pragma unroll
+        for (int k = 0; k < VEC; k++) f[k] = bf(f[k] * inv) * g[k];
+        store_vec<VEC>(yr, i, f);
+    }
+}
+
+/* Long rows (dim > 1024): one block per row. */
+template <int VEC>
+__global__ void rmsnorm_block_kernel(uint16_t *y, const uint16_t *x, const uint16_t *w, int dim, float eps) {
+    __shared__ float sh[32];
+    int64_t off = (int64_t)blockIdx.x * dim;
+    int nv = dim / VEC;
+    float ss = block_sum(rms_sumsq<VEC>(x + off, nv, threadIdx.x, blockDim.x), sh);
+    rms_write<VEC>(y + off, x + off, w, nv, rsqrtf(ss / (float)dim + eps), threadIdx.x, blockDim.x);
+}
+
+/* Short rows (per-head q_norm/k_norm, D = 128): one warp per row, ROW_THREADS / 32 rows per block. */
+template <int VEC>
+__global__ void rmsnorm_warp_kernel(uint16_t *y, const uint16_t *x, const uint16_t *w, int rows, int dim, float eps) {
+    int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    if (row >= rows) return; /* whole warps leave; no block barrier follows */
+    int64_t off = (int64_t)row * dim;
+    int nv = dim / VEC;
+    float ss = rms_sumsq<VEC>(x + off, nv, lane, 32);
+    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    rms_write<VEC>(y + off, x + off, w, nv, rsqrtf(ss / (float)dim + eps), lane, 32);
+}
+
+static int aligned(const void *p, unsigned a) { return ((uintptr_t)p % a) == 0; }
+
+template <int VEC>
+static void rmsnorm_launch(uint16_t *y, const uint16_t *x, const uint16_t *w, int rows, int dim, float eps,
+                           cudaStream_t s) {
+    if (dim <= 1024) {
+        int per_block = ROW_THREADS / 32;
+        rmsnorm_warp_kernel<VEC><<<(rows + per_block - 1) / per_block, ROW_THREADS, 0, s>>>(y, x, w, rows, dim, eps);
+    } else {
+        rmsnorm_block_kernel<VEC><<<rows, row_threads(dim / VEC), 0, s>>>(y, x, w, dim, eps);
+    }
+}
+
+extern "C" omni_status omni_cuda_rmsnorm_bf16(uint16_t *y, const uint16_t *x, const uint16_t *w, int rows, int dim,
+                                              float eps, void *stream) {
+    if (rows < 0 || dim <= 0) return omni_fail(OMNI_ERR_USAGE, "%s: rows %d dim %d", __func__, rows, dim);
+    if (rows == 0) return OMNI_OK;
+    cudaStream_t s = (cudaStream_t)stream;
+    /* 16-byte accesses when every row starts 16-byte aligned and a warp still has >= 32 vectors; else 4 bytes */
+    if (dim % 8 == 0 && dim >= 256 && aligned(x, 16) && aligned(y, 16) && aligned(w, 16))
+        rmsnorm_launch<8>(y, x, w, rows, dim, eps, s);
+    else if (dim % 2 == 0 && aligned(x, 4) && aligned(y, 4) && aligned(w, 4))
+        rmsnorm_launch<2>(y, x, w, rows, dim, eps, s);
+    else
+        rmsnorm_launch<1>(y, x, w, rows, dim, eps, s);
+    OMNI_CUDA_LAUNCHED();
+    return OMNI_OK;
+}
+
+/* ---- LayerNorm --------------------------------------------------------------------------------------------- */
+
+__global__ void layernorm_kernel(uint16_t *y, const uint16_t *x, const uint16_t *w, const uint16_t *b, int dim,
+                                 float eps) {
+    __shared__ float sh[32];
+    const uint16_t *xr = x + (int64_t)blockIdx.x * dim;
+    uint16_t *yr = y + (int64_t)blockIdx.x * dim;
+    float s = 0.f;
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) s += ld_bf(xr, i);
+    float mean = block_sum(s, sh) / (float)dim;
+    float ss = 0.f;
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) {
+        float d = ld_bf(xr, i) - mean;
+        ss += d * d;
+    }
+    float inv = rsqrtf(block_sum(ss, sh) / (float)dim + eps);
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) {
+        float v = (ld_bf(xr, i) - mean) * inv * ld_bf(w, i);
+        st_bf(yr, i, b ? v + ld_bf(b, i) : v);
+    }
+}
+
+extern "C" omni_status omni_cuda_layernorm_bf16(uint16_t *y, const uint16_t *x, const uint16_t *w, const uint16_t *b,
+                                                int rows, int dim, float eps, void *stream) {
+    if (rows < 0 || dim <= 0) return omni_fail(OMNI_ERR_USAGE, "%s: rows %d dim %d", __func__, rows, dim);
+    if (rows == 0) return OMNI_OK;
+    layernorm_kernel<<<rows, row_threads(dim), 0, (cudaStream_t)stream>>>(y, x, w, b, dim, eps);
+    OMNI_CUDA_LAUNCHED();
+    return OMNI_OK;
+}
+
+/* ---- RoPE -------------------------------------------------------------------------------------------------- */
+
+/* One block per (token, head); thread d rotates the pair (d, d + D/2). */
+__global__ void rope_neox_kernel(uint16_t *x, int H, int D, int64_t ld, const float *cos, const float *sin) {
+    int t = blockIdx.x / H, h = blockIdx.x % H, half = D / 2;
+    uint16_t *v = x + (int64_t)t * ld + (int64_t)h * D;
+    const float *c = cos + (int64_t)t * D, *sn = sin + (int64_t)t * D;
+    for (int d = threadIdx.x; d < half; d += blockDim.x) {
+        float a = ld_bf(v, d), b = ld_bf(v, d + half);
+        float c0 = bf(c[d]), s0 = bf(sn[d]), c1 = bf(c[d + half]), s1 = bf(sn[d + half]);
+        st_bf(v, d, bf(a * c0) + bf(-b * s0));
+        st_bf(v, d + half, bf(b * c1) + bf(a * s1));
+    }
+}
+
+extern "C" omni_status omni_cuda_rope_neox_bf16(uint16_t *x, int T, int H, int D, int64_t ld, const float *cos,
+                                                const float *sin, void *stream) {
+    if (T < 0 || H < 0 || D <= 0 || D % 2 || ld < (int64_t)H * D)
+        return omni_fail(OMNI_ERR_USAGE, "%s: T %d H %d D %d ld %lld", __func__, T, H, D, (long long)ld);
+    if (T == 0 || H == 0) return OMNI_OK;
+    int threads = row_threads(D / 2);
+    rope_neox_kernel<<<T * H, threads, 0, (cudaStream_t)stream>>>(x, H, D, ld, cos, sin);
+    OMNI_CUDA_LAUNCHED();
+    return OMNI_OK;
+}
+
+/* ---- element-wise ------------------------------------------------------------------------------------------ */
+
+__global__ void silu_mul_kernel(uint16_t *y, const uint16_t *g, const uint16_t *u, int64_t n) {
+    GRID_STRIDE(i, n) {
+        float a = ld_bf(g, i), b = ld_bf(u, i);
+        st_bf(y, i, bf(a / (1.f + expf(-a))) * b);
+    }
+}
+
+__global__ void gelu_erf_kernel(uint16_t *y, const uint16_t *x, int64_t n) {
+    GRID_STRIDE(i, n) {
+        float v = ld_bf(x, i);
+        st_bf(y, i, 0.5f * v * (1.f + erff(v * 0.70710678118654752f)));
+    }
+}
+
+__global__ void gelu_tanh_kernel(uint16_t *y, const uint16_t *x, int64_t n) {
+    const float c = 0.7978845608028654f; /* sqrt(2/pi) */
+    GRID_STRIDE(i, n) {
+        float v = ld_bf(x, i);
+        st_bf(y, i, 0.5f * v * (1.f + tanhf(c * (v + 0.044715f * v * v * v))));
+    }
+}
+
+__global__ void add_kernel(uint16_t *y, const uint16_t *a, const uint16_t *b, int64_t n) {
+    GRID_STRIDE(i, n) st_bf(y, i, ld_bf(a, i) + ld_bf(b, i));
+}
+
+#define EW_LAUNCH(kernel, n, stream, ...)                                                                      \
+    do {                                                                                                       \
+        if ((n) < 0) return omni_fail(OMNI_ERR_USAGE, "%s: n %lld", __func__, (long long)(n));                 \
+        if ((n) == 0) return OMNI_OK;                                                                          \
+        kernel<<<ew_blocks(n), EW_THREADS, 0, (cudaStream_t)(stream)>>>(__VA_ARGS__);                          \
+        OMNI_CUDA_LAUNCHED();                                                                                  \
+        return OMNI_OK;                                                                                        \
+    } while (0)
+
+extern "C" omni_status omni_cuda_silu_mul_bf16(uint16_t *y, const uint16_t *gate, const uint16_t *up, int64_t n,
+                                               void *stream) {
+    EW_LAUNCH(silu_mul_kernel, n, stream, y, gate, up, n);
+}
+extern "C" omni_status omni_cuda_gelu_erf_bf16(uint16_t *y, const uint16_t *x, int64_t n, void *stream) {
+    EW_LAUNCH(gelu_erf_kernel, n, stream, y, x, n);
+}
+extern "C" omni_status omni_cuda_gelu_tanh_bf16(uint16_t *y, const uint16_t *x, int64_t n, void *stream) {
+    EW_LAUNCH(gelu_tanh_kernel, n, stream, y, x, n);
+}
+extern "C" omni_status omni_cuda_add_bf16(uint16_t *y, const uint16_t *a, const uint16_t *b, int64_t n,
+                                          void *stream) {
+    EW_LAUNCH(add_kernel, n, stream, y, a, b, n);
+}
+
+/* ---- embedding --------------------------------------------------------------------------------------------- */
+
+__global__ void embed_kernel(uint16_t *y, const uint16_t *table, int64_t vocab, int dim, const int32_t *ids) {
+    int32_t id = ids[blockIdx.x];
+    uint16_t *yr = y + (int64_t)blockIdx.x * dim;
+    int ok = id >= 0 && id < vocab;
+    const uint16_t *tr = table + (ok ? (int64_t)id * dim : 0);
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) yr[i] = ok ? tr[i] : (uint16_t)0;
+}
+
+extern "C" omni_status omni_cuda_embed_bf16(uint16_t *y, const uint16_t *table, int64_t vocab, int dim,
+                                            const int32_t *ids, int n, void *stream) {
+    if (n < 0 || dim <= 0 || vocab < 0) return omni_fail(OMNI_ERR_USAGE, "%s: n %d dim %d", __func__, n, dim);
+    if (n == 0) return OMNI_OK;
+    embed_kernel<<<n, row_threads(dim), 0, (cudaStream_t)stream>>>(y, table, vocab, dim, ids);
+    OMNI_CUDA_LAUNCHED();
+    return OMNI_OK;
+}
+
+/* ---- softmax ----------------------------------------------------------------------------------------------- */
+
+__global__ void softmax_kernel(float *x, int n) {
+    __shared__ float sh[32];
+    float *r = x + (int64_t)blockIdx.x * n;
+    float mx = -INFINITY;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) mx = fmaxf(mx, r[i]);
+    mx = block_max(mx, sh);
+    if (mx == -INFINITY) { /* fully masked row: zeros, as op_softmax */
+        for (int i = threadIdx.x; i < n; i += blockDim.x) r[i] = 0.f;
+        return;
+    }
+    float s = 0.f;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) s += expf(r[i] - mx);
+    float inv = 1.f / block_sum(s, sh);
+    for (int i = threadIdx.x; i < n; i += blockDim.x) r[i] = expf(r[i] - mx) * inv;
+}
+
+extern "C" omni_status omni_cuda_softmax_f32(float *x, int rows, int n, void *stream) {
+    if (rows < 0 || n <= 0) return omni_fail(OMNI_ERR_USAGE, "%s: rows %d n %d", __func__, rows, n);
+    if (rows == 0) return OMNI_OK;
+    softmax_kernel<<<rows, row_threads(n), 0, (cudaStream_t)stream>>>(x, n);
+    OMNI_CUDA_LAUNCHED();
+    return OMNI_OK;
+}
+
+/* ---- argmax ------------------------------------------------------------------------------------------------ */
+
+/* (v, i) beats (bv, bi) if larger, or equal with a lower index (first on ties). */
+__device__ __forceinline__ bool beats(float v, int i, float bv, int bi) { return v > bv || (v == bv && i < bi); }
+
+__global__ void argmax_kernel(int32_t *idx, const float *x, int n) {
+    __shared__ float shv[32];
+    __shared__ int shi[32];
+    const float *r = x + (int64_t)blockIdx.x * n;
+    float bv = -INFINITY;
+    int bi = INT32_MAX;
+    for (int i = threadIdx.x; i < n; i += blockDim.x)
+        if (beats(r[i], i, bv, bi)) bv = r[i], bi = i;
+    for (int o = 16; o > 0; o >>= 1) {
+        float v = __shfl_xor_sync(0xffffffffu, bv, o);
+        int j = __shfl_xor_sync(0xffffffffu, bi, o);
+        if (beats(v, j, bv, bi)) bv = v, bi = j;
+    }
+    int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+    if (lane == 0) shv[wid] = bv, shi[wid] = bi;
+    __syncthreads();
+    if (wid) return;
+    bv = lane < nw ? shv[lane] : -INFINITY;
+    bi = lane < nw ? shi[lane] : INT32_MAX;
+    for (int o = 16; o > 0; o >>= 1) {
+        float v = __shfl_xor_sync(0xffffffffu, bv, o);
+        int j = __shfl_xor_sync(0xffffffffu, bi, o);
+        if (beats(v, j, bv, bi)) bv = v, bi = j;
+    }
+    if (lane == 0) idx[blockIdx.x] = bi == INT32_MAX ? 0 : bi; /* all NaN: index 0, as op_argmax */
+}
+
+extern "C" omni_status omni_cuda_argmax_f32(int32_t *idx, const float *x, int rows, int n, void *stream) {
+    if (rows < 0 || n <= 0) return omni_fail(OMNI_ERR_USAGE, "%s: rows %d n %d", __func__, rows, n);
+    if (rows == 0) return OMNI_OK;
+    argmax_kernel<<<rows, ROW_THREADS, 0, (cudaStream_t)stream>>>(idx, x, n);
+    OMNI_CUDA_LAUNCHED();
+    return OMNI_OK;
+}

@@ -1,0 +1,607 @@
+/* test_gpu_ops.c - every op of kernels/ops_cuda.h against the CPU f32 reference (kernels/ops.h) in the same
+ * process, on seeded random bf16-rounded inputs of awkward sizes. Exit 77 (SKIP) when no GPU is present.
+ *
+ * Notation: u = 2^-24 (f32 unit roundoff), B = 2^-8 (bf16 unit roundoff: one round-to-nearest-even to bf16 moves a
+ * value by at most B·|value|). Each tolerance is (error of the GPU's bf16/fp32 arithmetic) + (error of the CPU's
+ * f32 arithmetic), derived next to it; reductions over K terms use the probabilistic bound lambda·sqrt(K)·u·Σ|terms|
+ * (Higham & Mary 2019, lambda = 2), as tests/kernels/test_ops.c does. The worst error/tolerance ratio and the worst
+ * absolute error per op are printed at the end, so a bound that is much too loose shows up in the log.
+ * Outputs are poisoned (0xFF bytes: NaN for bf16/f32) before each launch, so an unwritten element fails the NaN
+ * parity check, and every device buffer has CANARY_BYTES of a known pattern behind it that must survive. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "kernels/ops.h"
+#include "kernels/ops_cuda.h"
+#include "kernels/status.h"
+#include "kernels/tensor.h"
+
+#define U 0x1p-24
+#define B 0x1p-8 /* bf16 unit roundoff: 8 significant bits (7 stored + implicit) */
+#define CANARY_BYTES 1024
+#define ATOL_SUB 0x1p-126 /* below the smallest normal bf16 the relative bounds no longer hold: absolute floor */
+
+static void *g_stream;
+static omni_cuda_ctx *g_ctx;
+
+/* ---- helpers: random numbers, status, device buffers with canaries ------------------------------------- */
+
+static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
+static uint64_t rng_u64(void) {
+    uint64_t z = (g_rng += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+static double rng_unif(void) { return ((rng_u64() >> 11) + 0.5) * 0x1p-53; }
+static float rng_normal(void) { return (float)(sqrt(-2 * log(rng_unif())) * cos(6.283185307179586 * rng_unif())); }
+
+#define TRY(call)                                                                                              \
+    do {                                                                                                       \
+        omni_status st_ = (call);                                                                              \
+        if (st_ != OMNI_OK) {                                                                                  \
+            fprintf(stderr, "FATAL %s:%d: %s: %s\n", __FILE__, __LINE__, #call, omni_last_error());            \
+            exit(1);                                                                                           \
+        }                                                                                                      \
+    } while (0)
+
+static void *xmalloc(size_t n) {
+    void *p = calloc(1, n ? n : 1);
+    if (!p) {
+        fprintf(stderr, "FATAL: out of host memory\n");
+        exit(1);
+    }
+    return p;
+}
+
+/* bf16 host data: bits h[i] and their exact f32 values f[i] = bf16(scale·N(0,1) + shift). */
+static void rand_bf16(uint16_t *h, float *f, int64_t n, float scale, float shift) {
+    for (int64_t i = 0; i < n; i++) {
+        h[i] = omni_f32_to_bf16(scale * rng_normal() + shift);
+        f[i] = omni_bf16_to_f32(h[i]);
+    }
+}
+
+static uint8_t canary_byte(size_t i) { return (uint8_t)(0x5a ^ (i * 131u)); }
+
+/* Device buffer of `bytes` followed by CANARY_BYTES of pattern; the first `bytes` hold `host` or 0xFF poison. */
+static void *dev_buf(const void *host, size_t bytes) {
+    static uint8_t pat[CANARY_BYTES];
+    for (size_t i = 0; i < CANARY_BYTES; i++) pat[i] = canary_byte(i);
+    void *d;
+    TRY(omni_cuda_malloc(&d, bytes + CANARY_BYTES));
+    if (host)
+        TRY(omni_cuda_h2d(d, host, bytes, g_stream));
+    else
+        TRY(omni_cuda_memset(d, 0xff, bytes, g_stream));
+    TRY(omni_cuda_h2d((char *)d + bytes, pat, CANARY_BYTES, g_stream));
+    return d;
+}
+
+/* The canary behind a device buffer must be intact; frees the buffer. */
+static void dev_done(const char *what, void *d, size_t bytes) {
+    uint8_t got[CANARY_BYTES];
+    TRY(omni_cuda_d2h(got, (char *)d + bytes, CANARY_BYTES, g_stream));
+    int bad = 0;
+    for (size_t i = 0; i < CANARY_BYTES; i++) bad += got[i] != canary_byte(i);
+    CHECK(bad == 0, "%s: %d canary bytes overwritten", what, bad);
+    omni_cuda_free(d);
+}
+
+static void fetch_bf16(float *dst, const void *d, int64_t n) {
+    uint16_t *h = xmalloc(sizeof(uint16_t) * n);
+    TRY(omni_cuda_d2h(h, d, sizeof(uint16_t) * n, g_stream));
+    for (int64_t i = 0; i < n; i++) dst[i] = omni_bf16_to_f32(h[i]);
+    free(h);
+}
+
+/* ---- comparison and the per-op summary ----------------------------------------------------------------- */
+
+enum { O_RMS, O_LN, O_ROPE, O_SILU, O_GELU_ERF, O_GELU_TANH, O_ADD, O_EMBED, O_SOFTMAX, O_ARGMAX, O_LINEAR,
+       O_LINEAR32, O_COUNT };
+static const char *g_oname[O_COUNT] = {"rmsnorm",  "layernorm", "rope_neox", "silu_mul",    "gelu_erf", "gelu_tanh",
+                                       "add",      "embed",     "softmax",   "argmax",      "linear_bf16out",
+                                       "linear_f32out"};
+static double g_ratio[O_COUNT], g_abs[O_COUNT], g_nmse[O_COUNT];
+static int g_cases[O_COUNT];
+static char g_worst[O_COUNT][160]; /* where the worst err/tol of each op was seen */
+
+/* Elements with |got - ref| > tol (NaN/Inf must match the reference's class); reports the first few. */
+static void compare(int op, const char *what, const float *got, const float *ref, const double *tol, int64_t n) {
+    int64_t bad = 0;
+    double se = 0, sr = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double err;
+        if (!isfinite(ref[i]))
+            err = (isnan(ref[i]) ? isnan(got[i]) : got[i] == ref[i]) ? 0 : INFINITY;
+        else
+            err = isfinite(got[i]) ? fabs((double)got[i] - ref[i]) : INFINITY;
+        if (!(err <= tol[i])) {
+            if (bad++ < 3)
+                fprintf(stderr, "  %s: [%lld] got %.9g ref %.9g err %.3g tol %.3g\n", what, (long long)i, got[i],
+                        ref[i], err, tol[i]);
+        }
+        double r = tol[i] > 0 ? err / tol[i] : (err > 0 ? INFINITY : 0);
+        if (r > g_ratio[op]) {
+            g_ratio[op] = r;
+            snprintf(g_worst[op], sizeof g_worst[op], "%s [%lld] got %.9g ref %.9g tol %.3g", what, (long long)i,
+                     got[i], ref[i], tol[i]);
+        }
+        if (isfinite(ref[i])) {
+            if (err > g_abs[op]) g_abs[op] = err;
+            se += err * err, sr += (double)ref[i] * ref[i];
+        }
+    }
+    double nmse = sr > 0 ? se / sr : 0;
+    if (nmse > g_nmse[op]) g_nmse[op] = nmse;
+    g_cases[op]++;
+    CHECK(bad == 0, "%s: %lld of %lld elements out of tolerance", what, (long long)bad, (long long)n);
+}
+
+static omni_tensor bf16_vec(uint16_t *h, int64_t n) { return omni_tensor_make(h, OMNI_BF16, 1, &n); }
+
+/* ---- rmsnorm (also per-head q_norm/k_norm shapes) ------------------------------------------------------ */
+
+/* GPU: h = bf16(x·inv) (B), y = bf16(h·w) (B): 2B + B² relative; fp32 sum of squares (all terms positive) and
+ * rsqrtf (2 ulp) add <= 2u(sqrt(dim) + 8) relative; the CPU f32 reference adds u(sqrt(dim) + 8).
+ * tol = (2B + B² + 3u(sqrt(dim) + 8))·|ref| + ATOL_SUB. `offset` = 1 element misaligns x/y (scalar path). */
+static void rmsnorm_case(int rows, int dim, int inplace, int offset) {
+    int64_t n = (int64_t)rows * dim;
+    uint16_t *xh = xmalloc(2 * (n + 1)), *wh = xmalloc(2 * dim);
+    float *xf = xmalloc(4 * n), *wf = xmalloc(4 * dim), *ref = xmalloc(4 * n), *got = xmalloc(4 * n);
+    double *tol = xmalloc(8 * n);
+    rand_bf16(xh + offset, xf, n, 2.f, 0.f);
+    rand_bf16(wh, wf, dim, 0.2f, 1.f);
+    omni_tensor wt = bf16_vec(wh, dim);
+    op_rmsnorm(ref, xf, &wt, rows, dim, 1e-6f);
+    for (int64_t i = 0; i < n; i++) tol[i] = (2 * B + B * B + 3 * U * (sqrt(dim) + 8)) * fabs(ref[i]) + ATOL_SUB;
+
+    size_t xb = 2 * (size_t)(n + offset);
+    uint16_t *dx = dev_buf(xh, xb), *dw = dev_buf(wh, 2 * (size_t)dim);
+    uint16_t *dy = inplace ? dx : dev_buf(NULL, xb);
+    TRY(omni_cuda_rmsnorm_bf16(dy + offset, dx + offset, dw, rows, dim, 1e-6f, g_stream));
+    TRY(omni_cuda_sync(g_stream));
+    fetch_bf16(got, dy + offset, n);
+    char what[96];
+    snprintf(what, sizeof what, "rmsnorm rows=%d dim=%d inplace=%d offset=%d", rows, dim, inplace, offset);
+    compare(O_RMS, what, got, ref, tol, n);
+    dev_done(what, dx, xb), dev_done(what, dw, 2 * (size_t)dim);
+    if (!inplace) dev_done(what, dy, xb);
+    free(xh), free(wh), free(xf), free(wf), free(ref), free(got), free(tol);
+}
+
+static void test_rmsnorm(void) {
+    /* paths: warp per row (dim <= 1024) or block per row; 1-, 2- or 8-element accesses */
+    const int rows[] = {1, 19, 33}, dims[] = {1, 19, 128, 1024, 1025, 2050, 4096};
+    for (int r = 0; r < 3; r++)
+        for (int d = 0; d < 7; d++) rmsnorm_case(rows[r], dims[d], 0, 0);
+    rmsnorm_case(19 * 16, 128, 0, 0); /* q_norm: 19 tokens x 16 heads, D = 128 */
+    rmsnorm_case(33 * 8, 128, 1, 0);  /* k_norm in place (vector path) */
+    rmsnorm_case(19, 4096, 1, 1);     /* in place, misaligned (scalar path) */
+    rmsnorm_case(19, 128, 0, 1);
+}
+
+/* ---- layernorm ----------------------------------------------------------------------------------------- */
+
+/* GPU and CPU each: mean/variance over dim terms <= u(sqrt(dim) + 8)(|x| + |mean|)|w|/sd, final products and
+ * bias add <= 2u(|ref| + |b|) (test_ops.c's bound, counted twice); then one bf16 rounding of the output: B|ref|.
+ * tol = B|ref| + (1 + B)·2·[u(sqrt(dim) + 8)(|x| + |mean|)|w|/sd + 2u(|ref| + |b|)] + ATOL_SUB. */
+static void layernorm_case(int rows, int dim, int bias) {
+    int64_t n = (int64_t)rows * dim;
+    uint16_t *xh = xmalloc(2 * n), *wh = xmalloc(2 * dim), *bh = xmalloc(2 * dim);
+    float *xf = xmalloc(4 * n), *wf = xmalloc(4 * dim), *bf = xmalloc(4 * dim), *ref = xmalloc(4 * n),
+          *got = xmalloc(4 * n);
+    double *tol = xmalloc(8 * n);
+    rand_bf16(xh, xf, n, 3.f, 0.7f);
+    rand_bf16(wh, wf, dim, 0.3f, 1.f);
+    rand_bf16(bh, bf, dim, 0.5f, 0.f);
+    omni_tensor wt = bf16_vec(wh, dim), bt = bf16_vec(bh, dim);
+    op_layernorm(ref, xf, &wt, bias ? &bt : NULL, rows, dim, 1e-5f);
+    for (int r = 0; r < rows; r++) {
+        const float *xr = xf + (int64_t)r * dim;
+        double s = 0, ss = 0;
+        for (int i = 0; i < dim; i++) s += xr[i];
+        double mean = s / dim;
+        for (int i = 0; i < dim; i++) ss += (xr[i] - mean) * (xr[i] - mean);
+        double sd = sqrt(ss / dim + 1e-5);
+        for (int i = 0; i < dim; i++) {
+            int64_t k = (int64_t)r * dim + i;
+            double b = bias ? fabs(bf[i]) : 0;
+            double e = U * (sqrt(dim) + 8) * (fabs(xr[i]) + fabs(mean)) * fabs(wf[i]) / sd + 2 * U * (fabs(ref[k]) + b);
+            tol[k] = B * fabs(ref[k]) + (1 + B) * 2 * e + ATOL_SUB;
+        }
+    }
+    size_t xb = 2 * (size_t)n, vb = 2 * (size_t)dim;
+    uint16_t *dx = dev_buf(xh, xb), *dw = dev_buf(wh, vb), *db = dev_buf(bh, vb), *dy = dev_buf(NULL, xb);
+    TRY(omni_cuda_layernorm_bf16(dy, dx, dw, bias ? db : NULL, rows, dim, 1e-5f, g_stream));
+    TRY(omni_cuda_sync(g_stream));
+    fetch_bf16(got, dy, n);
+    char what[96];
+    snprintf(what, sizeof what, "layernorm rows=%d dim=%d bias=%d", rows, dim, bias);
+    compare(O_LN, what, got, ref, tol, n);
+    dev_done(what, dx, xb), dev_done(what, dw, vb), dev_done(what, db, vb), dev_done(what, dy, xb);
+    free(xh), free(wh), free(bh), free(xf), free(wf), free(bf), free(ref), free(got), free(tol);
+}
+
+static void test_layernorm(void) {
+    const int rows[] = {1, 19, 33}, dims[] = {1, 19, 127, 1152, 1025};
+    for (int r = 0; r < 3; r++)
+        for (int d = 0; d < 5; d++) layernorm_case(rows[r], dims[d], (r + d) % 2);
+    layernorm_case(33, 1152, 1);
+}
+
+/* ---- RoPE ---------------------------------------------------------------------------------------------- */
+
+/* The CPU reference gets the bf16-rounded tables (HF casts cos/sin to bf16), the GPU the fp32 tables (it casts).
+ * Per output: GPU p = bf16(x·c), q = bf16(±x'·s), out = bf16(p + q). With S = |x·c| + |x'·s|:
+ * |p + q - exact| <= B·S, |out - (p + q)| <= B(|exact| + B·S); CPU f32: <= 2u·S.
+ * tol = B(|ref| + 1.01·S) + ATOL_SUB (1.01 covers B + 2u/B + B²). Padding between rows must stay untouched. */
+static void rope_case(int T, int H, int D, int pad) {
+    int64_t ld = (int64_t)H * D + pad, n = T * ld;
+    int half = D / 2;
+    uint16_t *xh = xmalloc(2 * n);
+    float *xf = xmalloc(4 * n), *ref = xmalloc(4 * n), *got = xmalloc(4 * n);
+    float *cs = xmalloc(4 * (size_t)T * D), *sn = xmalloc(4 * (size_t)T * D);
+    float *csb = xmalloc(4 * (size_t)T * D), *snb = xmalloc(4 * (size_t)T * D);
+    double *tol = xmalloc(8 * n);
+    rand_bf16(xh, xf, n, 1.5f, 0.f);
+    for (int t = 0; t < T; t++) {
+        float pos = (float)(t * 37 + 5);
+        for (int j = 0; j < half; j++) {
+            float inv = (float)(1.0 / pow(5e6, (double)(2 * j) / D)), f = pos * inv;
+            for (int k = 0; k < 2; k++) {
+                int64_t i = (int64_t)t * D + j + k * half;
+                cs[i] = cosf(f), sn[i] = sinf(f);
+                csb[i] = omni_bf16_to_f32(omni_f32_to_bf16(cs[i]));
+                snb[i] = omni_bf16_to_f32(omni_f32_to_bf16(sn[i]));
+            }
+        }
+    }
+    memcpy(ref, xf, 4 * n);
+    op_rope_neox(ref, T, H, D, ld, csb, snb);
+    for (int t = 0; t < T; t++)
+        for (int64_t c = 0; c < ld; c++) {
+            int64_t i = t * ld + c;
+            if (c >= (int64_t)H * D) {
+                tol[i] = 0; /* padding: must be bit-identical */
+                continue;
+            }
+            int d = (int)(c % D), pair = d < half ? d + half : d - half;
+            double S = fabs(xf[i] * csb[(int64_t)t * D + d]) + fabs(xf[i - d + pair] * snb[(int64_t)t * D + d]);
+            tol[i] = B * (fabs(ref[i]) + 1.01 * S) + ATOL_SUB;
+        }
+    size_t xb = 2 * (size_t)n, tb = 4 * (size_t)T * D;
+    uint16_t *dx = dev_buf(xh, xb);
+    float *dc = dev_buf(cs, tb), *ds = dev_buf(sn, tb);
+    TRY(omni_cuda_rope_neox_bf16(dx, T, H, D, ld, dc, ds, g_stream));
+    TRY(omni_cuda_sync(g_stream));
+    fetch_bf16(got, dx, n);
+    char what[96];
+    snprintf(what, sizeof what, "rope T=%d H=%d D=%d pad=%d", T, H, D, pad);
+    compare(O_ROPE, what, got, ref, tol, n);
+    dev_done(what, dx, xb), dev_done(what, dc, tb), dev_done(what, ds, tb);
+    free(xh), free(xf), free(ref), free(got), free(cs), free(sn), free(csb), free(snb), free(tol);
+}
+
+static void test_rope(void) {
+    const int Ts[] = {1, 19, 33}, Hs[] = {1, 3, 16}, Ds[] = {2, 18, 128};
+    for (int t = 0; t < 3; t++)
+        for (int h = 0; h < 3; h++)
+            for (int d = 0; d < 3; d++) rope_case(Ts[t], Hs[h], Ds[d], (t + h + d) % 2 ? 0 : 2 * Ds[d] + 3);
+}
+
+/* ---- element-wise: silu*mul, gelu, add ----------------------------------------------------------------- */
+
+/* silu(g) in fp32 (expf 2 ulp, 1+e, IEEE division) differs from the CPU's by < 2^-20 relative; bf16(silu) (B),
+ * times up, bf16 again (B): tol = ((1 + B)²(1 + 2^-20) - 1 + u)|ref| <= (2B + 2^-15)|ref| + ATOL_SUB (B² = 2^-16). */
+static void silu_case(int64_t n, int alias) {
+    uint16_t *gh = xmalloc(2 * n), *uh = xmalloc(2 * n);
+    float *gf = xmalloc(4 * n), *uf = xmalloc(4 * n), *ref = xmalloc(4 * n), *got = xmalloc(4 * n);
+    double *tol = xmalloc(8 * n);
+    rand_bf16(gh, gf, n, 3.f, 0.f);
+    rand_bf16(uh, uf, n, 2.f, 0.f);
+    op_silu_mul(ref, gf, uf, n);
+    for (int64_t i = 0; i < n; i++) tol[i] = (2 * B + 0x1p-15) * fabs(ref[i]) + ATOL_SUB;
+    size_t bytes = 2 * (size_t)n;
+    uint16_t *dg = dev_buf(gh, bytes), *du = dev_buf(uh, bytes), *dy = alias ? dg : dev_buf(NULL, bytes);
+    TRY(omni_cuda_silu_mul_bf16(dy, dg, du, n, g_stream));
+    TRY(omni_cuda_sync(g_stream));
+    fetch_bf16(got, dy, n);
+    char what[64];
+    snprintf(what, sizeof what, "silu_mul n=%lld alias=%d", (long long)n, alias);
+    compare(O_SILU, what, got, ref, tol, n);
+    dev_done(what, dg, bytes), dev_done(what, du, bytes);
+    if (!alias) dev_done(what, dy, bytes);
+    free(gh), free(uh), free(gf), free(uf), free(ref), free(got), free(tol);
+}
+
+/* gelu in fp32 on each side: erf form <= 2^-23(|x| + |g|) absolute (erff 2 ulp of a value <= 1, 1 + erf, two
+ * products); tanh form adds the argument's rounding through sech² <= 1: <= 2^-22·|x|(1 + |x| + 0.05|x|³).
+ * Both sides, then one bf16 rounding: erf tol = (B + 2^-21)|ref| + 2^-21|x|;
+ * tanh tol = (B + 2^-21)|ref| + 2^-21|x|(1 + |x| + 0.05|x|³); + ATOL_SUB. */
+static void gelu_case(int64_t n, int tanh_form, int inplace) {
+    uint16_t *xh = xmalloc(2 * n);
+    float *xf = xmalloc(4 * n), *ref = xmalloc(4 * n), *got = xmalloc(4 * n);
+    double *tol = xmalloc(8 * n);
+    rand_bf16(xh, xf, n, 3.f, 0.f);
+    memcpy(ref, xf, 4 * n);
+    if (tanh_form)
+        op_gelu_tanh(ref, n);
+    else
+        op_gelu_erf(ref, n);
+    for (int64_t i = 0; i < n; i++) {
+        double a = fabs(xf[i]), extra = tanh_form ? (1 + a + 0.05 * a * a * a) : 1;
+        tol[i] = (B + 0x1p-21) * fabs(ref[i]) + 0x1p-21 * a * extra + ATOL_SUB;
+    }
+    size_t bytes = 2 * (size_t)n;
+    uint16_t *dx = dev_buf(xh, bytes), *dy = inplace ? dx : dev_buf(NULL, bytes);
+    TRY((tanh_form ? omni_cuda_gelu_tanh_bf16 : omni_cuda_gelu_erf_bf16)(dy, dx, n, g_stream));
+    TRY(omni_cuda_sync(g_stream));
+    fetch_bf16(got, dy, n);
+    char what[64];
+    snprintf(what, sizeof what, "gelu_%s n=%lld inplace=%d", tanh_form ? "tanh" : "erf", (long long)n, inplace);
+    compare(tanh_form ? O_GELU_TANH : O_GELU_ERF, what, got, ref, tol, n);
+    dev_done(what, dx, bytes);
+    if (!inplace) dev_done(what, dy, bytes);
+    free(xh), free(xf), free(ref), free(got), free(tol);
+}
+
+/* bf16 + bf16 in fp32 is one IEEE add on both sides, then the GPU rounds to bf16 (B|ref|); the result must also
+ * equal omni_f32_to_bf16 of the CPU sum bit for bit. tol = B|ref| + ATOL_SUB. */
+static void add_case(int64_t n, int inplace) {
+    uint16_t *ah = xmalloc(2 * n), *bh = xmalloc(2 * n), *gh = xmalloc(2 * n);
+    float *af = xmalloc(4 * n), *bf = xmalloc(4 * n), *ref = xmalloc(4 * n), *got = xmalloc(4 * n);
+    double *tol = xmalloc(8 * n);
+    rand_bf16(ah, af, n, 4.f, 0.f);
+    rand_bf16(bh, bf, n, 1.f, 0.f);
+    memcpy(ref, af, 4 * n);
+    op_add(ref, bf, n);
+    for (int64_t i = 0; i < n; i++) tol[i] = B * fabs(ref[i]) + ATOL_SUB;
+    size_t bytes = 2 * (size_t)n;
+    uint16_t *da = dev_buf(ah, bytes), *db = dev_buf(bh, bytes), *dy = inplace ? da : dev_buf(NULL, bytes);
+    TRY(omni_cuda_add_bf16(dy, da, db, n, g_stream));
+    TRY(omni_cuda_sync(g_stream));
+    TRY(omni_cuda_d2h(gh, dy, bytes, g_stream));
+    int64_t diff = 0;
+    for (int64_t i = 0; i < n; i++) {
+        got[i] = omni_bf16_to_f32(gh[i]);
+        diff += gh[i] != omni_f32_to_bf16(ref[i]);
+    }
+    char what[64];
+    snprintf(what, sizeof what, "add n=%lld inplace=%d", (long long)n, inplace);
+    compare(O_ADD, what, got, ref, tol, n);
+    CHECK(diff == 0, "%s: %lld results differ from bf16(a + b)", what, (long long)diff);
+    dev_done(what, da, bytes), dev_done(what, db, bytes);
+    if (!inplace) dev_done(what, dy, bytes);
+    free(ah), free(bh), free(gh), free(af), free(bf), free(ref), free(got), free(tol);
+}
+
+static void test_elementwise(void) {
+    const int64_t ns[] = {1, 19, 1025, 3 * 12288 + 5};
+    for (int i = 0; i < 4; i++) {
+        silu_case(ns[i], 0);
+        gelu_case(ns[i], 0, 0);
+        gelu_case(ns[i], 1, 0);
+        add_case(ns[i], 0);
+    }
+    silu_case(1025, 1), gelu_case(1025, 0, 1), gelu_case(1025, 1, 1), add_case(1025, 1);
+}
+
+/* ---- embedding: exact ---------------------------------------------------------------------------------- */
+
+static void embed_case(int64_t vocab, int dim, int n) {
+    int64_t tn = vocab * dim, yn = (int64_t)n * dim;
+    uint16_t *th = xmalloc(2 * tn), *yh = xmalloc(2 * yn);
+    float *tf = xmalloc(4 * tn), *ref = xmalloc(4 * yn);
+    int32_t *ids = xmalloc(4 * (size_t)n);
+    rand_bf16(th, tf, tn, 1.f, 0.f);
+    for (int i = 0; i < n; i++) ids[i] = (int32_t)(rng_u64() % (uint64_t)vocab);
+    ids[0] = (int32_t)(vocab - 1);
+    if (n > 2) ids[n - 1] = 0;
+    int64_t shape[2] = {vocab, dim};
+    omni_tensor t = omni_tensor_make(th, OMNI_BF16, 2, shape);
+    op_embed(ref, &t, ids, n);
+    if (n > 3) { /* out-of-range ids give zero rows (contract of omni_cuda_embed_bf16) */
+        ids[1] = (int32_t)vocab, ids[2] = -1;
+        memset(ref + dim, 0, 8 * (size_t)dim);
+    }
+    size_t tb = 2 * (size_t)tn, yb = 2 * (size_t)yn, ib = 4 * (size_t)n;
+    uint16_t *dt = dev_buf(th, tb), *dy = dev_buf(NULL, yb);
+    int32_t *di = dev_buf(ids, ib);
+    TRY(omni_cuda_embed_bf16(dy, dt, vocab, dim, di, n, g_stream));
+    TRY(omni_cuda_sync(g_stream));
+    TRY(omni_cuda_d2h(yh, dy, yb, g_stream));
+    int64_t diff = 0;
+    for (int64_t i = 0; i < yn; i++) diff += yh[i] != omni_f32_to_bf16(ref[i]);
+    char what[64];
+    snprintf(what, sizeof what, "embed vocab=%lld dim=%d n=%d", (long long)vocab, dim, n);
+    CHECK(diff == 0, "%s: %lld elements differ", what, (long long)diff);
+    g_cases[O_EMBED]++;
+    dev_done(what, dt, tb), dev_done(what, dy, yb), dev_done(what, di, ib);
+    free(th), free(yh), free(tf), free(ref), free(ids);
+}
+
+static void test_embed(void) {
+    const int dims[] = {1, 19, 128, 1025}, ns[] = {1, 19, 33};
+    for (int d = 0; d < 4; d++)
+        for (int i = 0; i < 3; i++) embed_case(1001, dims[d], ns[i]);
+}
+
+/* ---- softmax ------------------------------------------------------------------------------------------- */
+
+/* GPU: expf (2 ulp <= 4u), sum of n positive terms (2u·sqrt(n)), 1/s and the product (2u): 2u(sqrt(n) + 3)
+ * relative; CPU: expf 1 ulp, double sum, 1/s, product: 4u. tol = 2u(sqrt(n) + 5)|ref| + ATOL_SUB.
+ * Row 0 (when rows > 2) is fully masked (-inf, expect zeros); row 1 has every third entry masked. */
+static void softmax_case(int rows, int n) {
+    int64_t tn = (int64_t)rows * n;
+    float *x = xmalloc(4 * tn), *ref = xmalloc(4 * tn), *got = xmalloc(4 * tn);
+    double *tol = xmalloc(8 * tn);
+    for (int64_t i = 0; i < tn; i++) x[i] = 4.f * rng_normal();
+    if (rows > 2) {
+        for (int j = 0; j < n; j++) x[j] = -INFINITY;
+        for (int j = 0; j < n; j += 3) x[n + j] = -INFINITY;
+    }
+    memcpy(ref, x, 4 * tn);
+    op_softmax(ref, rows, n);
+    for (int64_t i = 0; i < tn; i++) tol[i] = 2 * U * (sqrt(n) + 5) * fabs(ref[i]) + ATOL_SUB;
+    size_t bytes = 4 * (size_t)tn;
+    float *dx = dev_buf(x, bytes);
+    TRY(omni_cuda_softmax_f32(dx, rows, n, g_stream));
+    TRY(omni_cuda_sync(g_stream));
+    TRY(omni_cuda_d2h(got, dx, bytes, g_stream));
+    char what[64];
+    snprintf(what, sizeof what, "softmax rows=%d n=%d", rows, n);
+    compare(O_SOFTMAX, what, got, ref, tol, tn);
+    dev_done(what, dx, bytes);
+    free(x), free(ref), free(got), free(tol);
+}
+
+static void test_softmax(void) {
+    const int rows[] = {1, 19, 33}, ns[] = {1, 19, 1025, 32775};
+    for (int r = 0; r < 3; r++)
+        for (int i = 0; i < 4; i++) softmax_case(rows[r], ns[i]);
+}
+
+/* ---- argmax: exact, first on ties ---------------------------------------------------------------------- */
+
+static void argmax_case(int rows, int n) {
+    int64_t tn = (int64_t)rows * n;
+    float *x = xmalloc(4 * tn);
+    int32_t *got = xmalloc(4 * (size_t)rows);
+    for (int64_t i = 0; i < tn; i++) x[i] = rng_normal();
+    for (int r = 0; r < rows; r++) {
+        float *xr = x + (int64_t)r * n;
+        if (r % 3 == 1 && n > 1) { /* a tie for the maximum: the lower index wins */
+            int a = (int)(rng_u64() % (uint64_t)n), b = (int)(rng_u64() % (uint64_t)n);
+            xr[a] = xr[b] = 10.f;
+        }
+        if (r % 5 == 4)
+            for (int j = 0; j < n; j++) xr[j] = -INFINITY; /* all -inf: index 0 */
+    }
+    size_t bytes = 4 * (size_t)tn, ib = 4 * (size_t)rows;
+    float *dx = dev_buf(x, bytes);
+    int32_t *di = dev_buf(NULL, ib);
+    TRY(omni_cuda_argmax_f32(di, dx, rows, n, g_stream));
+    TRY(omni_cuda_sync(g_stream));
+    TRY(omni_cuda_d2h(got, di, ib, g_stream));
+    int bad = 0;
+    for (int r = 0; r < rows; r++) {
+        int want = op_argmax(x + (int64_t)r * n, n);
+        if (got[r] != want && bad++ < 3) fprintf(stderr, "  argmax row %d: got %d want %d\n", r, got[r], want);
+    }
+    char what[64];
+    snprintf(what, sizeof what, "argmax rows=%d n=%d", rows, n);
+    CHECK(bad == 0, "%s: %d rows differ", what, bad);
+    g_cases[O_ARGMAX]++;
+    dev_done(what, dx, bytes), dev_done(what, di, ib);
+    free(x), free(got);
+}
+
+static void test_argmax(void) {
+    const int rows[] = {1, 19, 33}, ns[] = {1, 19, 1025, 151936};
+    for (int r = 0; r < 3; r++)
+        for (int i = 0; i < 4; i++) argmax_case(rows[r], ns[i]);
+}
+
+/* ---- linear (cuBLAS) ----------------------------------------------------------------------------------- */
+
+/* With A = Σ_k |x_k w_nk| + |b_n|: GPU fp32 accumulation on tensor cores (assume truncation, unit 2u) within
+ * 2·2u(sqrt(K) + 1)·A; the CPU f32 reference within 2u(sqrt(K) + 1)·A; together E = 6u(sqrt(K) + 1)·A.
+ * f32 output: tol = E; bf16 output adds one rounding: tol = B|ref| + (1 + B)·E. Both + ATOL_SUB. */
+static void linear_case(int M, int N, int K, int bias, omni_dtype ydt) {
+    int64_t xn = (int64_t)M * K, wn = (int64_t)N * K, yn = (int64_t)M * N;
+    uint16_t *xh = xmalloc(2 * xn), *wh = xmalloc(2 * wn), *bh = xmalloc(2 * (size_t)N);
+    float *xf = xmalloc(4 * xn), *wf = xmalloc(4 * wn), *bf = xmalloc(4 * (size_t)N), *ref = xmalloc(4 * yn),
+          *mag = xmalloc(4 * yn), *got = xmalloc(4 * yn);
+    double *tol = xmalloc(8 * yn);
+    rand_bf16(xh, xf, xn, 1.f, 0.f);
+    rand_bf16(wh, wf, wn, 0.05f, 0.f);
+    rand_bf16(bh, bf, N, 0.5f, 0.f);
+    int64_t ws[2] = {N, K}, bs = N;
+    omni_tensor wt = omni_tensor_make(wh, OMNI_BF16, 2, ws), bt = omni_tensor_make(bh, OMNI_BF16, 1, &bs);
+    op_linear(ref, xf, M, &wt, bias ? &bt : NULL);
+    /* A from the same op on absolute values (f32; its own relative error is far below the bound's slack) */
+    for (int64_t i = 0; i < xn; i++) xf[i] = fabsf(xf[i]);
+    for (int64_t i = 0; i < wn; i++) wf[i] = fabsf(wf[i]);
+    for (int64_t i = 0; i < N; i++) bf[i] = fabsf(bf[i]);
+    omni_tensor wa = omni_tensor_make(wf, OMNI_F32, 2, ws), ba = omni_tensor_make(bf, OMNI_F32, 1, &bs);
+    op_linear(mag, xf, M, &wa, bias ? &ba : NULL);
+    for (int64_t i = 0; i < yn; i++) {
+        double E = 6 * U * (sqrt(K) + 1) * mag[i];
+        tol[i] = (ydt == OMNI_F32 ? E : B * fabs(ref[i]) + (1 + B) * E) + ATOL_SUB;
+    }
+    size_t es = omni_dtype_size(ydt), yb = es * (size_t)yn;
+    uint16_t *dx = dev_buf(xh, 2 * (size_t)xn), *dw = dev_buf(wh, 2 * (size_t)wn), *db = dev_buf(bh, 2 * (size_t)N);
+    void *dy = dev_buf(NULL, yb);
+    TRY(omni_cuda_linear(g_ctx, dy, ydt, dx, dw, bias ? db : NULL, M, N, K));
+    TRY(omni_cuda_sync(g_stream));
+    if (ydt == OMNI_F32)
+        TRY(omni_cuda_d2h(got, dy, yb, g_stream));
+    else
+        fetch_bf16(got, dy, yn);
+    char what[96];
+    snprintf(what, sizeof what, "linear M=%d N=%d K=%d bias=%d out=%s", M, N, K, bias, omni_dtype_name(ydt));
+    compare(ydt == OMNI_F32 ? O_LINEAR32 : O_LINEAR, what, got, ref, tol, yn);
+    dev_done(what, dx, 2 * (size_t)xn), dev_done(what, dw, 2 * (size_t)wn), dev_done(what, db, 2 * (size_t)N);
+    dev_done(what, dy, yb);
+    free(xh), free(wh), free(bh), free(xf), free(wf), free(bf), free(ref), free(mag), free(got), free(tol);
+}
+
+static void test_linear(void) {
+    const int shapes[][3] = {{1, 19, 33}, {19, 127, 1025}, {33, 1025, 128}, {1, 1, 1},
+                             {1, 4096, 4096}, {127, 259, 4096}, {5, 12288, 4096}, {2, 19, 12288}};
+    for (int s = 0; s < 8; s++)
+        for (int v = 0; v < 4; v++)
+            linear_case(shapes[s][0], shapes[s][1], shapes[s][2], v & 1, v & 2 ? OMNI_F32 : OMNI_BF16);
+}
+
+/* ---- API contracts ------------------------------------------------------------------------------------- */
+
+static void test_contracts(void) {
+    CHECK(omni_cuda_rmsnorm_bf16(NULL, NULL, NULL, 0, 8, 1e-6f, g_stream) == OMNI_OK, "rows == 0 is a no-op");
+    CHECK(omni_cuda_rmsnorm_bf16(NULL, NULL, NULL, -1, 8, 1e-6f, g_stream) == OMNI_ERR_USAGE, "rows < 0");
+    CHECK(omni_cuda_rope_neox_bf16(NULL, 1, 1, 3, 3, NULL, NULL, g_stream) == OMNI_ERR_USAGE, "odd D");
+    CHECK(omni_cuda_linear(g_ctx, NULL, OMNI_F16, NULL, NULL, NULL, 1, 1, 1) == OMNI_ERR_UNSUPPORTED, "f16 out");
+    CHECK(strstr(omni_last_error(), "omni_cuda_linear") != NULL, "message names the function: %s", omni_last_error());
+    CHECK(omni_cuda_ctx_reserve(g_ctx, -1) == OMNI_ERR_USAGE, "negative reserve");
+    CHECK(omni_cuda_ctx_reserve(g_ctx, 1 << 20) == OMNI_OK, "reserve 4 MiB of scratch");
+    void *p = NULL;
+    CHECK(omni_cuda_malloc(&p, (size_t)1 << 50) == OMNI_ERR_NOMEM, "1 PiB allocation fails cleanly");
+    CHECK(p == NULL, "failed allocation leaves NULL");
+    omni_cuda_free(NULL);
+    omni_cuda_ctx_free(NULL);
+    CHECK(omni_cuda_sync(g_stream) == OMNI_OK, "no sticky error after the failures above");
+}
+
+int main(void) {
+    int ndev = -1;
+    CHECK(omni_cuda_available(&ndev) == OMNI_OK, "omni_cuda_available never fails");
+    if (ndev <= 0) {
+        printf("SKIP: no CUDA device\n");
+        return 77;
+    }
+    TRY(omni_cuda_ctx_init(&g_ctx, 0));
+    g_stream = omni_cuda_ctx_stream(g_ctx);
+    double t0 = omni_time_ms();
+    test_contracts();
+    test_rmsnorm();
+    test_layernorm();
+    test_rope();
+    test_elementwise();
+    test_embed();
+    test_softmax();
+    test_argmax();
+    test_linear();
+    printf("%-16s %6s %12s %12s %12s\n", "op", "cases", "max|err|", "err/tol", "nmse");
+    for (int o = 0; o < O_COUNT; o++)
+        printf("%-16s %6d %12.4g %12.4g %12.4g\n", g_oname[o], g_cases[o], g_abs[o], g_ratio[o], g_nmse[o]);
+    printf("(embed, argmax, add: exact comparisons) %.0f ms\n", omni_time_ms() - t0);
+    for (int o = 0; o < O_COUNT; o++)
+        if (g_worst[o][0]) printf("worst %s: %s\n", g_oname[o], g_worst[o]);
+    omni_cuda_ctx_free(g_ctx);
+    return check_exit();
+}
