@@ -1,7 +1,7 @@
 /* ops.cu - the dense element-wise, norm, RoPE, softmax, argmax and embedding kernels of kernels/ops_cuda.h.
  *
  * Version 1 (this file): one block per row for row ops (block-wide fp32 reductions through warp shuffles and a
- * 32-float shared array; rmsnorm: one warp per row up to 1024 and 4/16-byte accesses where alignment allows),
+ * 32-float shared array; rmsnorm: 16 or 32 lanes per row up to 1024, 4/16-byte accesses where alignment allows),
  * grid-stride loops for element-wise ops.
  * The arithmetic mirrors PyTorch's bf16 kernels: load bf16 -> fp32 math -> round-to-nearest-even to bf16
  * at the points named in ops_cuda.h. No fast-math intrinsics (expf, erff, tanhf, rsqrtf, IEEE division). */
@@ -114,16 +114,16 @@ __global__ void rmsnorm_block_kernel(uint16_t *y, const uint16_t *x, const uint1
     rms_write<VEC>(y + off, x + off, w, nv, rsqrtf(ss / (float)dim + eps), threadIdx.x, blockDim.x);
 }
 
-/* Short rows (per-head q_norm/k_norm, D = 128): one warp per row, ROW_THREADS / 32 rows per block. */
-template <int VEC>
-__global__ void rmsnorm_warp_kernel(uint16_t *y, const uint16_t *x, const uint16_t *w, int rows, int dim, float eps) {
-    int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
-    if (row >= rows) return; /* whole warps leave; no block barrier follows */
-    int64_t off = (int64_t)row * dim;
-    int nv = dim / VEC;
-    float ss = rms_sumsq<VEC>(x + off, nv, lane, 32);
-    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-    rms_write<VEC>(y + off, x + off, w, nv, rsqrtf(ss / (float)dim + eps), lane, 32);
+/* Short rows (per-head q_norm/k_norm, D = 128): LANES (16 or 32) threads per row, ROW_THREADS / LANES rows per
+ * block. Threads past the last row still join the shuffles (a half warp may hold a valid row). */
+template <int VEC, int LANES>
+__global__ void rmsnorm_lanes_kernel(uint16_t *y, const uint16_t *x, const uint16_t *w, int rows, int dim, float eps) {
+    int row = blockIdx.x * (blockDim.x / LANES) + threadIdx.x / LANES, lane = threadIdx.x % LANES;
+    int64_t off = (int64_t)(row < rows ? row : 0) * dim;
+    int nv = row < rows ? dim / VEC : 0;
+    float ss = rms_sumsq<VEC>(x + off, nv, lane, LANES);
+    for (int o = LANES / 2; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    rms_write<VEC>(y + off, x + off, w, nv, rsqrtf(ss / (float)dim + eps), lane, LANES);
 }
 
 static int aligned(const void *p, unsigned a) { return ((uintptr_t)p % a) == 0; }
@@ -131,11 +131,12 @@ static int aligned(const void *p, unsigned a) { return ((uintptr_t)p % a) == 0; 
 template <int VEC>
 static void rmsnorm_launch(uint16_t *y, const uint16_t *x, const uint16_t *w, int rows, int dim, float eps,
                            cudaStream_t s) {
-    if (dim <= 1024) {
-        int per_block = ROW_THREADS / 32;
-        rmsnorm_warp_kernel<VEC><<<(rows + per_block - 1) / per_block, ROW_THREADS, 0, s>>>(y, x, w, rows, dim, eps);
-    } else {
+    if (dim > 1024) {
         rmsnorm_block_kernel<VEC><<<rows, row_threads(dim / VEC), 0, s>>>(y, x, w, dim, eps);
+    } else if (dim / VEC >= 32) {
+        rmsnorm_lanes_kernel<VEC, 32><<<(rows + 7) / 8, ROW_THREADS, 0, s>>>(y, x, w, rows, dim, eps);
+    } else {
+        rmsnorm_lanes_kernel<VEC, 16><<<(rows + 15) / 16, ROW_THREADS, 0, s>>>(y, x, w, rows, dim, eps);
     }
 }
 
@@ -144,8 +145,8 @@ extern "C" omni_status omni_cuda_rmsnorm_bf16(uint16_t *y, const uint16_t *x, co
     if (rows < 0 || dim <= 0) return omni_fail(OMNI_ERR_USAGE, "%s: rows %d dim %d", __func__, rows, dim);
     if (rows == 0) return OMNI_OK;
     cudaStream_t s = (cudaStream_t)stream;
-    /* 16-byte accesses when every row starts 16-byte aligned and a warp still has >= 32 vectors; else 4 bytes */
-    if (dim % 8 == 0 && dim >= 256 && aligned(x, 16) && aligned(y, 16) && aligned(w, 16))
+    /* 16-byte accesses when every row starts 16-byte aligned, else 4 bytes when 4-byte aligned, else 2 */
+    if (dim % 8 == 0 && aligned(x, 16) && aligned(y, 16) && aligned(w, 16))
         rmsnorm_launch<8>(y, x, w, rows, dim, eps, s);
     else if (dim % 2 == 0 && aligned(x, 4) && aligned(y, 4) && aligned(w, 4))
         rmsnorm_launch<2>(y, x, w, rows, dim, eps, s);

@@ -175,10 +175,10 @@ static void rmsnorm_case(int rows, int dim, int inplace, int offset) {
 }
 
 static void test_rmsnorm(void) {
-    /* paths: warp per row (dim <= 1024) or block per row; 1-, 2- or 8-element accesses */
-    const int rows[] = {1, 19, 33}, dims[] = {1, 19, 128, 1024, 1025, 2050, 4096};
+    /* paths: 16 or 32 lanes per row (dim <= 1024) or a block per row; 1-, 2- or 8-element accesses */
+    const int rows[] = {1, 19, 33}, dims[] = {1, 19, 34, 128, 130, 1024, 1025, 2050, 4096};
     for (int r = 0; r < 3; r++)
-        for (int d = 0; d < 7; d++) rmsnorm_case(rows[r], dims[d], 0, 0);
+        for (int d = 0; d < 9; d++) rmsnorm_case(rows[r], dims[d], 0, 0);
     rmsnorm_case(19 * 16, 128, 0, 0); /* q_norm: 19 tokens x 16 heads, D = 128 */
     rmsnorm_case(33 * 8, 128, 1, 0);  /* k_norm in place (vector path) */
     rmsnorm_case(19, 4096, 1, 1);     /* in place, misaligned (scalar path) */
