@@ -20,7 +20,7 @@ static void on_sigint(int sig) {
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: omni <command> [options]\n"
+            "usage: omni <command> [options]      (omni --version)\n"
             "\n"
             "commands:\n"
             "  generate  -m MODEL -p TEXT    generate a reply (chat template unless --raw), streamed to stdout\n"
@@ -64,6 +64,10 @@ int main(int argc, char **argv) {
     sa.sa_handler = on_sigint;
     sigaction(SIGINT, &sa, NULL);
 
+    if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "version")) {
+        printf("omni %s\n", OMNI_VERSION);
+        return 0;
+    }
     const omni_command *cmd = omni_find_command(argv[1]);
     if (!cmd) {
         fprintf(stderr, "error: unknown command '%s' (see omni --help)\n", argv[1]);
