@@ -71,7 +71,8 @@ typedef struct kvc_attn kvc_attn;
 omni_status kvc_attn_init(int max_seqs, int n_q_heads, int n_kv_heads, int head_dim, kvc_attn **out);
 void kvc_attn_free(kvc_attn *a); /* NULL is a no-op */
 
-/* Splits of the history that kvc_decode will use for max_len tokens (for benchmarks / diagnostics). */
+/* Splits of the history for max_len tokens (the split kernel's occupancy is measured at the first kvc_decode of a
+ * format; diagnostics / benchmarks). */
 int kvc_attn_splits(const kvc_attn *a, int n_seq, int64_t max_len);
 
 /* q: device [n_seq][Hq][D] f32 (post-RoPE, unrotated); k_new, v_new: device [n_seq][Hkv][D] f32 or both NULL;

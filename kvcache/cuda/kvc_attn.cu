@@ -28,6 +28,7 @@ extern "C" {
 
 struct kvc_attn {
     int max_seqs, Hq, Hkv, D, n_sm;
+    int ctas_per_sm, n_split; /* occupancy of the last split kernel launched; splits it used */
     float *qr, *kn, *vn, *ml, *acc;
 };
 
@@ -64,53 +65,88 @@ __global__ void kvc_prep_kernel(const float *q, const float *kn, const float *vn
 
 /* ---------------------------------------------------------------- split */
 
-template <int D, int GP> struct kvc_warp_smem {
-    uint4 kb[(D * KVC_G * 4 / 8 + D * 4 + KVC_G * 2 + 15) / 16]; /* packed key block (largest: int4 + norms) */
-    uint4 vb[(KVC_G * D * 4 / 8 + KVC_G * (D / KVC_G) * 4 + 15) / 16];
-    float qsc[D * GP]; /* folded q [c][h]; at the end this warp's acc [h][c] */
-    float p[KVC_G * GP]; /* softmax weights [j][h]; at the end m [h], l [h] */
+template <int D, int GP, int KB, int VB> struct kvc_cfg {
+    static constexpr int KV4 = (D * KVC_G * KB / 8 + D * 4 + KVC_G * 2) / 16; /* key block in uint4 (with norms) */
+    static constexpr int VV4 = (KVC_G * D * VB / 8 + D * 4) / 16;
+    static constexpr int KREG = (KV4 + 31) / 32, VREG = (VV4 + 31) / 32; /* prefetch registers per lane */
+    static constexpr int CPL = D / 32, NG = D / KVC_G;
 };
 
-template <int D, int GP> struct kvc_split_args {
+template <int D, int GP, int KB, int VB> struct kvc_warp_smem {
+    uint4 kb[kvc_cfg<D, GP, KB, VB>::KV4];
+    uint4 vb[kvc_cfg<D, GP, KB, VB>::VV4];
+    float qsc[D * GP];         /* folded q [c][h]; at the end this warp's acc [h][c] */
+    float p[KVC_G * GP];       /* softmax weights [j][h]; at the end m [h], l [h] */
+    float vsf[KVC_G * (D / KVC_G)], vmf[KVC_G * (D / KVC_G)]; /* value scale/min of the block as f32 [j][g] */
+};
+
+struct kvc_split_args {
     kvc_layer_view v;
     const float *qr;
     float *ml, *acc;
     int Hq, gs, n_pass, n_split;
 };
 
-/* Online-softmax step of a warp for its GP heads: lane j's scores s[h] (-inf when invalid); writes p to ps. */
-template <int GP>
-__device__ __forceinline__ void kvc_softmax_step(const float *s, float *m, float *l, float *ps, float *corr_out,
-                                                 int lane) {
+/* Exact small unsigned integer -> float without I2F: 2^23 + x as a float, minus 2^23. */
+__device__ __forceinline__ float kvc_u2f(uint32_t x) { return __uint_as_float(x | 0x4b000000u) - 8388608.0f; }
+
+__device__ __forceinline__ float kvc_hw_h2f(uint16_t h) { /* hardware fp16 -> f32 (exact) */
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+    return f;
+}
+
+/* Per-warp running state of GP heads: max m, per-lane partial sum l, lane's output channels o, min term ob. */
+template <int D, int GP> struct kvc_state {
+    float m[GP], l[GP], o[GP][D / 32], ob[GP];
+};
+
+/* Online-softmax step for lane j's scores s[h] (-inf when invalid): rescales the state, writes p to ps [j][h]. */
+template <int D, int GP>
+__device__ __forceinline__ void kvc_softmax_step(const float *s, kvc_state<D, GP> &st, float *ps, int lane) {
 #pragma unroll
     for (int h = 0; h < GP; h++) {
-        float mb = kvc_warp_max(s[h]), mn = fmaxf(m[h], mb);
-        float corr = expf(m[h] - mn); /* 0 on the first block (m = -inf) */
+        float mb = kvc_warp_max(s[h]), mn = fmaxf(st.m[h], mb);
+        float corr = expf(st.m[h] - mn); /* 0 on the first block (m = -inf) */
         float p = s[h] == -INFINITY ? 0.0f : expf(s[h] - mn);
-        l[h] = l[h] * corr + p; /* per-lane partial sum, summed over the warp at the end */
-        m[h] = mn;
-        corr_out[h] = corr;
+        st.l[h] = st.l[h] * corr + p; /* per-lane partial sum, summed over the warp at the end */
+        st.m[h] = mn;
+        st.ob[h] *= corr;
+#pragma unroll
+        for (int i = 0; i < D / 32; i++) st.o[h][i] *= corr;
         ps[lane * GP + h] = p;
     }
 }
 
-template <int D, int GP>
-__device__ void kvc_quant_block(const kvc_split_args<D, GP> &a, kvc_warp_smem<D, GP> &w, const float *qs,
-                                const uint8_t *kp, const uint8_t *vp, float *m, float *l, float (*o)[D / 32],
-                                int lane) {
-    const kvc_layer_view &v = a.v;
-    const int kb = v.kbits, vb = v.vbits;
-    const int kbytes = D * KVC_G * kb / 8 + D * 4 + (v.scale ? KVC_G * 2 : 0), vbytes = KVC_G * D * vb / 8 + D * 4;
-    for (int i = lane; i < kbytes / 16; i += 32) w.kb[i] = __ldg((const uint4 *)kp + i);
-    for (int i = lane; i < vbytes / 16; i += 32) w.vb[i] = __ldg((const uint4 *)vp + i);
-    __syncwarp();
+/* GP consecutive floats from shared memory (vector loads when GP is a multiple of 4). */
+template <int GP> __device__ __forceinline__ void kvc_ld(const float *src, float *dst) {
+    if constexpr (GP % 4 == 0) {
+#pragma unroll
+        for (int h = 0; h < GP; h += 4) {
+            float4 t = *(const float4 *)(src + h);
+            dst[h] = t.x, dst[h + 1] = t.y, dst[h + 2] = t.z, dst[h + 3] = t.w;
+        }
+    } else {
+#pragma unroll
+        for (int h = 0; h < GP; h++) dst[h] = src[h];
+    }
+}
+
+/* One quantized block whose bytes are in the warp's shared memory (oscar.md section 5 folding). */
+template <int D, int GP, int KB, int VB>
+__device__ __forceinline__ void kvc_quant_compute(kvc_warp_smem<D, GP, KB, VB> &w, const float *qs, int use_norm,
+                                                  kvc_state<D, GP> &st, int lane) {
+    using C = kvc_cfg<D, GP, KB, VB>;
     const uint8_t *kbuf = (const uint8_t *)w.kb, *vbuf = (const uint8_t *)w.vb;
-    const uint16_t *ksc = (const uint16_t *)(kbuf + D * KVC_G * kb / 8), *kmn = ksc + D, *knorm = kmn + D;
+    const uint16_t *ksc = (const uint16_t *)(kbuf + D * KVC_G * KB / 8), *kmn = ksc + D, *knorm = kmn + D;
+    const uint16_t *vsc = (const uint16_t *)(vbuf + KVC_G * D * VB / 8), *vmn = vsc + KVC_G * C::NG;
     float bias[GP];
 #pragma unroll
     for (int h = 0; h < GP; h++) bias[h] = 0.0f;
-    for (int c = lane; c < D; c += 32) {
-        float sc = kvc_h2f(ksc[c]), mn = kvc_h2f(kmn[c]);
+#pragma unroll
+    for (int i = 0; i < D / 32; i++) {
+        const int c = lane + 32 * i;
+        const float sc = kvc_hw_h2f(ksc[c]), mn = kvc_hw_h2f(kmn[c]);
 #pragma unroll
         for (int h = 0; h < GP; h++) {
             float qv = qs[h * D + c];
@@ -119,57 +155,60 @@ __device__ void kvc_quant_block(const kvc_split_args<D, GP> &a, kvc_warp_smem<D,
         }
     }
 #pragma unroll
+    for (int i = 0; i < C::NG; i++) {
+        w.vsf[lane + 32 * i] = kvc_hw_h2f(vsc[lane + 32 * i]);
+        w.vmf[lane + 32 * i] = kvc_hw_h2f(vmn[lane + 32 * i]);
+    }
+#pragma unroll
     for (int h = 0; h < GP; h++) bias[h] = kvc_warp_sum(bias[h]);
     __syncwarp();
-    /* scores of token j = lane */
+    /* scores of token j = lane: s = norm_j * (sum_c qsc[c] code_cj + bias) */
+    constexpr int PER = 32 / KB;
     const uint32_t *kc = (const uint32_t *)kbuf;
-    const int per_word = 32 / kb, wj = lane / per_word, sh = (lane % per_word) * kb;
-    const uint32_t kmask = (1u << kb) - 1u;
+    const int wj = lane / PER, sh = (lane % PER) * KB;
     float acc[GP];
 #pragma unroll
     for (int h = 0; h < GP; h++) acc[h] = 0.0f;
 #pragma unroll 8
     for (int c = 0; c < D; c++) {
-        float cf = (float)((kc[c * kb + wj] >> sh) & kmask);
+        const float cf = kvc_u2f((kc[c * KB + wj] >> sh) & ((1u << KB) - 1u));
+        float qv[GP];
+        kvc_ld<GP>(w.qsc + c * GP, qv);
 #pragma unroll
-        for (int h = 0; h < GP; h++) acc[h] += w.qsc[c * GP + h] * cf;
+        for (int h = 0; h < GP; h++) acc[h] = fmaf(qv[h], cf, acc[h]);
     }
-    const float nrm = v.scale ? kvc_h2f(knorm[lane]) : 1.0f;
-    float s[GP], corr[GP];
+    const float nrm = use_norm ? kvc_hw_h2f(knorm[lane]) : 1.0f;
+    float s[GP];
 #pragma unroll
     for (int h = 0; h < GP; h++) s[h] = (acc[h] + bias[h]) * nrm;
-    kvc_softmax_step<GP>(s, m, l, w.p, corr, lane);
+    kvc_softmax_step<D, GP>(s, st, w.p, lane);
     __syncwarp();
-    /* values: lane owns channels c0 .. c0 + D/32 - 1, all in group g */
-    constexpr int CPL = D / 32, NG = D / KVC_G;
-    const int c0 = lane * CPL, g = c0 / KVC_G, bpt = D * vb / 8, bit0 = c0 * vb;
-    const uint16_t *vsc = (const uint16_t *)(vbuf + KVC_G * bpt), *vmn = vsc + KVC_G * NG;
-    const uint32_t vmask = (1u << vb) - 1u;
-#pragma unroll
-    for (int h = 0; h < GP; h++)
-#pragma unroll
-        for (int i = 0; i < CPL; i++) o[h][i] *= corr[h];
+    /* values: lane owns channels c0 .. c0 + CPL - 1 (one group g) */
+    constexpr int CPL = C::CPL, WPR = D * VB / 32; /* words per token row */
+    const int c0 = lane * CPL, g = c0 / KVC_G, wv = (c0 * VB) / 32, shv = (c0 * VB) % 32;
+    const uint32_t *vc = (const uint32_t *)vbuf;
+#pragma unroll 4
     for (int j = 0; j < KVC_G; j++) {
-        uint32_t word = *(const uint32_t *)(vbuf + j * bpt + (bit0 / 32) * 4) >> (bit0 % 32);
-        float sc = kvc_h2f(vsc[j * NG + g]), mn = kvc_h2f(vmn[j * NG + g]);
-        float cf[CPL];
+        const uint32_t word = vc[j * WPR + wv] >> shv;
+        const float sc = w.vsf[j * C::NG + g], mn = w.vmf[j * C::NG + g];
+        float cf[CPL], p[GP];
 #pragma unroll
-        for (int i = 0; i < CPL; i++) cf[i] = (float)((word >> (i * vb)) & vmask);
+        for (int i = 0; i < CPL; i++) cf[i] = kvc_u2f((word >> (i * VB)) & ((1u << VB) - 1u));
+        kvc_ld<GP>(w.p + j * GP, p);
 #pragma unroll
         for (int h = 0; h < GP; h++) {
-            float p = w.p[j * GP + h], pa = p * sc, pb = p * mn;
+            const float pa = p[h] * sc;
+            st.ob[h] = fmaf(p[h], mn, st.ob[h]);
 #pragma unroll
-            for (int i = 0; i < CPL; i++) o[h][i] += pa * cf[i] + pb;
+            for (int i = 0; i < CPL; i++) st.o[h][i] = fmaf(pa, cf[i], st.o[h][i]);
         }
     }
-    __syncwarp();
 }
 
 template <int D, int GP>
-__device__ void kvc_raw_block(const kvc_split_args<D, GP> &a, kvc_warp_smem<D, GP> &w, const float *qs,
-                              const uint16_t *kr, const uint16_t *vr, int n, float *m, float *l, float (*o)[D / 32],
-                              int lane) {
-    float s[GP], corr[GP];
+__device__ void kvc_raw_block(float *ps, const float *qs, const uint16_t *kr, const uint16_t *vr, int n,
+                              kvc_state<D, GP> &st, int lane) {
+    float s[GP];
 #pragma unroll
     for (int h = 0; h < GP; h++) s[h] = -INFINITY;
     if (lane < n) {
@@ -190,32 +229,29 @@ __device__ void kvc_raw_block(const kvc_split_args<D, GP> &a, kvc_warp_smem<D, G
 #pragma unroll
         for (int h = 0; h < GP; h++) s[h] = acc[h];
     }
-    kvc_softmax_step<GP>(s, m, l, w.p, corr, lane);
+    kvc_softmax_step<D, GP>(s, st, ps, lane);
     __syncwarp();
     constexpr int CPL = D / 32;
     const int c0 = lane * CPL;
-#pragma unroll
-    for (int h = 0; h < GP; h++)
-#pragma unroll
-        for (int i = 0; i < CPL; i++) o[h][i] *= corr[h];
     for (int j = 0; j < n; j++) {
         float x[CPL];
 #pragma unroll
         for (int i = 0; i < CPL; i++) x[i] = kvc_bf2f(vr[(size_t)j * D + c0 + i]);
 #pragma unroll
         for (int h = 0; h < GP; h++) {
-            float p = w.p[j * GP + h];
+            float p = ps[j * GP + h];
 #pragma unroll
-            for (int i = 0; i < CPL; i++) o[h][i] += p * x[i];
+            for (int i = 0; i < CPL; i++) st.o[h][i] += p * x[i];
         }
     }
     __syncwarp();
 }
 
-template <int D, int GP>
-__global__ void __launch_bounds__(KVC_NW * 32) kvc_split_kernel(const kvc_split_args<D, GP> a) {
+template <int D, int GP, int KB, int VB>
+__global__ void __launch_bounds__(KVC_NW * 32) kvc_split_kernel(const kvc_split_args a) {
+    using C = kvc_cfg<D, GP, KB, VB>;
     __shared__ float qs[GP * D];
-    __shared__ kvc_warp_smem<D, GP> ws[KVC_NW];
+    __shared__ kvc_warp_smem<D, GP, KB, VB> ws[KVC_NW];
     const kvc_layer_view &v = a.v;
     const int split = blockIdx.x, g = blockIdx.y / a.n_pass, pass = blockIdx.y % a.n_pass, seq = blockIdx.z;
     const int h0 = g * a.gs + pass * GP, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -223,39 +259,61 @@ __global__ void __launch_bounds__(KVC_NW * 32) kvc_split_kernel(const kvc_split_
     __syncthreads();
     const int64_t L = v.len[seq];
     const int nb = (int)((L + KVC_G - 1) / KVC_G), nq = L >= v.window ? (int)((L - v.window) / KVC_G) : 0;
-    const int bps = (nb + a.n_split - 1) / a.n_split, b0 = split * bps, b1 = min(nb, b0 + bps);
-    const int64_t kh = (int64_t)D * KVC_G * v.kbits / 8 + D * 4 + (v.scale ? KVC_G * 2 : 0);
-    const int64_t vh = (int64_t)KVC_G * D * v.vbits / 8 + D * 4;
-    kvc_warp_smem<D, GP> &w = ws[warp];
-    float m[GP], l[GP], o[GP][D / 32];
+    const int bps = (nb + a.n_split - 1) / a.n_split, b0 = split * bps, b1 = min(nb, b0 + bps), bq = min(b1, nq);
+    const int kbytes = D * KVC_G * KB / 8 + D * 4 + (v.scale ? KVC_G * 2 : 0), kv4 = kbytes / 16;
+    const int64_t kh = kbytes, vh = C::VV4 * 16;
+    kvc_warp_smem<D, GP, KB, VB> &w = ws[warp];
+    kvc_state<D, GP> st;
 #pragma unroll
     for (int h = 0; h < GP; h++) {
-        m[h] = -INFINITY;
-        l[h] = 0.0f;
+        st.m[h] = -INFINITY;
+        st.l[h] = st.ob[h] = 0.0f;
 #pragma unroll
-        for (int i = 0; i < D / 32; i++) o[h][i] = 0.0f;
+        for (int i = 0; i < D / 32; i++) st.o[h][i] = 0.0f;
     }
     const int32_t *qtab = v.qtab + (size_t)seq * v.tab_stride, *rtab = v.rtab + (size_t)seq * v.tab_stride;
-    for (int b = b0 + warp; b < b1; b += KVC_NW) {
-        if (b < nq) {
-            const uint8_t *page = v.qpool + (int64_t)qtab[b] * v.qpage_bytes;
-            kvc_quant_block<D, GP>(a, w, qs, page + v.q_k + g * kh, page + v.q_v + g * vh, m, l, o, lane);
-        } else {
-            const uint8_t *page = v.rpool + (int64_t)rtab[b] * v.rpage_bytes;
-            const int64_t head = (int64_t)g * KVC_G * D * 2;
-            int n = (int)min((int64_t)KVC_G, L - (int64_t)b * KVC_G);
-            kvc_raw_block<D, GP>(a, w, qs, (const uint16_t *)(page + v.r_k + head),
-                                 (const uint16_t *)(page + v.r_v + head), n, m, l, o, lane);
-        }
+    /* quantized blocks, software-pipelined: the next block's bytes are loaded into registers during the compute */
+    uint4 kr[C::KREG], vr[C::VREG];
+    int b = b0 + warp;
+    auto issue = [&](int bb) {
+        const uint8_t *page = v.qpool + (int64_t)qtab[bb] * v.qpage_bytes;
+        const uint4 *kp = (const uint4 *)(page + v.q_k + g * kh), *vp = (const uint4 *)(page + v.q_v + g * vh);
+#pragma unroll
+        for (int i = 0; i < C::KREG; i++)
+            if (i * 32 + lane < kv4) kr[i] = __ldcs(kp + i * 32 + lane);
+#pragma unroll
+        for (int i = 0; i < C::VREG; i++)
+            if (i * 32 + lane < C::VV4) vr[i] = __ldcs(vp + i * 32 + lane);
+    };
+    if (b < bq) issue(b);
+    for (; b < bq; b += KVC_NW) {
+#pragma unroll
+        for (int i = 0; i < C::KREG; i++)
+            if (i * 32 + lane < kv4) w.kb[i * 32 + lane] = kr[i];
+#pragma unroll
+        for (int i = 0; i < C::VREG; i++)
+            if (i * 32 + lane < C::VV4) w.vb[i * 32 + lane] = vr[i];
+        __syncwarp();
+        if (b + KVC_NW < bq) issue(b + KVC_NW);
+        kvc_quant_compute<D, GP, KB, VB>(w, qs, v.scale, st, lane);
+        __syncwarp();
+    }
+    /* raw (bf16 window) blocks */
+    for (; b < b1; b += KVC_NW) {
+        const uint8_t *page = v.rpool + (int64_t)rtab[b] * v.rpage_bytes;
+        const int64_t head = (int64_t)g * KVC_G * D * 2;
+        int n = (int)min((int64_t)KVC_G, L - (int64_t)b * KVC_G);
+        kvc_raw_block<D, GP>(w.p, qs, (const uint16_t *)(page + v.r_k + head), (const uint16_t *)(page + v.r_v + head),
+                             n, st, lane);
     }
     /* this warp's state -> its smem (acc [h][c] in qsc, m/l in p), then merge the warps */
 #pragma unroll
     for (int h = 0; h < GP; h++) {
-        float lt = kvc_warp_sum(l[h]);
+        float lt = kvc_warp_sum(st.l[h]);
 #pragma unroll
-        for (int i = 0; i < D / 32; i++) w.qsc[h * D + lane * (D / 32) + i] = o[h][i];
+        for (int i = 0; i < D / 32; i++) w.qsc[h * D + lane * (D / 32) + i] = st.o[h][i] + st.ob[h];
         if (lane == 0) {
-            w.p[h] = m[h];
+            w.p[h] = st.m[h];
             w.p[GP + h] = lt;
         }
     }
@@ -287,35 +345,53 @@ __global__ void __launch_bounds__(KVC_NW * 32) kvc_split_kernel(const kvc_split_
 __global__ void kvc_combine_kernel(const float *ml, const float *acc, const float *qr, const float *knr,
                                    const float *vnr, float *out, int Hq, int gs, int Hkv, int D, int n_split,
                                    int rotate) {
-    extern __shared__ float sh[]; /* x [D], red [D] */
-    float *x = sh, *red = sh + D;
+    __shared__ float x[128], red[128], wt[KVC_MAX_SPLIT], self_s;
     const int s = blockIdx.x, h = blockIdx.y, c = threadIdx.x, g = h / gs;
     const size_t row = ((size_t)s * Hq + h) * KVC_MAX_SPLIT;
-    float self = -INFINITY;
-    if (knr) {
-        red[c] = qr[((size_t)s * Hq + h) * D + c] * knr[((size_t)s * Hkv + g) * D + c];
+    /* the new token's score, then the global max M over it and the splits' maxima */
+    red[c] = knr ? qr[((size_t)s * Hq + h) * D + c] * knr[((size_t)s * Hkv + g) * D + c] : 0.0f;
+    __syncthreads();
+    for (int o = D / 2; o; o >>= 1) {
+        if (c < o) red[c] += red[c + o];
         __syncthreads();
-        for (int o = D / 2; o; o >>= 1) {
-            if (c < o) red[c] += red[c + o];
-            __syncthreads();
-        }
-        self = red[0];
     }
-    float M = self;
-    for (int i = 0; i < n_split; i++) M = fmaxf(M, ml[(row + i) * 2]);
-    float Ls = 0.0f, A = 0.0f;
-    for (int i = 0; i < n_split; i++) {
-        float mi = ml[(row + i) * 2];
-        if (mi == -INFINITY) continue;
-        float f = expf(mi - M);
-        Ls += ml[(row + i) * 2 + 1] * f;
-        A += acc[(row + i) * D + c] * f;
+    if (c == 0) self_s = knr ? red[0] : -INFINITY;
+    float mloc = -INFINITY;
+    for (int i = c; i < n_split; i += D) {
+        wt[i] = ml[(row + i) * 2];
+        mloc = fmaxf(mloc, wt[i]);
     }
+    __syncthreads();
+    x[c] = mloc;
+    __syncthreads();
+    for (int o = D / 2; o; o >>= 1) {
+        if (c < o) x[c] = fmaxf(x[c], x[c + o]);
+        __syncthreads();
+    }
+    const float self = self_s, M = fmaxf(x[0], self);
+    __syncthreads();
+    /* weights f_i = exp(m_i - M) (0 for empty splits) and the denominator */
+    float lloc = 0.0f;
+    for (int i = c; i < n_split; i += D) {
+        float f = wt[i] == -INFINITY ? 0.0f : expf(wt[i] - M);
+        wt[i] = f;
+        lloc += f * ml[(row + i) * 2 + 1];
+    }
+    red[c] = lloc;
+    __syncthreads();
+    for (int o = D / 2; o; o >>= 1) {
+        if (c < o) red[c] += red[c + o];
+        __syncthreads();
+    }
+    float Ls = red[0], A = 0.0f;
+#pragma unroll 8
+    for (int i = 0; i < n_split; i++) A += acc[(row + i) * D + c] * wt[i];
     if (knr) {
         float e = expf(self - M);
         Ls += e;
         A += e * vnr[((size_t)s * Hkv + g) * D + c];
     }
+    __syncthreads();
     x[c] = Ls > 0.0f ? A / Ls : 0.0f;
     if (rotate) kvc_fwht_rows(x, 1, D, D, c, D);
     out[((size_t)s * Hq + h) * D + c] = x[c];
@@ -331,7 +407,7 @@ extern "C" omni_status kvc_attn_init(int max_seqs, int n_q_heads, int n_kv_heads
                          max_seqs, n_q_heads, n_kv_heads, head_dim);
     kvc_attn *a = (kvc_attn *)calloc(1, sizeof *a);
     if (!a) return omni_fail(OMNI_ERR_NOMEM, "kv cuda attn: out of memory");
-    a->max_seqs = max_seqs, a->Hq = n_q_heads, a->Hkv = n_kv_heads, a->D = head_dim;
+    a->max_seqs = max_seqs, a->Hq = n_q_heads, a->Hkv = n_kv_heads, a->D = head_dim, a->ctas_per_sm = 4;
     int dev = 0;
     omni_status st = kvc_cuda_check(cudaGetDevice(&dev), "cudaGetDevice");
     if (!st) st = kvc_cuda_check(cudaDeviceGetAttribute(&a->n_sm, cudaDevAttrMultiProcessorCount, dev), "SM count");
@@ -362,39 +438,56 @@ extern "C" void kvc_attn_free(kvc_attn *a) {
 /* Heads per pass: the largest of 8, 4, 2, 1 dividing the group size. */
 static int heads_per_pass(int gs) { return gs % 8 == 0 ? 8 : gs % 4 == 0 ? 4 : gs % 2 == 0 ? 2 : 1; }
 
+/* Splits: enough CTAs to fill every SM to the split kernel's occupancy (ctas_per_sm, measured at the last
+ * launch), at least one block per warp. */
 extern "C" int kvc_attn_splits(const kvc_attn *a, int n_seq, int64_t max_len) {
     const int gs = a->Hq / a->Hkv, n_pass = gs / heads_per_pass(gs);
-    int64_t nb = (max_len + KVC_G - 1) / KVC_G, ctas = (int64_t)n_seq * a->Hkv * n_pass;
-    int64_t want = (4LL * a->n_sm + ctas - 1) / ctas, most = (nb + KVC_NW - 1) / KVC_NW;
+    int64_t nb = (max_len + KVC_G - 1) / KVC_G, ctas = (int64_t)(n_seq > 0 ? n_seq : 1) * a->Hkv * n_pass;
+    int64_t want = (int64_t)a->ctas_per_sm * a->n_sm / ctas, most = (nb + KVC_NW - 1) / KVC_NW; /* one wave */
     if (want > most) want = most;
     if (want > KVC_MAX_SPLIT) want = KVC_MAX_SPLIT;
     return want < 1 ? 1 : (int)want;
 }
 
-template <int D, int GP>
-static void launch_split(const kvc_layer_view *v, const kvc_attn *a, int n_seq, int n_split, int gs,
-                         cudaStream_t st) {
-    kvc_split_args<D, GP> args;
+template <int D, int GP, int KB, int VB>
+static void launch_split(const kvc_layer_view *v, kvc_attn *a, int n_seq, int64_t max_len, cudaStream_t st) {
+    static int occ = 0; /* resident CTAs per SM of this instance */
+    if (!occ && cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, kvc_split_kernel<D, GP, KB, VB>, KVC_NW * 32, 0))
+        occ = 4;
+    a->ctas_per_sm = occ > 0 ? occ : 1;
+    kvc_split_args args;
     args.v = *v;
     args.qr = a->qr;
     args.ml = a->ml;
     args.acc = a->acc;
     args.Hq = a->Hq;
-    args.gs = gs;
-    args.n_pass = gs / GP;
-    args.n_split = n_split;
-    dim3 grid(n_split, a->Hkv * args.n_pass, n_seq);
-    kvc_split_kernel<D, GP><<<grid, KVC_NW * 32, 0, st>>>(args);
+    args.gs = a->Hq / a->Hkv;
+    args.n_pass = args.gs / GP;
+    args.n_split = a->n_split = kvc_attn_splits(a, n_seq, max_len);
+    dim3 grid(args.n_split, a->Hkv * args.n_pass, n_seq);
+    kvc_split_kernel<D, GP, KB, VB><<<grid, KVC_NW * 32, 0, st>>>(args);
+}
+
+template <int D, int GP>
+static void launch_split_bits(const kvc_layer_view *v, kvc_attn *a, int n_seq, int64_t max_len, cudaStream_t st) {
+    if constexpr (D == 128 && GP == 8) { /* 8 heads with int4 blocks exceed 48 KB of static shared memory */
+        if (v->kbits == 2 && v->vbits == 2) launch_split<D, GP, 2, 2>(v, a, n_seq, max_len, st);
+        else launch_split_bits<D, 4>(v, a, n_seq, max_len, st);
+    } else {
+        if (v->kbits == 2 && v->vbits == 2) launch_split<D, GP, 2, 2>(v, a, n_seq, max_len, st);
+        else if (v->kbits == 2) launch_split<D, GP, 2, 4>(v, a, n_seq, max_len, st);
+        else if (v->vbits == 2) launch_split<D, GP, 4, 2>(v, a, n_seq, max_len, st);
+        else launch_split<D, GP, 4, 4>(v, a, n_seq, max_len, st);
+    }
 }
 
 template <int D>
-static void launch_split_d(const kvc_layer_view *v, const kvc_attn *a, int n_seq, int n_split, int gs,
-                           cudaStream_t st) {
-    switch (heads_per_pass(gs)) {
-    case 8: launch_split<D, 8>(v, a, n_seq, n_split, gs, st); break;
-    case 4: launch_split<D, 4>(v, a, n_seq, n_split, gs, st); break;
-    case 2: launch_split<D, 2>(v, a, n_seq, n_split, gs, st); break;
-    default: launch_split<D, 1>(v, a, n_seq, n_split, gs, st); break;
+static void launch_split_d(const kvc_layer_view *v, kvc_attn *a, int n_seq, int64_t max_len, cudaStream_t st) {
+    switch (heads_per_pass(a->Hq / a->Hkv)) {
+    case 8: launch_split_bits<D, 8>(v, a, n_seq, max_len, st); break;
+    case 4: launch_split_bits<D, 4>(v, a, n_seq, max_len, st); break;
+    case 2: launch_split_bits<D, 2>(v, a, n_seq, max_len, st); break;
+    default: launch_split_bits<D, 1>(v, a, n_seq, max_len, st); break;
     }
 }
 
@@ -426,14 +519,14 @@ extern "C" omni_status kvc_decode(kvc_attn *a, const kvc_layer_view *v, int n_se
     if (!q || !out || (!k_new) != (!v_new))
         return omni_fail(OMNI_ERR_USAGE, "kv cuda attn: NULL q/out, or only one of k_new/v_new");
     cudaStream_t cs = (cudaStream_t)stream;
-    const int D = a->D, gs = a->Hq / a->Hkv, n_split = kvc_attn_splits(a, n_seq, max_len);
+    const int D = a->D, gs = a->Hq / a->Hkv;
     dim3 pgrid(n_seq, a->Hq + (k_new ? 2 * a->Hkv : 0));
     kvc_prep_kernel<<<pgrid, D, D * sizeof(float), cs>>>(q, k_new, v_new, a->qr, a->kn, a->vn, a->Hq, a->Hkv, D,
                                                          v->rotate, scale);
-    if (D == 64) launch_split_d<64>(v, a, n_seq, n_split, gs, cs);
-    else launch_split_d<128>(v, a, n_seq, n_split, gs, cs);
+    if (D == 64) launch_split_d<64>(v, a, n_seq, max_len, cs);
+    else launch_split_d<128>(v, a, n_seq, max_len, cs);
     dim3 cgrid(n_seq, a->Hq);
-    kvc_combine_kernel<<<cgrid, D, 2 * D * sizeof(float), cs>>>(a->ml, a->acc, a->qr, k_new ? a->kn : NULL,
-                                                                 a->vn, out, a->Hq, gs, a->Hkv, D, n_split, v->rotate);
+    kvc_combine_kernel<<<cgrid, D, 0, cs>>>(a->ml, a->acc, a->qr, k_new ? a->kn : NULL,
+                                                                 a->vn, out, a->Hq, gs, a->Hkv, D, a->n_split, v->rotate);
     return kvc_cuda_check(cudaGetLastError(), "decode attention launch");
 }

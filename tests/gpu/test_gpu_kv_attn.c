@@ -247,5 +247,7 @@ int main(int argc, char **argv) {
     run_case("int2", 0, 16, 1, 64, seed++);   /* group of 16: two passes of 8, D 64 */
     run_case("k4v2", 32, 4, 2, 64, seed++);   /* mixed bits, group of 2 */
     run_case("kivi4", 128, 8, 8, 128, seed++);
+    run_case("int2", 128, 16, 2, 128, seed++); /* group of 8 in one pass */
+    run_case("int4", 0, 8, 1, 128, seed++);    /* group of 8 with int4 blocks: two passes of 4 */
     return check_exit();
 }

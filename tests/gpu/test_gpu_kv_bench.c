@@ -141,7 +141,9 @@ static int bench_one(int64_t L, FILE *csv) {
 
 int bench_main(void) {
     int64_t lens[3] = {4096, 32768, 131072};
+    const char *only = getenv("OMNI_BENCH_LEN"); /* one context length only (for profilers) */
     int rc = 0;
-    for (int i = 0; i < 3; i++) rc |= bench_one(lens[i], NULL);
+    for (int i = 0; i < 3; i++)
+        if (!only || atoll(only) == lens[i]) rc |= bench_one(lens[i], NULL);
     return rc;
 }
