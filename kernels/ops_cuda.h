@@ -59,6 +59,12 @@ omni_status omni_cuda_memset(void *dst, int byte, size_t bytes, void *stream);
 omni_status omni_cuda_rmsnorm_bf16(uint16_t *y, const uint16_t *x, const uint16_t *w, int rows, int dim, float eps,
                                    void *stream);
 
+/* Residual add fused with the next RMSNorm (decoder: x = x + attn; h = norm(x)): x = bf16(x + a) in place, then
+ * h = rmsnorm(x) exactly as omni_cuda_add_bf16 followed by omni_cuda_rmsnorm_bf16 (bit-identical), in one pass.
+ * x, a, h: [rows, dim] bf16; w: [dim]. h must not alias x or a. */
+omni_status omni_cuda_add_rmsnorm_bf16(uint16_t *h, uint16_t *x, const uint16_t *a, const uint16_t *w, int rows,
+                                       int dim, float eps, void *stream);
+
 /* LayerNorm (biased variance, two-pass fp32): y = bf16((x - mean) * rsqrt(var + eps) * w + b).
  * x, y: [rows, dim] bf16; w, b: [dim] bf16, b may be NULL. y may alias x. */
 omni_status omni_cuda_layernorm_bf16(uint16_t *y, const uint16_t *x, const uint16_t *w, const uint16_t *b, int rows,

@@ -1,6 +1,6 @@
-/* bench_gpu_ops.c - benchmark (not a test): copy bandwidth, rmsnorm and bf16 GEMV/GEMM at Qwen3-VL-8B shapes.
- * Validates a sample of outputs against host fp64 first, then times with CUDA events (median of RUNS launches
- * after warm-up), rotating NBUF input sets so that each launch reads more than the 60 MB L2 from HBM.
+/* bench_gpu_ops.c - benchmark (not a test): copy bandwidth, rmsnorm, residual add + rmsnorm and bf16 GEMV/GEMM
+ * at Qwen3-VL-8B shapes. Validates a sample of outputs against host fp64 first, then times with CUDA events (median
+ * of RUNS launches after warm-up), rotating NBUF input sets so that each launch reads more than the 60 MB L2 from HBM.
  * Prints one table; bandwidth counts bytes read + written once. Usage: omni_bench_gpu_ops */
 #include <math.h>
 #include <stdint.h>
@@ -113,6 +113,34 @@ static void bench_rmsnorm(int rows, int dim) {
     omni_cuda_free(g_rw), free(hx), free(hw), free(y);
 }
 
+/* add_rmsnorm: x += a (a = the next buffer), h = rmsnorm(x); one pass instead of add (3 passes) + rmsnorm (2). */
+static void launch_add_rms(int b) {
+    CK(omni_cuda_add_rmsnorm_bf16(g_ry[b], g_rx[b], g_rx[(b + 1) % NBUF], g_rw, g_rrows, g_rdim, 1e-6f, g_s));
+}
+
+static void bench_add_rmsnorm(int rows, int dim) {
+    g_rrows = rows, g_rdim = dim;
+    int64_t n = (int64_t)rows * dim;
+    uint16_t *hx, *ha, *hw, *y = malloc(2 * (size_t)dim);
+    for (int b = 0; b < NBUF; b++) {
+        g_rx[b] = rand_dev_bf16(n, b == 0 ? &hx : b == 1 ? &ha : NULL);
+        CK(omni_cuda_malloc((void **)&g_ry[b], 2 * (size_t)n));
+    }
+    g_rw = rand_dev_bf16(dim, &hw);
+    launch_add_rms(0);
+    CK(omni_cuda_d2h(y, g_rx[0], 2 * (size_t)dim, g_s)); /* validate row 0 of x: bf16(x + a) exactly */
+    for (int i = 0; i < dim; i++)
+        if (y[i] != omni_f32_to_bf16(omni_bf16_to_f32(hx[i]) + omni_bf16_to_f32(ha[i]))) {
+            fprintf(stderr, "add_rmsnorm validation failed at %d\n", i);
+            exit(1);
+        }
+    char what[80];
+    snprintf(what, sizeof what, "add_rmsnorm rows=%d dim=%d", rows, dim);
+    report(what, time_ms(launch_add_rms), 8.0 * n + 2.0 * dim);
+    for (int b = 0; b < NBUF; b++) omni_cuda_free(g_rx[b]), omni_cuda_free(g_ry[b]);
+    omni_cuda_free(g_rw), free(hx), free(ha), free(hw), free(y);
+}
+
 /* ---- linear -------------------------------------------------------------------------------------------- */
 static uint16_t *g_lw[NBUF], *g_lx;
 static void *g_ly;
@@ -123,7 +151,8 @@ static void launch_lin(int b) { CK(omni_cuda_linear(g_ctx, g_ly, g_ydt, g_lx, g_
 static void bench_linear(const char *name, int M, int N, int K, omni_dtype ydt, int nbuf) {
     g_M = M, g_N = N, g_K = K, g_ydt = ydt;
     uint16_t *hw, *hx;
-    for (int b = 0; b < NBUF; b++) g_lw[b] = b < nbuf ? rand_dev_bf16((int64_t)N * K, b == 0 ? &hw : NULL) : g_lw[b % nbuf];
+    for (int b = 0; b < NBUF; b++)
+        g_lw[b] = b < nbuf ? rand_dev_bf16((int64_t)N * K, b == 0 ? &hw : NULL) : g_lw[b % nbuf];
     g_lx = rand_dev_bf16((int64_t)M * K, &hx);
     size_t es = omni_dtype_size(ydt);
     CK(omni_cuda_malloc(&g_ly, es * (size_t)M * N));
@@ -176,6 +205,7 @@ int main(void) {
     bench_rmsnorm(1, 4096);     /* decode: latency-bound */
     bench_rmsnorm(8192, 4096);  /* prefill chunk: 64 MiB in + 64 MiB out */
     bench_rmsnorm(8192 * 32, 128); /* q_norm over 8192 tokens x 32 heads */
+    bench_add_rmsnorm(8192, 4096); /* residual + post-attention norm, prefill chunk */
     bench_linear("gemv gate/up", 1, 12288, 4096, OMNI_BF16, 4);
     bench_linear("gemv down", 1, 4096, 12288, OMNI_BF16, 4);
     bench_linear("gemv q", 1, 4096, 4096, OMNI_BF16, 4);

@@ -41,8 +41,10 @@ extern "C" omni_status omni_cuda_ctx_init(omni_cuda_ctx **out, int device) {
         cublasStatus_t s = cublasCreate(&c->blas);
         if (s == CUBLAS_STATUS_SUCCESS) s = cublasSetStream(c->blas, c->stream);
         /* Reductions stay in fp32 (no bf16 split-K partial sums): the tests bound errors with fp32 accumulation. */
-        if (s == CUBLAS_STATUS_SUCCESS)
-            s = cublasSetMathMode(c->blas, (cublasMath_t)(CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION));
+        if (s == CUBLAS_STATUS_SUCCESS) {
+            int mode = CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION;
+            s = cublasSetMathMode(c->blas, (cublasMath_t)mode);
+        }
         if (s != CUBLAS_STATUS_SUCCESS)
             st = omni_fail(OMNI_ERR_RUNTIME, "%s: cuBLAS: %s", __func__, cublasGetStatusString(s));
     }

@@ -80,11 +80,18 @@ template <int VEC> __device__ __forceinline__ void store_vec(uint16_t *p, int i,
     ((typename vec_of<VEC>::T *)p)[i] = u;
 }
 
-/* This thread's share (vectors t0, t0 + stride, ...) of the row's sum of squares; nv = dim / VEC. */
-template <int VEC> __device__ float rms_sumsq(const uint16_t *xr, int nv, int t0, int stride) {
-    float ss = 0.f, f[VEC];
+/* This thread's share (vectors t0, t0 + stride, ...) of the row's sum of squares; nv = dim / VEC.
+ * With a residual ar: first x = bf16(x + a), stored back (the same thread reads it again in rms_write). */
+template <int VEC> __device__ float rms_sumsq(uint16_t *xr, const uint16_t *ar, int nv, int t0, int stride) {
+    float ss = 0.f, f[VEC], g[VEC];
     for (int i = t0; i < nv; i += stride) {
         load_vec<VEC>(f, xr, i);
+        if (ar) {
+            load_vec<VEC>(g, ar, i);
+#pragma unroll
+            for (int k = 0; k < VEC; k++) f[k] = bf(f[k] + g[k]);
+            store_vec<VEC>(xr, i, f);
+        }
 #pragma unroll
         for (int k = 0; k < VEC; k++) ss += f[k] * f[k];
     }
@@ -104,24 +111,26 @@ __device__ void rms_write(uint16_t *yr, const uint16_t *xr, const uint16_t *w, i
     }
 }
 
-/* Long rows (dim > 1024): one block per row. */
+/* Long rows (dim > 1024): one block per row. x is written only when a (residual) is given. */
 template <int VEC>
-__global__ void rmsnorm_block_kernel(uint16_t *y, const uint16_t *x, const uint16_t *w, int dim, float eps) {
+__global__ void rmsnorm_block_kernel(uint16_t *y, uint16_t *x, const uint16_t *a, const uint16_t *w, int dim,
+                                     float eps) {
     __shared__ float sh[32];
     int64_t off = (int64_t)blockIdx.x * dim;
     int nv = dim / VEC;
-    float ss = block_sum(rms_sumsq<VEC>(x + off, nv, threadIdx.x, blockDim.x), sh);
+    float ss = block_sum(rms_sumsq<VEC>(x + off, a ? a + off : NULL, nv, threadIdx.x, blockDim.x), sh);
     rms_write<VEC>(y + off, x + off, w, nv, rsqrtf(ss / (float)dim + eps), threadIdx.x, blockDim.x);
 }
 
 /* Short rows (per-head q_norm/k_norm, D = 128): LANES (16 or 32) threads per row, ROW_THREADS / LANES rows per
  * block. Threads past the last row still join the shuffles (a half warp may hold a valid row). */
 template <int VEC, int LANES>
-__global__ void rmsnorm_lanes_kernel(uint16_t *y, const uint16_t *x, const uint16_t *w, int rows, int dim, float eps) {
+__global__ void rmsnorm_lanes_kernel(uint16_t *y, uint16_t *x, const uint16_t *a, const uint16_t *w, int rows, int dim,
+                                     float eps) {
     int row = blockIdx.x * (blockDim.x / LANES) + threadIdx.x / LANES, lane = threadIdx.x % LANES;
     int64_t off = (int64_t)(row < rows ? row : 0) * dim;
     int nv = row < rows ? dim / VEC : 0;
-    float ss = rms_sumsq<VEC>(x + off, nv, lane, LANES);
+    float ss = rms_sumsq<VEC>(x + off, a ? a + off : NULL, nv, lane, LANES);
     for (int o = LANES / 2; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
     rms_write<VEC>(y + off, x + off, w, nv, rsqrtf(ss / (float)dim + eps), lane, LANES);
 }
@@ -129,31 +138,45 @@ __global__ void rmsnorm_lanes_kernel(uint16_t *y, const uint16_t *x, const uint1
 static int aligned(const void *p, unsigned a) { return ((uintptr_t)p % a) == 0; }
 
 template <int VEC>
-static void rmsnorm_launch(uint16_t *y, const uint16_t *x, const uint16_t *w, int rows, int dim, float eps,
-                           cudaStream_t s) {
+static void rmsnorm_launch(uint16_t *y, uint16_t *x, const uint16_t *a, const uint16_t *w, int rows, int dim,
+                           float eps, cudaStream_t s) {
     if (dim > 1024) {
-        rmsnorm_block_kernel<VEC><<<rows, row_threads(dim / VEC), 0, s>>>(y, x, w, dim, eps);
+        rmsnorm_block_kernel<VEC><<<rows, row_threads(dim / VEC), 0, s>>>(y, x, a, w, dim, eps);
     } else if (dim / VEC >= 32) {
-        rmsnorm_lanes_kernel<VEC, 32><<<(rows + 7) / 8, ROW_THREADS, 0, s>>>(y, x, w, rows, dim, eps);
+        rmsnorm_lanes_kernel<VEC, 32><<<(rows + 7) / 8, ROW_THREADS, 0, s>>>(y, x, a, w, rows, dim, eps);
     } else {
-        rmsnorm_lanes_kernel<VEC, 16><<<(rows + 15) / 16, ROW_THREADS, 0, s>>>(y, x, w, rows, dim, eps);
+        rmsnorm_lanes_kernel<VEC, 16><<<(rows + 15) / 16, ROW_THREADS, 0, s>>>(y, x, a, w, rows, dim, eps);
     }
+}
+
+/* Shared by rmsnorm (a == NULL: x is only read) and add_rmsnorm (x += a in place first). */
+static omni_status rmsnorm_any(uint16_t *y, uint16_t *x, const uint16_t *a, const uint16_t *w, int rows, int dim,
+                               float eps, cudaStream_t s, const char *fn) {
+    if (rows < 0 || dim <= 0) return omni_fail(OMNI_ERR_USAGE, "%s: rows %d dim %d", fn, rows, dim);
+    if (rows == 0) return OMNI_OK;
+    /* 16-byte accesses when every row starts 16-byte aligned, else 4 bytes when 4-byte aligned, else 2 */
+    int al16 = aligned(x, 16) && aligned(y, 16) && aligned(w, 16) && aligned(a, 16);
+    int al4 = aligned(x, 4) && aligned(y, 4) && aligned(w, 4) && aligned(a, 4);
+    if (dim % 8 == 0 && al16)
+        rmsnorm_launch<8>(y, x, a, w, rows, dim, eps, s);
+    else if (dim % 2 == 0 && al4)
+        rmsnorm_launch<2>(y, x, a, w, rows, dim, eps, s);
+    else
+        rmsnorm_launch<1>(y, x, a, w, rows, dim, eps, s);
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) return omni_fail(OMNI_ERR_RUNTIME, "%s: %s", fn, cudaGetErrorString(e));
+    return OMNI_OK;
 }
 
 extern "C" omni_status omni_cuda_rmsnorm_bf16(uint16_t *y, const uint16_t *x, const uint16_t *w, int rows, int dim,
                                               float eps, void *stream) {
-    if (rows < 0 || dim <= 0) return omni_fail(OMNI_ERR_USAGE, "%s: rows %d dim %d", __func__, rows, dim);
-    if (rows == 0) return OMNI_OK;
-    cudaStream_t s = (cudaStream_t)stream;
-    /* 16-byte accesses when every row starts 16-byte aligned, else 4 bytes when 4-byte aligned, else 2 */
-    if (dim % 8 == 0 && aligned(x, 16) && aligned(y, 16) && aligned(w, 16))
-        rmsnorm_launch<8>(y, x, w, rows, dim, eps, s);
-    else if (dim % 2 == 0 && aligned(x, 4) && aligned(y, 4) && aligned(w, 4))
-        rmsnorm_launch<2>(y, x, w, rows, dim, eps, s);
-    else
-        rmsnorm_launch<1>(y, x, w, rows, dim, eps, s);
-    OMNI_CUDA_LAUNCHED();
-    return OMNI_OK;
+    /* x is not written when no residual is given (the kernels take it non-const for add_rmsnorm) */
+    return rmsnorm_any(y, (uint16_t *)x, NULL, w, rows, dim, eps, (cudaStream_t)stream, __func__);
+}
+
+extern "C" omni_status omni_cuda_add_rmsnorm_bf16(uint16_t *h, uint16_t *x, const uint16_t *a, const uint16_t *w,
+                                                  int rows, int dim, float eps, void *stream) {
+    return rmsnorm_any(h, x, a, w, rows, dim, eps, (cudaStream_t)stream, __func__);
 }
 
 /* ---- LayerNorm --------------------------------------------------------------------------------------------- */

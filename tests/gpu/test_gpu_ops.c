@@ -101,11 +101,11 @@ static void fetch_bf16(float *dst, const void *d, int64_t n) {
 
 /* ---- comparison and the per-op summary ----------------------------------------------------------------- */
 
-enum { O_RMS, O_LN, O_ROPE, O_SILU, O_GELU_ERF, O_GELU_TANH, O_ADD, O_EMBED, O_SOFTMAX, O_ARGMAX, O_LINEAR,
+enum { O_RMS, O_ADD_RMS, O_LN, O_ROPE, O_SILU, O_GELU_ERF, O_GELU_TANH, O_ADD, O_EMBED, O_SOFTMAX, O_ARGMAX, O_LINEAR,
        O_LINEAR32, O_COUNT };
-static const char *g_oname[O_COUNT] = {"rmsnorm",  "layernorm", "rope_neox", "silu_mul",    "gelu_erf", "gelu_tanh",
-                                       "add",      "embed",     "softmax",   "argmax",      "linear_bf16out",
-                                       "linear_f32out"};
+static const char *g_oname[O_COUNT] = {"rmsnorm", "add_rmsnorm", "layernorm", "rope_neox", "silu_mul",
+                                       "gelu_erf", "gelu_tanh", "add", "embed", "softmax", "argmax",
+                                       "linear_bf16out", "linear_f32out"};
 static double g_ratio[O_COUNT], g_abs[O_COUNT], g_nmse[O_COUNT];
 static int g_cases[O_COUNT];
 static char g_worst[O_COUNT][160]; /* where the worst err/tol of each op was seen */
@@ -183,6 +183,55 @@ static void test_rmsnorm(void) {
     rmsnorm_case(33 * 8, 128, 1, 0);  /* k_norm in place (vector path) */
     rmsnorm_case(19, 4096, 1, 1);     /* in place, misaligned (scalar path) */
     rmsnorm_case(19, 128, 0, 1);
+}
+
+/* add_rmsnorm must equal omni_cuda_add_bf16 then omni_cuda_rmsnorm_bf16 bit for bit (x and h), and h must be
+ * within the rmsnorm bound of the CPU reference fed xs = bf16(x + a): tol as rmsnorm_case. */
+static void add_rmsnorm_case(int rows, int dim, int offset) {
+    int64_t n = (int64_t)rows * dim;
+    size_t xb = 2 * (size_t)(n + offset), wb = 2 * (size_t)dim;
+    uint16_t *xh = xmalloc(xb), *ah = xmalloc(xb), *wh = xmalloc(wb);
+    uint16_t *x1 = xmalloc(xb), *x2 = xmalloc(xb), *h1 = xmalloc(xb), *h2 = xmalloc(xb);
+    float *xf = xmalloc(4 * n), *af = xmalloc(4 * n), *wf = xmalloc(4 * dim), *ref = xmalloc(4 * n);
+    float *got = xmalloc(4 * n);
+    double *tol = xmalloc(8 * n);
+    rand_bf16(xh + offset, xf, n, 2.f, 0.f);
+    rand_bf16(ah + offset, af, n, 1.f, 0.f);
+    rand_bf16(wh, wf, dim, 0.2f, 1.f);
+    for (int64_t i = 0; i < n; i++) xf[i] = omni_bf16_to_f32(omni_f32_to_bf16(xf[i] + af[i]));
+    omni_tensor wt = bf16_vec(wh, dim);
+    op_rmsnorm(ref, xf, &wt, rows, dim, 1e-6f);
+    for (int64_t i = 0; i < n; i++) tol[i] = (2 * B + B * B + 3 * U * (sqrt(dim) + 8)) * fabs(ref[i]) + ATOL_SUB;
+
+    uint16_t *dx1 = dev_buf(xh, xb), *dx2 = dev_buf(xh, xb), *da = dev_buf(ah, xb), *dw = dev_buf(wh, wb);
+    uint16_t *dh1 = dev_buf(NULL, xb), *dh2 = dev_buf(NULL, xb);
+    TRY(omni_cuda_add_bf16(dx1 + offset, dx1 + offset, da + offset, n, g_stream));
+    TRY(omni_cuda_rmsnorm_bf16(dh1 + offset, dx1 + offset, dw, rows, dim, 1e-6f, g_stream));
+    TRY(omni_cuda_add_rmsnorm_bf16(dh2 + offset, dx2 + offset, da + offset, dw, rows, dim, 1e-6f, g_stream));
+    TRY(omni_cuda_sync(g_stream));
+    TRY(omni_cuda_d2h(x1, dx1, xb, g_stream));
+    TRY(omni_cuda_d2h(x2, dx2, xb, g_stream));
+    TRY(omni_cuda_d2h(h1, dh1, xb, g_stream));
+    TRY(omni_cuda_d2h(h2, dh2, xb, g_stream));
+    int64_t dx = 0, dh = 0;
+    for (int64_t i = offset; i < n + offset; i++) dx += x1[i] != x2[i], dh += h1[i] != h2[i];
+    for (int64_t i = 0; i < n; i++) got[i] = omni_bf16_to_f32(h2[i + offset]);
+    char what[96];
+    snprintf(what, sizeof what, "add_rmsnorm rows=%d dim=%d offset=%d", rows, dim, offset);
+    CHECK(dx == 0 && dh == 0, "%s: %lld x and %lld h differ from add + rmsnorm", what, (long long)dx, (long long)dh);
+    compare(O_ADD_RMS, what, got, ref, tol, n);
+    dev_done(what, dx1, xb), dev_done(what, dx2, xb), dev_done(what, da, xb), dev_done(what, dw, wb);
+    dev_done(what, dh1, xb), dev_done(what, dh2, xb);
+    free(xh), free(ah), free(wh), free(x1), free(x2), free(h1), free(h2);
+    free(xf), free(af), free(wf), free(ref), free(got), free(tol);
+}
+
+static void test_add_rmsnorm(void) {
+    const int rows[] = {1, 19, 33}, dims[] = {19, 128, 130, 4096};
+    for (int r = 0; r < 3; r++)
+        for (int d = 0; d < 4; d++) add_rmsnorm_case(rows[r], dims[d], 0);
+    add_rmsnorm_case(19, 4096, 1);
+    add_rmsnorm_case(33, 128, 1);
 }
 
 /* ---- layernorm ----------------------------------------------------------------------------------------- */
@@ -589,6 +638,7 @@ int main(void) {
     double t0 = omni_time_ms();
     test_contracts();
     test_rmsnorm();
+    test_add_rmsnorm();
     test_layernorm();
     test_rope();
     test_elementwise();
