@@ -19,7 +19,9 @@
  * chunk of one token), and writes o = H o~ (un-rotated when the format rotates). Rotation of q, k_new, v_new
  * happens inside. GQA: q head h uses KV head h / (Hq / Hkv); all query heads of a KV head share one pass over its
  * bytes; the history is split across CTAs (flash-decoding) and the parts are merged with log-sum-exp.
- * Not supported yet: n_sink > 0, non-quantized layers (f32/bf16 formats).
+ * Quantized blocks use tensor cores (bf16 MMA with an exact 3-term split of the f32 operands: f32-level accuracy)
+ * for up to 4 query heads per pass; OMNI_KVC_SIMT=1 in the environment (read at kvc_attn_init) forces the
+ * plain-FMA path. Not supported yet: n_sink > 0, non-quantized layers (f32/bf16 formats).
  */
 #ifndef OMNI_KV_CUDA_H
 #define OMNI_KV_CUDA_H

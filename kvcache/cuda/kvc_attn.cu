@@ -1,4 +1,7 @@
 /* kvc_attn.cu - decode attention (one query token per sequence) over the paged OScaR/KIVI history on the GPU.
+ * Quantized blocks run on tensor cores (mma.sync bf16, exact hi/mid/lo split of the folded f32 operand, see the
+ * "tensor-core path" section) when a pass has <= 4 query heads, else (or with OMNI_KVC_SIMT=1) on the SIMT path
+ * described below; the bf16 window always takes the SIMT path. Both paths keep f32-level accuracy.
  *
  * Three kernels per call (all on the caller's stream):
  *   prep    grid (n_seq, Hq [+ 2 Hkv]), D threads: q~ = scale * H q (H only when rotating), k~_new = H k_new,
@@ -25,10 +28,14 @@ extern "C" {
 
 #define KVC_NW 4           /* warps per split CTA */
 #define KVC_MAX_SPLIT 256  /* most splits of one sequence */
+#ifndef KVC_MMA_CTAS
+#define KVC_MMA_CTAS 2     /* resident CTAs per SM of the tensor-core split kernel (register cap; 3 spills and was slower) */
+#endif
 
 struct kvc_attn {
     int max_seqs, Hq, Hkv, D, n_sm;
     int ctas_per_sm, n_split; /* occupancy of the last split kernel launched; splits it used */
+    int simt;                 /* OMNI_KVC_SIMT=1: no tensor cores (comparison / fallback) */
     float *qr, *kn, *vn, *ml, *acc;
 };
 
@@ -78,6 +85,8 @@ template <int D, int GP, int KB, int VB> struct kvc_warp_smem {
     float qsc[D * GP];         /* folded q [c][h]; at the end this warp's acc [h][c] */
     float p[KVC_G * GP];       /* softmax weights [j][h]; at the end m [h], l [h] */
     float vsf[KVC_G * (D / KVC_G)], vmf[KVC_G * (D / KVC_G)]; /* value scale/min of the block as f32 [j][g] */
+    float acc2[GP <= 4 ? D * GP : 1]; /* the tensor-core path's partial acc [h][c] */
+    float ml2[2 * GP];         /* its m [h], l [h] */
 };
 
 struct kvc_split_args {
@@ -205,6 +214,209 @@ __device__ __forceinline__ void kvc_quant_compute(kvc_warp_smem<D, GP, KB, VB> &
     }
 }
 
+/* ---------------------------------------------------------------- tensor-core path (GP <= 4)
+ * Both products run on mma.sync m16n8k16 (bf16 operands, f32 accumulate) with the GQA heads in M. The folded f32
+ * operand x (q~ * key scale per channel; p * value scale per group) is split exactly into three bf16 terms
+ * x = hi + mid + lo (|x - sum| <= 2^-24 |x|) stacked in M: row h = hi, row 4 + h = mid, row 8 + h = lo of head h,
+ * so one MMA gives f32-level accuracy; codes are exact in bf16. Fragment roles (gid = lane / 4, tig = lane % 4):
+ * lane gid < 4 supplies rows gid (hi) and gid + 8 (lo) of head gid, lane gid >= 4 row gid (mid of head gid - 4)
+ * and row gid + 8 (zero); both hold the same head hh = gid % 4. The score accumulators of n-tile nt (tokens
+ * 8 nt + 2 tig + {0, 1}) are exactly the A layout the value MMA needs (k-step ks = nt / 2), as in FlashAttention. */
+template <int D> struct kvc_mstate {
+    float m, l;            /* head hh: running max, lane-partial sum over its 8 tokens of each block */
+    float o[D / 8][4];     /* value accumulators: n-tile nt (channels 8 nt + 2 tig + {0,1}), rows gid / gid + 8 */
+    float ob[D / KVC_G];   /* lane-partial sum_j p_j * mn_jg per group */
+};
+
+__device__ __forceinline__ void kvc_mma(float *d, const uint32_t *a, uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* bf16x2 of two floats (x0 in the low half), RNE; and back. */
+__device__ __forceinline__ uint32_t kvc_bf2(float x0, float x1) {
+    uint32_t r;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(x1), "f"(x0));
+    return r;
+}
+__device__ __forceinline__ float kvc_bflo(uint32_t u) { return __uint_as_float(u << 16); }
+__device__ __forceinline__ float kvc_bfhi(uint32_t u) { return __uint_as_float(u & 0xffff0000u); }
+
+/* A fragment registers (r0: row gid, r1: row gid + 8) for the pair (x0, x1) of this lane's head:
+ * part 0 lanes take hi / lo, part 1 lanes mid / 0. */
+__device__ __forceinline__ void kvc_split_pair(float x0, float x1, int part, uint32_t &r0, uint32_t &r1) {
+    uint32_t hi = kvc_bf2(x0, x1);
+    float y0 = x0 - kvc_bflo(hi), y1 = x1 - kvc_bfhi(hi);
+    uint32_t mid = kvc_bf2(y0, y1);
+    uint32_t lo = kvc_bf2(y0 - kvc_bflo(mid), y1 - kvc_bfhi(mid));
+    r0 = part ? mid : hi;
+    r1 = part ? 0u : lo;
+}
+
+/* Two codes (c0 low, c1 high) as exact bf16x2: 128 + c via the exponent of 128, minus 128. */
+__device__ __forceinline__ uint32_t kvc_codes_bf2(uint32_t c0, uint32_t c1) {
+    uint32_t u = c0 | (c1 << 16) | 0x43004300u, r;
+    asm("sub.rn.bf16x2 %0, %1, %2;" : "=r"(r) : "r"(u), "r"(0x43004300u));
+    return r;
+}
+
+template <int D, int GP, int KB, int VB>
+__device__ __forceinline__ void kvc_quant_compute_mma(kvc_warp_smem<D, GP, KB, VB> &w, const float *qs,
+                                                      int use_norm, kvc_mstate<D> &st, int lane) {
+    using C = kvc_cfg<D, GP, KB, VB>;
+    const int gid = lane >> 2, tig = lane & 3, hh = gid & 3, part = gid >> 2, valid = hh < GP;
+    const uint8_t *kbuf = (const uint8_t *)w.kb, *vbuf = (const uint8_t *)w.vb;
+    const uint16_t *ksc = (const uint16_t *)(kbuf + D * KVC_G * KB / 8), *kmn = ksc + D, *knorm = kmn + D;
+    const uint16_t *vsc = (const uint16_t *)(vbuf + KVC_G * D * VB / 8), *vmn = vsc + KVC_G * C::NG;
+    /* bias_h = q~_h . mn (f32, lane-parallel over channels), value scales/mins to f32 in smem */
+    float bias[GP];
+#pragma unroll
+    for (int h = 0; h < GP; h++) bias[h] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < D / 32; i++) {
+        const int c = lane + 32 * i;
+        const float mn = kvc_hw_h2f(kmn[c]);
+#pragma unroll
+        for (int h = 0; h < GP; h++) bias[h] = fmaf(qs[h * D + c], mn, bias[h]);
+    }
+#pragma unroll
+    for (int i = 0; i < C::NG; i++) {
+        w.vsf[lane + 32 * i] = kvc_hw_h2f(vsc[lane + 32 * i]);
+        w.vmf[lane + 32 * i] = kvc_hw_h2f(vmn[lane + 32 * i]);
+    }
+    float bh = 0.0f;
+#pragma unroll
+    for (int h = 0; h < GP; h++) {
+        float t = kvc_warp_sum(bias[h]);
+        bh = h == hh ? t : bh;
+    }
+    __syncwarp();
+    /* scores: S[h][j] = sum_c (q~_hc sc_c) code_cj over k-steps of 16 channels, n-tiles of 8 tokens */
+    float sacc[4][4];
+#pragma unroll
+    for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) sacc[nt][e] = 0.0f;
+    const uint32_t *kc = (const uint32_t *)kbuf;
+    constexpr int KPW = 32 / KB; /* key codes per word */
+    const float *qh = qs + (valid ? hh : 0) * D;
+#pragma unroll 2
+    for (int ks = 0; ks < D / 16; ks++) {
+        const int c = 16 * ks + 2 * tig;
+        float x[4];
+        const int cc[4] = {c, c + 1, c + 8, c + 9};
+#pragma unroll
+        for (int i = 0; i < 4; i++) x[i] = valid ? qh[cc[i]] * kvc_hw_h2f(ksc[cc[i]]) : 0.0f;
+        uint32_t a[4];
+        kvc_split_pair(x[0], x[1], part, a[0], a[1]);
+        kvc_split_pair(x[2], x[3], part, a[2], a[3]);
+#pragma unroll
+        for (int nt = 0; nt < 4; nt++) {
+            const int j = 8 * nt + gid, wj = j / KPW, sh = (j % KPW) * KB;
+            const uint32_t m = (1u << KB) - 1u;
+            uint32_t b0 = kvc_codes_bf2((kc[cc[0] * KB + wj] >> sh) & m, (kc[cc[1] * KB + wj] >> sh) & m);
+            uint32_t b1 = kvc_codes_bf2((kc[cc[2] * KB + wj] >> sh) & m, (kc[cc[3] * KB + wj] >> sh) & m);
+            kvc_mma(sacc[nt], a, b0, b1);
+        }
+    }
+    /* this lane's 8 scores of head hh: tokens 8 nt + 2 tig + e; hi + lo here, mid in lane ^ 16 */
+    float sc[4][2], mb = -INFINITY;
+#pragma unroll
+    for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            float t = sacc[nt][e] + sacc[nt][2 + e];
+            t += __shfl_xor_sync(0xffffffffu, t, 16);
+            const int j = 8 * nt + 2 * tig + e;
+            t = (t + bh) * (use_norm ? kvc_hw_h2f(knorm[j]) : 1.0f);
+            sc[nt][e] = t;
+            mb = fmaxf(mb, t);
+        }
+    mb = fmaxf(mb, __shfl_xor_sync(0xffffffffu, mb, 1));
+    mb = fmaxf(mb, __shfl_xor_sync(0xffffffffu, mb, 2));
+    const float mnew = fmaxf(st.m, mb), corr = expf(st.m - mnew);
+    st.m = mnew;
+    float psum = 0.0f;
+#pragma unroll
+    for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            sc[nt][e] = expf(sc[nt][e] - mnew);
+            psum += sc[nt][e];
+        }
+    st.l = st.l * corr + psum;
+    /* values: O[h][c] += sum_j (p_hj sc_jg) code_jc per group g (4 n-tiles), k-steps of 16 tokens. Each block's
+     * product is accumulated from zero in the tensor core and added to the running state with one IEEE FFMA
+     * (o = o * corr + block), so the MMA's internal accumulation never runs over more than 32 tokens. */
+    const uint32_t *vc = (const uint32_t *)vbuf;
+    constexpr int WPR = D * VB / 32; /* words per token row */
+#pragma unroll
+    for (int g = 0; g < C::NG; g++) {
+        st.ob[g] *= corr;
+        uint32_t a[2][4];
+#pragma unroll
+        for (int ks = 0; ks < 2; ks++) {
+            const int j = 16 * ks + 2 * tig;
+            const int jj[4] = {j, j + 1, j + 8, j + 9};
+            const float pp[4] = {sc[2 * ks][0], sc[2 * ks][1], sc[2 * ks + 1][0], sc[2 * ks + 1][1]};
+            float x[4];
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                x[i] = pp[i] * w.vsf[jj[i] * C::NG + g];
+                st.ob[g] = fmaf(pp[i], w.vmf[jj[i] * C::NG + g], st.ob[g]);
+            }
+            kvc_split_pair(x[0], x[1], part, a[ks][0], a[ks][1]);
+            kvc_split_pair(x[2], x[3], part, a[ks][2], a[ks][3]);
+        }
+#pragma unroll
+        for (int t = 0; t < 4; t++) {
+            const int nt = 4 * g + t, c = 8 * nt + gid, wc = (c * VB) / 32, sh = (c * VB) % 32;
+            const uint32_t m = (1u << VB) - 1u;
+            float blk[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+            for (int ks = 0; ks < 2; ks++) {
+                const int j = 16 * ks + 2 * tig;
+                uint32_t b0 = kvc_codes_bf2((vc[j * WPR + wc] >> sh) & m, (vc[(j + 1) * WPR + wc] >> sh) & m);
+                uint32_t b1 = kvc_codes_bf2((vc[(j + 8) * WPR + wc] >> sh) & m, (vc[(j + 9) * WPR + wc] >> sh) & m);
+                kvc_mma(blk, a[ks], b0, b1);
+            }
+#pragma unroll
+            for (int e = 0; e < 4; e++) st.o[nt][e] = fmaf(st.o[nt][e], corr, blk[e]);
+        }
+    }
+}
+
+/* The tensor-core state of a warp -> its smem partial (acc2 [h][c], ml2), heads < GP only. */
+template <int D, int GP, int KB, int VB>
+__device__ __forceinline__ void kvc_mstate_store(const kvc_mstate<D> &st, kvc_warp_smem<D, GP, KB, VB> &w,
+                                                 int lane) {
+    const int gid = lane >> 2, tig = lane & 3, hh = gid & 3, part = gid >> 2;
+    float l = st.l;
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    float ob[D / KVC_G];
+#pragma unroll
+    for (int g = 0; g < D / KVC_G; g++) {
+        ob[g] = st.ob[g] + __shfl_xor_sync(0xffffffffu, st.ob[g], 1);
+        ob[g] += __shfl_xor_sync(0xffffffffu, ob[g], 2);
+    }
+#pragma unroll
+    for (int nt = 0; nt < D / 8; nt++)
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            float t = st.o[nt][e] + st.o[nt][2 + e];
+            t += __shfl_xor_sync(0xffffffffu, t, 16);
+            const int c = 8 * nt + 2 * tig + e;
+            if (part == 0 && hh < GP) w.acc2[hh * D + c] = t + ob[c / KVC_G];
+        }
+    if (part == 0 && tig == 0 && hh < GP) {
+        w.ml2[hh] = st.m;
+        w.ml2[GP + hh] = l;
+    }
+}
+
 template <int D, int GP>
 __device__ void kvc_raw_block(float *ps, const float *qs, const uint16_t *kr, const uint16_t *vr, int n,
                               kvc_state<D, GP> &st, int lane) {
@@ -216,8 +428,12 @@ __device__ void kvc_raw_block(float *ps, const float *qs, const uint16_t *kr, co
 #pragma unroll
         for (int h = 0; h < GP; h++) acc[h] = 0.0f;
         const uint4 *row = (const uint4 *)(kr + (size_t)lane * D);
+        uint4 ur[D / 8]; /* the whole row in flight at once (one memory round trip, not D / 8) */
+#pragma unroll
+        for (int c8 = 0; c8 < D / 8; c8++) ur[c8] = __ldg(row + c8);
+#pragma unroll
         for (int c8 = 0; c8 < D / 8; c8++) {
-            uint4 u = __ldg(row + c8);
+            uint4 u = ur[c8];
             uint32_t wd[4] = {u.x, u.y, u.z, u.w};
 #pragma unroll
             for (int t = 0; t < 4; t++) {
@@ -233,22 +449,28 @@ __device__ void kvc_raw_block(float *ps, const float *qs, const uint16_t *kr, co
     __syncwarp();
     constexpr int CPL = D / 32;
     const int c0 = lane * CPL;
-    for (int j = 0; j < n; j++) {
-        float x[CPL];
+    for (int j0 = 0; j0 < n; j0 += 8) { /* 8 rows in flight per round trip; rows >= n are never read */
+        uint16_t xr[8][CPL];
 #pragma unroll
-        for (int i = 0; i < CPL; i++) x[i] = kvc_bf2f(vr[(size_t)j * D + c0 + i]);
+        for (int t = 0; t < 8; t++)
 #pragma unroll
-        for (int h = 0; h < GP; h++) {
-            float p = ps[j * GP + h];
+            for (int i = 0; i < CPL; i++) xr[t][i] = j0 + t < n ? __ldg(vr + (size_t)(j0 + t) * D + c0 + i) : (uint16_t)0;
 #pragma unroll
-            for (int i = 0; i < CPL; i++) st.o[h][i] += p * x[i];
+        for (int t = 0; t < 8; t++) {
+            if (j0 + t >= n) break;
+#pragma unroll
+            for (int h = 0; h < GP; h++) {
+                float p = ps[(j0 + t) * GP + h];
+#pragma unroll
+                for (int i = 0; i < CPL; i++) st.o[h][i] += p * kvc_bf2f(xr[t][i]);
+            }
         }
     }
     __syncwarp();
 }
 
-template <int D, int GP, int KB, int VB>
-__global__ void __launch_bounds__(KVC_NW * 32) kvc_split_kernel(const kvc_split_args a) {
+template <int D, int GP, int KB, int VB, bool MMA>
+__global__ void __launch_bounds__(KVC_NW * 32, MMA ? KVC_MMA_CTAS : 1) kvc_split_kernel(const kvc_split_args a) {
     using C = kvc_cfg<D, GP, KB, VB>;
     __shared__ float qs[GP * D];
     __shared__ kvc_warp_smem<D, GP, KB, VB> ws[KVC_NW];
@@ -271,10 +493,44 @@ __global__ void __launch_bounds__(KVC_NW * 32) kvc_split_kernel(const kvc_split_
 #pragma unroll
         for (int i = 0; i < D / 32; i++) st.o[h][i] = 0.0f;
     }
+    kvc_mstate<D> mst;
+    mst.m = -INFINITY;
+    mst.l = 0.0f;
+#pragma unroll
+    for (int nt = 0; nt < D / 8; nt++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) mst.o[nt][e] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < D / KVC_G; i++) mst.ob[i] = 0.0f;
     const int32_t *qtab = v.qtab + (size_t)seq * v.tab_stride, *rtab = v.rtab + (size_t)seq * v.tab_stride;
+    /* raw (bf16 window) blocks first: this warp's blocks b0 + warp + k NW that are >= bq */
+    const int bw = b0 + warp, braw = bw >= bq ? bw : bw + (bq - bw + KVC_NW - 1) / KVC_NW * KVC_NW;
+    for (int b = braw; b < b1; b += KVC_NW) {
+        const uint8_t *page = v.rpool + (int64_t)rtab[b] * v.rpage_bytes;
+        const int64_t head = (int64_t)g * KVC_G * D * 2;
+        int n = (int)min((int64_t)KVC_G, L - (int64_t)b * KVC_G);
+        kvc_raw_block<D, GP>(w.p, qs, (const uint16_t *)(page + v.r_k + head), (const uint16_t *)(page + v.r_v + head),
+                             n, st, lane);
+    }
+    /* SIMT state -> smem partial (acc [h][c] in qsc, m/l in p): now when the tensor cores take the quantized
+     * blocks (its registers are then free), after them otherwise */
+    auto store_simt = [&]() {
+#pragma unroll
+        for (int h = 0; h < GP; h++) {
+            float lt = kvc_warp_sum(st.l[h]);
+#pragma unroll
+            for (int i = 0; i < D / 32; i++) w.qsc[h * D + lane * (D / 32) + i] = st.o[h][i] + st.ob[h];
+            if (lane == 0) {
+                w.p[h] = st.m[h];
+                w.p[GP + h] = lt;
+                w.ml2[h] = -INFINITY; /* no tensor-core partial unless stored below */
+            }
+        }
+        __syncwarp();
+    };
+    if constexpr (MMA) store_simt();
     /* quantized blocks, software-pipelined: the next block's bytes are loaded into registers during the compute */
     uint4 kr[C::KREG], vr[C::VREG];
-    int b = b0 + warp;
     auto issue = [&](int bb) {
         const uint8_t *page = v.qpool + (int64_t)qtab[bb] * v.qpage_bytes;
         const uint4 *kp = (const uint4 *)(page + v.q_k + g * kh), *vp = (const uint4 *)(page + v.q_v + g * vh);
@@ -285,8 +541,8 @@ __global__ void __launch_bounds__(KVC_NW * 32) kvc_split_kernel(const kvc_split_
         for (int i = 0; i < C::VREG; i++)
             if (i * 32 + lane < C::VV4) vr[i] = __ldcs(vp + i * 32 + lane);
     };
-    if (b < bq) issue(b);
-    for (; b < bq; b += KVC_NW) {
+    if (bw < bq) issue(bw);
+    for (int b = bw; b < bq; b += KVC_NW) {
 #pragma unroll
         for (int i = 0; i < C::KREG; i++)
             if (i * 32 + lane < kv4) w.kb[i * 32 + lane] = kr[i];
@@ -295,41 +551,31 @@ __global__ void __launch_bounds__(KVC_NW * 32) kvc_split_kernel(const kvc_split_
             if (i * 32 + lane < C::VV4) w.vb[i * 32 + lane] = vr[i];
         __syncwarp();
         if (b + KVC_NW < bq) issue(b + KVC_NW);
-        kvc_quant_compute<D, GP, KB, VB>(w, qs, v.scale, st, lane);
+        if constexpr (MMA) kvc_quant_compute_mma<D, GP, KB, VB>(w, qs, v.scale, mst, lane);
+        else kvc_quant_compute<D, GP, KB, VB>(w, qs, v.scale, st, lane);
         __syncwarp();
     }
-    /* raw (bf16 window) blocks */
-    for (; b < b1; b += KVC_NW) {
-        const uint8_t *page = v.rpool + (int64_t)rtab[b] * v.rpage_bytes;
-        const int64_t head = (int64_t)g * KVC_G * D * 2;
-        int n = (int)min((int64_t)KVC_G, L - (int64_t)b * KVC_G);
-        kvc_raw_block<D, GP>(w.p, qs, (const uint16_t *)(page + v.r_k + head), (const uint16_t *)(page + v.r_v + head),
-                             n, st, lane);
-    }
-    /* this warp's state -> its smem (acc [h][c] in qsc, m/l in p), then merge the warps */
-#pragma unroll
-    for (int h = 0; h < GP; h++) {
-        float lt = kvc_warp_sum(st.l[h]);
-#pragma unroll
-        for (int i = 0; i < D / 32; i++) w.qsc[h * D + lane * (D / 32) + i] = st.o[h][i] + st.ob[h];
-        if (lane == 0) {
-            w.p[h] = st.m[h];
-            w.p[GP + h] = lt;
-        }
-    }
+    if constexpr (!MMA) store_simt();
+    if constexpr (MMA) kvc_mstate_store<D, GP, KB, VB>(mst, w, lane);
     __syncthreads();
     for (int t = threadIdx.x; t < GP * D; t += blockDim.x) {
         const int h = t / D, c = t % D;
         float M = -INFINITY;
-        for (int k = 0; k < KVC_NW; k++) M = fmaxf(M, ws[k].p[h]);
+        for (int k = 0; k < KVC_NW; k++) M = fmaxf(M, fmaxf(ws[k].p[h], ws[k].ml2[h]));
         float Ls = 0.0f, A = 0.0f;
         if (M != -INFINITY)
             for (int k = 0; k < KVC_NW; k++) {
-                float mk = ws[k].p[h];
-                if (mk == -INFINITY) continue;
-                float f = expf(mk - M);
-                Ls += ws[k].p[GP + h] * f;
-                A += ws[k].qsc[h * D + c] * f;
+                float mk = ws[k].p[h], m2 = ws[k].ml2[h];
+                if (mk != -INFINITY) {
+                    float f = expf(mk - M);
+                    Ls += ws[k].p[GP + h] * f;
+                    A += ws[k].qsc[h * D + c] * f;
+                }
+                if (m2 != -INFINITY) {
+                    float f = expf(m2 - M);
+                    Ls += ws[k].ml2[GP + h] * f;
+                    A += ws[k].acc2[h * D + c] * f;
+                }
             }
         const size_t row = ((size_t)seq * a.Hq + h0 + h) * KVC_MAX_SPLIT + split;
         a.acc[row * D + c] = A;
@@ -408,6 +654,7 @@ extern "C" omni_status kvc_attn_init(int max_seqs, int n_q_heads, int n_kv_heads
     kvc_attn *a = (kvc_attn *)calloc(1, sizeof *a);
     if (!a) return omni_fail(OMNI_ERR_NOMEM, "kv cuda attn: out of memory");
     a->max_seqs = max_seqs, a->Hq = n_q_heads, a->Hkv = n_kv_heads, a->D = head_dim, a->ctas_per_sm = 4;
+    a->simt = getenv("OMNI_KVC_SIMT") && atoi(getenv("OMNI_KVC_SIMT")) == 1;
     int dev = 0;
     omni_status st = kvc_cuda_check(cudaGetDevice(&dev), "cudaGetDevice");
     if (!st) st = kvc_cuda_check(cudaDeviceGetAttribute(&a->n_sm, cudaDevAttrMultiProcessorCount, dev), "SM count");
@@ -449,10 +696,11 @@ extern "C" int kvc_attn_splits(const kvc_attn *a, int n_seq, int64_t max_len) {
     return want < 1 ? 1 : (int)want;
 }
 
-template <int D, int GP, int KB, int VB>
-static void launch_split(const kvc_layer_view *v, kvc_attn *a, int n_seq, int64_t max_len, cudaStream_t st) {
+template <int D, int GP, int KB, int VB, bool MMA>
+static void launch_split_m(const kvc_layer_view *v, kvc_attn *a, int n_seq, int64_t max_len, cudaStream_t st) {
     static int occ = 0; /* resident CTAs per SM of this instance */
-    if (!occ && cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, kvc_split_kernel<D, GP, KB, VB>, KVC_NW * 32, 0))
+    if (!occ &&
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, kvc_split_kernel<D, GP, KB, VB, MMA>, KVC_NW * 32, 0))
         occ = 4;
     a->ctas_per_sm = occ > 0 ? occ : 1;
     kvc_split_args args;
@@ -465,7 +713,16 @@ static void launch_split(const kvc_layer_view *v, kvc_attn *a, int n_seq, int64_
     args.n_pass = args.gs / GP;
     args.n_split = a->n_split = kvc_attn_splits(a, n_seq, max_len);
     dim3 grid(args.n_split, a->Hkv * args.n_pass, n_seq);
-    kvc_split_kernel<D, GP, KB, VB><<<grid, KVC_NW * 32, 0, st>>>(args);
+    kvc_split_kernel<D, GP, KB, VB, MMA><<<grid, KVC_NW * 32, 0, st>>>(args);
+}
+
+/* Tensor cores for groups of up to 4 heads (hi/mid/lo rows fit M = 16) unless OMNI_KVC_SIMT=1. */
+template <int D, int GP, int KB, int VB>
+static void launch_split(const kvc_layer_view *v, kvc_attn *a, int n_seq, int64_t max_len, cudaStream_t st) {
+    if constexpr (GP <= 4) {
+        if (!a->simt) return launch_split_m<D, GP, KB, VB, true>(v, a, n_seq, max_len, st);
+    }
+    launch_split_m<D, GP, KB, VB, false>(v, a, n_seq, max_len, st);
 }
 
 template <int D, int GP>
