@@ -8,8 +8,10 @@
  * Tolerance: both sides compute in f32 from identical stored bytes and differ only by summation order, folded
  * scale/min (oscar.md section 5) and the split merge: |gpu - cpu| <= 1e-5 * max |cpu| per (sequence, head).
  * Output canaries must stay untouched; NaN/Inf fail.
+ * Groups of <= 4 heads run on tensor cores; the last configurations rerun with OMNI_KVC_SIMT=1 (plain FMAs).
  * --bench: timing of bs1 at 4K/32K/128K, 32/8 heads, D 128, int2, window 128 (not part of the test).
  * No GPU: prints SKIP and exits 77. */
+#define _POSIX_C_SOURCE 200809L /* setenv */
 #include <cuda_runtime_api.h>
 #include <math.h>
 #include <stdio.h>
@@ -249,5 +251,11 @@ int main(int argc, char **argv) {
     run_case("kivi4", 128, 8, 8, 128, seed++);
     run_case("int2", 128, 16, 2, 128, seed++); /* group of 8 in one pass */
     run_case("int4", 0, 8, 1, 128, seed++);    /* group of 8 with int4 blocks: two passes of 4 */
+    /* the same kernels without tensor cores (OMNI_KVC_SIMT is read by kvc_attn_init) */
+    setenv("OMNI_KVC_SIMT", "1", 1);
+    run_case("int2", 128, 8, 2, 128, seed++);
+    run_case("int4", 0, 8, 1, 128, seed++);
+    run_case("k4v2", 32, 4, 2, 64, seed++);
+    run_case("kivi2", 0, 6, 2, 128, seed++);
     return check_exit();
 }
