@@ -238,11 +238,12 @@ static omni_status work_reserve(llm_model *m, int T) {
     return OMNI_OK;
 }
 
-/* cos/sin [T, D] from 3-stream positions (fp32, as HF: freq = pos * inv_freq, emb = cat(freq, freq)). */
-static void rope_tables(const llm_model *m, const int32_t *pos, int T, int64_t base) {
+/* cos/sin rows [row0, row0+T) of [*, D] from 3-stream positions (fp32, as HF: freq = pos * inv_freq,
+ * emb = cat(freq, freq)); pos NULL: text positions base + t on all streams. */
+static void rope_tables(const llm_model *m, const int32_t *pos, int T, int64_t base, int row0) {
     int D = m->cfg.head_dim, half = D / 2;
     for (int t = 0; t < T; t++) {
-        float *c = m->w.cos + (int64_t)t * D, *s = m->w.sin + (int64_t)t * D;
+        float *c = m->w.cos + (int64_t)(row0 + t) * D, *s = m->w.sin + (int64_t)(row0 + t) * D;
         for (int j = 0; j < half; j++) {
             float p = pos ? (float)pos[m->rope_stream[j] * T + t] : (float)(base + t);
             float f = p * m->inv_freq[j];
@@ -252,25 +253,30 @@ static void rope_tables(const llm_model *m, const int32_t *pos, int T, int64_t b
     }
 }
 
-static void embed_input(llm_model *m, const llm_input *in) {
+/* Token embeddings of one input at hidden-state rows [row0, row0 + n_tokens), spans substituted. */
+static void embed_input(llm_model *m, const llm_input *in, int row0) {
     int H = m->cfg.hidden;
-    op_embed(m->w.x, &m->embed, in->ids, in->n_tokens);
+    float *x = m->w.x + (int64_t)row0 * H;
+    op_embed(x, &m->embed, in->ids, in->n_tokens);
     for (int s = 0; s < in->n_spans; s++) {
         const llm_span *sp = &in->spans[s];
-        memcpy(m->w.x + (int64_t)sp->start * H, sp->embd, sizeof(float) * sp->len * H);
+        memcpy(x + (int64_t)sp->start * H, sp->embd, sizeof(float) * sp->len * H);
     }
 }
 
-static void deepstack_add(llm_model *m, const llm_input *in, int layer) {
+static void deepstack_add(llm_model *m, const llm_input *in, int layer, int row0) {
     int H = m->cfg.hidden;
+    float *x = m->w.x + (int64_t)row0 * H;
     for (int s = 0; s < in->n_spans; s++) {
         const llm_span *sp = &in->spans[s];
         if (layer < sp->n_deepstack && sp->deepstack[layer])
-            op_add(m->w.x + (int64_t)sp->start * H, sp->deepstack[layer], (int64_t)sp->len * H);
+            op_add(x + (int64_t)sp->start * H, sp->deepstack[layer], (int64_t)sp->len * H);
     }
 }
 
-static omni_status attention_block(llm_model *m, const llm_layer *L, kv_cache *kv, int layer, int seq, int T) {
+/* One attention sub-layer over the batch's T rows (sequence after sequence: n_new[i] rows of seqs[i]). */
+static omni_status attention_block(llm_model *m, const llm_layer *L, kv_cache *kv, int layer, int n_seq,
+                                   const int *seqs, const int *n_new, int T) {
     const llm_config *c = &m->cfg;
     llm_work *w = &m->w;
     int H = c->hidden, D = c->head_dim, Hq = c->n_heads, Hkv = c->n_kv_heads;
@@ -282,7 +288,7 @@ static omni_status attention_block(llm_model *m, const llm_layer *L, kv_cache *k
     op_rmsnorm(w->k, w->k, &L->k_norm, T * Hkv, D, c->rms_eps);
     op_rope_neox(w->q, T, Hq, D, (int64_t)Hq * D, w->cos, w->sin);
     op_rope_neox(w->k, T, Hkv, D, (int64_t)Hkv * D, w->cos, w->sin);
-    omni_status st = kv_forward(kv, layer, 1, &seq, &T, w->q, w->k, w->v, w->att, Hq, 1.f / sqrtf((float)D));
+    omni_status st = kv_forward(kv, layer, n_seq, seqs, n_new, w->q, w->k, w->v, w->att, Hq, 1.f / sqrtf((float)D));
     if (st) return st;
     op_linear(w->h, w->att, T, &L->o, NULL);
     op_add(w->x, w->h, (int64_t)T * H);
@@ -319,26 +325,50 @@ static omni_status check_input(const llm_model *m, const llm_input *in) {
     return OMNI_OK;
 }
 
-omni_status llm_forward_ex(llm_model *m, kv_cache *kv, int seq, const llm_input *in, float *logits, int all) {
-    omni_status st = check_input(m, in);
-    if (st) return st;
+#define LLM_MAX_BATCH 256
+
+/* The shared step: every input's rows in order, one kv_forward per layer for the whole batch. Logits: per
+ * sequence the last row ([vocab]) or, with all (one sequence only), every row ([n_tokens, vocab]). */
+static omni_status forward_impl(llm_model *m, kv_cache *kv, int n_seq, const int *seqs, const llm_input *in,
+                                float *const *logits, int all) {
+    if (n_seq < 1 || n_seq > LLM_MAX_BATCH) return omni_fail(OMNI_ERR_USAGE, "batch of %d sequences", n_seq);
     const llm_config *c = &m->cfg;
-    int T = in->n_tokens, H = c->hidden;
-    if ((st = work_reserve(m, T))) return st;
-    rope_tables(m, in->pos, T, kv_seq_len(kv, seq));
-    embed_input(m, in);
-    for (int l = 0; l < c->n_layers; l++) {
-        if ((st = attention_block(m, &m->layers[l], kv, l, seq, T))) return st;
-        mlp_block(m, &m->layers[l], T);
-        deepstack_add(m, in, l);
+    int n_new[LLM_MAX_BATCH], row0[LLM_MAX_BATCH], T = 0, H = c->hidden;
+    omni_status st = OMNI_OK;
+    for (int i = 0; i < n_seq && !st; i++) {
+        st = check_input(m, &in[i]);
+        n_new[i] = in[i].n_tokens;
+        row0[i] = T;
+        T += in[i].n_tokens;
     }
-    if ((st = kv_commit(kv, 1, &seq, &T))) return st;
-    if (!logits) return OMNI_OK;
-    int first = all ? 0 : T - 1, n = T - first;
-    float *xs = m->w.x + (int64_t)first * H;
-    op_rmsnorm(xs, xs, &m->norm, n, H, c->rms_eps);
-    op_linear(logits, xs, n, &m->lm_head, NULL);
+    if (st || (st = work_reserve(m, T))) return st;
+    for (int i = 0; i < n_seq; i++) {
+        rope_tables(m, in[i].pos, n_new[i], kv_seq_len(kv, seqs[i]), row0[i]);
+        embed_input(m, &in[i], row0[i]);
+    }
+    for (int l = 0; l < c->n_layers; l++) {
+        if ((st = attention_block(m, &m->layers[l], kv, l, n_seq, seqs, n_new, T))) return st;
+        mlp_block(m, &m->layers[l], T);
+        for (int i = 0; i < n_seq; i++) deepstack_add(m, &in[i], l, row0[i]);
+    }
+    if ((st = kv_commit(kv, n_seq, seqs, n_new))) return st;
+    for (int i = 0; i < n_seq; i++) {
+        if (!logits || !logits[i]) continue;
+        int first = all ? row0[i] : row0[i] + n_new[i] - 1, n = row0[i] + n_new[i] - first;
+        float *xs = m->w.x + (int64_t)first * H;
+        op_rmsnorm(xs, xs, &m->norm, n, H, c->rms_eps);
+        op_linear(logits[i], xs, n, &m->lm_head, NULL);
+    }
     return OMNI_OK;
+}
+
+omni_status llm_forward_batch(llm_model *m, kv_cache *kv, int n_seq, const int *seq_ids, const llm_input *in,
+                              float *const *logits) {
+    return forward_impl(m, kv, n_seq, seq_ids, in, logits, 0);
+}
+
+omni_status llm_forward_ex(llm_model *m, kv_cache *kv, int seq, const llm_input *in, float *logits, int all) {
+    return forward_impl(m, kv, 1, &seq, in, &logits, all);
 }
 
 omni_status llm_forward(llm_model *m, kv_cache *kv, int seq, const llm_input *in, float *logits) {

@@ -49,7 +49,12 @@ kv_params llm_model_kv_params(const llm_model *m);
 /* Run one chunk of one sequence through the decoder; the chunk's K/V are appended to `seq_id` in `kv`.
  * logits: NULL, or [vocab] for the last position. */
 omni_status llm_forward(llm_model *m, kv_cache *kv, int seq_id, const llm_input *in, float *logits);
-/* Same, with logits for every position of the chunk ([n_tokens, vocab]) when all_logits != 0. */
+/* Several sequences in one step (continuous batching): in[i] is a chunk of sequence seq_ids[i] (distinct ids,
+ * at most 256); logits[i] (NULL entries or a NULL array: none) receives that sequence's last-position logits.
+ * Equals running each sequence alone up to f32 summation order (the GEMMs see more rows). */
+omni_status llm_forward_batch(llm_model *m, kv_cache *kv, int n_seq, const int *seq_ids, const llm_input *in,
+                              float *const *logits);
+/* Same as llm_forward, with logits for every position of the chunk ([n_tokens, vocab]) when all_logits != 0. */
 omni_status llm_forward_ex(llm_model *m, kv_cache *kv, int seq_id, const llm_input *in, float *logits,
                            int all_logits);
 
