@@ -2,11 +2,12 @@
  *
  * Exit codes: 0 ok, 1 usage, 2 input file missing/unsupported, 3 model missing/invalid/unsupported,
  * 4 runtime error or out of memory, 130 interrupted (Ctrl+C). Answers go to stdout; logs, timings to stderr. */
-#define _POSIX_C_SOURCE 200809L
+#define _DEFAULT_SOURCE
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "app/commands.h"
 
@@ -54,7 +55,17 @@ static void usage(FILE *f) {
             "exit codes: 0 ok, 1 usage, 2 bad input file, 3 bad/unsupported model, 4 runtime error, 130 interrupted\n");
 }
 
+/* OpenMP threads that spin between parallel regions halve prefill speed here (measured on 2 cores: 37 vs 69
+ * tok/s at Qwen3-VL-2B shapes, bench/NOTES.md). libgomp reads OMP_WAIT_POLICY once, when it is loaded, so the
+ * program re-executes itself once with the passive policy unless the user chose a policy. */
+static void prefer_passive_omp(char **argv) {
+    if (getenv("OMP_WAIT_POLICY")) return;
+    setenv("OMP_WAIT_POLICY", "passive", 1);
+    execv("/proc/self/exe", argv); /* returns only on failure: then run with the default policy */
+}
+
 int main(int argc, char **argv) {
+    prefer_passive_omp(argv);
     if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) {
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? 1 : 0;

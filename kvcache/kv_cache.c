@@ -663,7 +663,7 @@ static void load_chunk(kv_cache *c, int layer, const float *k, const float *v, i
     memcpy(c->ck, k, (size_t)rows * D * sizeof(float));
     memcpy(c->cv, v, (size_t)rows * D * sizeof(float));
     if (!rot) return;
-#pragma omp parallel for num_threads(c->n_threads) schedule(static)
+#pragma omp parallel for num_threads(c->n_threads) schedule(static) if (rows * D >= 65536)
     for (int64_t r = 0; r < rows; r++) {
         kvq_fwht(c->ck + r * D, D);
         kvq_fwht(c->cv + r * D, D);
@@ -694,7 +694,11 @@ omni_status kv_forward(kv_cache *c, int layer, int n_seq, const int *seq_ids, co
     load_chunk(c, layer, k, v, T);
     const int gs = n_q_heads / c->Hkv, npass = (gs + KV_HEADS_PER_PASS - 1) / KV_HEADS_PER_PASS;
     const int ntask = ntile * c->Hkv * npass;
-#pragma omp parallel for num_threads(c->n_threads) schedule(dynamic, 1)
+    /* Threads only when there is enough work to pay for waking them (a short decode step stays serial). */
+    int64_t work = 0;
+    for (int i = 0; i < n_seq; i++) work += (kv_seq_len(c, seq_ids[i]) + n_new[i]) * (int64_t)n_new[i];
+    work *= (int64_t)n_q_heads * c->D;
+#pragma omp parallel for num_threads(c->n_threads) schedule(dynamic, 1) if (ntask > 1 && work >= (1 << 18))
     for (int task = 0; task < ntask; task++) {
         int tile = task / (c->Hkv * npass), g = (task / npass) % c->Hkv, pass = task % npass;
         int si = c->tile_seq[tile], i0 = c->tile_i0[tile], nt = n_new[si] - i0 < KV_QTILE ? n_new[si] - i0 : KV_QTILE;
@@ -704,7 +708,7 @@ omni_status kv_forward(kv_cache *c, int layer, int n_seq, const int *seq_ids, co
                     scale, out, &w);
     }
     const int njob = n_seq * c->Hkv;
-#pragma omp parallel for num_threads(c->n_threads) schedule(dynamic, 1)
+#pragma omp parallel for num_threads(c->n_threads) schedule(dynamic, 1) if ((int64_t)T * c->Hkv * c->D >= 65536)
     for (int job = 0; job < njob; job++) {
         int si = job / c->Hkv, g = job % c->Hkv;
         kv_seq *s = &c->seqs[seq_ids[si]];
