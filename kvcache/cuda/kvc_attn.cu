@@ -255,6 +255,17 @@ __device__ __forceinline__ void kvc_split_pair(float x0, float x1, int part, uin
     r1 = part ? 0u : lo;
 }
 
+/* 2-bit codes, two per instruction chain: x and y are code words already shifted right by 2 gid, so that this
+ * lane's code of each 16-code half sits at bits 0-1 (half 0) and 16-17 (half 1). Returns bf16x2 {code of x,
+ * code of y} of the chosen half: one PRMT (the two halves side by side), one LOP3 (mask + exponent of 128), one
+ * bf16x2 subtraction of 128 (exact). Same values as kvc_codes_bf2 of the separately extracted codes. */
+template <int HALF> __device__ __forceinline__ uint32_t kvc_codes2_bf2(uint32_t x, uint32_t y) {
+    const uint32_t u = (__byte_perm(x, y, HALF ? 0x7632 : 0x5410) & 0x00030003u) | 0x43004300u;
+    uint32_t r;
+    asm("sub.rn.bf16x2 %0, %1, %2;" : "=r"(r) : "r"(u), "r"(0x43004300u));
+    return r;
+}
+
 /* Two codes (c0 low, c1 high) as exact bf16x2: 128 + c via the exponent of 128, minus 128. */
 __device__ __forceinline__ uint32_t kvc_codes_bf2(uint32_t c0, uint32_t c1) {
     uint32_t u = c0 | (c1 << 16) | 0x43004300u, r;
@@ -312,13 +323,30 @@ __device__ __forceinline__ void kvc_quant_compute_mma(kvc_warp_smem<D, GP, KB, V
         uint32_t a[4];
         kvc_split_pair(x[0], x[1], part, a[0], a[1]);
         kvc_split_pair(x[2], x[3], part, a[2], a[3]);
+        if constexpr (KB == 2) { /* channel ch: words 2 ch (tokens 0-15), 2 ch + 1 (16-31); token 8 nt + gid */
+            uint32_t u[4][2];
 #pragma unroll
-        for (int nt = 0; nt < 4; nt++) {
-            const int j = 8 * nt + gid, wj = j / KPW, sh = (j % KPW) * KB;
-            const uint32_t m = (1u << KB) - 1u;
-            uint32_t b0 = kvc_codes_bf2((kc[cc[0] * KB + wj] >> sh) & m, (kc[cc[1] * KB + wj] >> sh) & m);
-            uint32_t b1 = kvc_codes_bf2((kc[cc[2] * KB + wj] >> sh) & m, (kc[cc[3] * KB + wj] >> sh) & m);
-            kvc_mma(sacc[nt], a, b0, b1);
+            for (int i = 0; i < 4; i++) {
+                const uint2 wd = *(const uint2 *)(kc + 2 * cc[i]);
+                u[i][0] = wd.x >> (2 * gid), u[i][1] = wd.y >> (2 * gid);
+            }
+#pragma unroll
+            for (int nt = 0; nt < 4; nt++) {
+                const int wj = nt >> 1;
+                uint32_t b0, b1;
+                if (nt & 1) b0 = kvc_codes2_bf2<1>(u[0][wj], u[1][wj]), b1 = kvc_codes2_bf2<1>(u[2][wj], u[3][wj]);
+                else b0 = kvc_codes2_bf2<0>(u[0][wj], u[1][wj]), b1 = kvc_codes2_bf2<0>(u[2][wj], u[3][wj]);
+                kvc_mma(sacc[nt], a, b0, b1);
+            }
+        } else {
+#pragma unroll
+            for (int nt = 0; nt < 4; nt++) {
+                const int j = 8 * nt + gid, wj = j / KPW, sh = (j % KPW) * KB;
+                const uint32_t m = (1u << KB) - 1u;
+                uint32_t b0 = kvc_codes_bf2((kc[cc[0] * KB + wj] >> sh) & m, (kc[cc[1] * KB + wj] >> sh) & m);
+                uint32_t b1 = kvc_codes_bf2((kc[cc[2] * KB + wj] >> sh) & m, (kc[cc[3] * KB + wj] >> sh) & m);
+                kvc_mma(sacc[nt], a, b0, b1);
+            }
         }
     }
     /* this lane's 8 scores of head hh: tokens 8 nt + 2 tig + e; hi + lo here, mid in lane ^ 16 */
@@ -370,20 +398,53 @@ __device__ __forceinline__ void kvc_quant_compute_mma(kvc_warp_smem<D, GP, KB, V
             kvc_split_pair(x[0], x[1], part, a[ks][0], a[ks][1]);
             kvc_split_pair(x[2], x[3], part, a[ks][2], a[ks][3]);
         }
-#pragma unroll
-        for (int t = 0; t < 4; t++) {
-            const int nt = 4 * g + t, c = 8 * nt + gid, wc = (c * VB) / 32, sh = (c * VB) % 32;
-            const uint32_t m = (1u << VB) - 1u;
-            float blk[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        if constexpr (VB == 2) { /* token row j: word w holds channels 16 w .. 16 w + 15; channel 8 nt + gid */
+            uint32_t u[2][4][2]; /* [ks][token j, j + 1, j + 8, j + 9][word 2 g, 2 g + 1] */
 #pragma unroll
             for (int ks = 0; ks < 2; ks++) {
                 const int j = 16 * ks + 2 * tig;
-                uint32_t b0 = kvc_codes_bf2((vc[j * WPR + wc] >> sh) & m, (vc[(j + 1) * WPR + wc] >> sh) & m);
-                uint32_t b1 = kvc_codes_bf2((vc[(j + 8) * WPR + wc] >> sh) & m, (vc[(j + 9) * WPR + wc] >> sh) & m);
-                kvc_mma(blk, a[ks], b0, b1);
+                const int jj[4] = {j, j + 1, j + 8, j + 9};
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    const uint2 wd = *(const uint2 *)(vc + jj[i] * WPR + 2 * g);
+                    u[ks][i][0] = wd.x >> (2 * gid), u[ks][i][1] = wd.y >> (2 * gid);
+                }
             }
 #pragma unroll
-            for (int e = 0; e < 4; e++) st.o[nt][e] = fmaf(st.o[nt][e], corr, blk[e]);
+            for (int t = 0; t < 4; t++) {
+                const int nt = 4 * g + t, wt = t >> 1;
+                float blk[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+                for (int ks = 0; ks < 2; ks++) {
+                    uint32_t b0, b1;
+                    if (t & 1) {
+                        b0 = kvc_codes2_bf2<1>(u[ks][0][wt], u[ks][1][wt]);
+                        b1 = kvc_codes2_bf2<1>(u[ks][2][wt], u[ks][3][wt]);
+                    } else {
+                        b0 = kvc_codes2_bf2<0>(u[ks][0][wt], u[ks][1][wt]);
+                        b1 = kvc_codes2_bf2<0>(u[ks][2][wt], u[ks][3][wt]);
+                    }
+                    kvc_mma(blk, a[ks], b0, b1);
+                }
+#pragma unroll
+                for (int e = 0; e < 4; e++) st.o[nt][e] = fmaf(st.o[nt][e], corr, blk[e]);
+            }
+        } else {
+#pragma unroll
+            for (int t = 0; t < 4; t++) {
+                const int nt = 4 * g + t, c = 8 * nt + gid, wc = (c * VB) / 32, sh = (c * VB) % 32;
+                const uint32_t m = (1u << VB) - 1u;
+                float blk[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+                for (int ks = 0; ks < 2; ks++) {
+                    const int j = 16 * ks + 2 * tig;
+                    uint32_t b0 = kvc_codes_bf2((vc[j * WPR + wc] >> sh) & m, (vc[(j + 1) * WPR + wc] >> sh) & m);
+                    uint32_t b1 = kvc_codes_bf2((vc[(j + 8) * WPR + wc] >> sh) & m, (vc[(j + 9) * WPR + wc] >> sh) & m);
+                    kvc_mma(blk, a[ks], b0, b1);
+                }
+#pragma unroll
+                for (int e = 0; e < 4; e++) st.o[nt][e] = fmaf(st.o[nt][e], corr, blk[e]);
+            }
         }
     }
 }
