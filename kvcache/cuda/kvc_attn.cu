@@ -3,7 +3,8 @@
  * "tensor-core path" section) when a pass has <= 4 query heads, else (or with OMNI_KVC_SIMT=1) on the SIMT path
  * described below; the bf16 window always takes the SIMT path. Both paths keep f32-level accuracy.
  *
- * Three kernels per call (all on the caller's stream):
+ * Three kernels per call (all on the caller's stream; split and combine use programmatic dependent launch, so
+ * each is scheduled while the one before it finishes):
  *   prep    grid (n_seq, Hq [+ 2 Hkv]), D threads: q~ = scale * H q (H only when rotating), k~_new = H k_new,
  *           v~_new = H v_new into the workspace.
  *   split   grid (n_split, Hkv * n_pass, n_seq), 4 warps: the GP query heads of one pass of a GQA group walk the
@@ -50,12 +51,19 @@ __device__ __forceinline__ float kvc_warp_sum(float x) {
     return x;
 }
 
+/* Programmatic dependent launch (sm_90): kernels launched with the programmatic-serialization attribute start
+ * while the kernel before them runs; kvc_pdl_wait blocks until that kernel has completed and its writes are
+ * visible (a no-op when launched normally), kvc_pdl_launch lets the next kernel start early. */
+__device__ __forceinline__ void kvc_pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+__device__ __forceinline__ void kvc_pdl_launch() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
+
 /* ---------------------------------------------------------------- prep */
 
 __global__ void kvc_prep_kernel(const float *q, const float *kn, const float *vn, float *qr, float *knr, float *vnr,
                                 int Hq, int Hkv, int D, int rotate, float scale) {
     extern __shared__ float x[];
     const int s = blockIdx.x, r = blockIdx.y, c = threadIdx.x;
+    kvc_pdl_launch();
     const float *src;
     float *dst, mul = 1.0f;
     if (r < Hq) {
@@ -508,23 +516,27 @@ __device__ void kvc_raw_block(float *ps, const float *qs, const uint16_t *kr, co
     }
     kvc_softmax_step<D, GP>(s, st, ps, lane);
     __syncwarp();
-    constexpr int CPL = D / 32;
+    constexpr int CPL = D / 32, WPL = CPL / 2; /* channels / bf16 pairs per lane and row */
     const int c0 = lane * CPL;
-    for (int j0 = 0; j0 < n; j0 += 8) { /* 8 rows in flight per round trip; rows >= n are never read */
-        uint16_t xr[8][CPL];
+    uint32_t xw[KVC_G][WPL]; /* all rows in flight at once (one memory round trip); rows >= n are never read */
 #pragma unroll
-        for (int t = 0; t < 8; t++)
+    for (int t = 0; t < KVC_G; t++) {
+        if constexpr (WPL == 2) {
+            const uint2 u = t < n ? __ldg((const uint2 *)(vr + (size_t)t * D + c0)) : make_uint2(0u, 0u);
+            xw[t][0] = u.x, xw[t][1] = u.y;
+        } else {
+            xw[t][0] = t < n ? __ldg((const unsigned int *)(vr + (size_t)t * D + c0)) : 0u;
+        }
+    }
 #pragma unroll
-            for (int i = 0; i < CPL; i++) xr[t][i] = j0 + t < n ? __ldg(vr + (size_t)(j0 + t) * D + c0 + i) : (uint16_t)0;
+    for (int t = 0; t < KVC_G; t++) {
+        if (t >= n) break;
 #pragma unroll
-        for (int t = 0; t < 8; t++) {
-            if (j0 + t >= n) break;
+        for (int h = 0; h < GP; h++) {
+            float p = ps[t * GP + h];
 #pragma unroll
-            for (int h = 0; h < GP; h++) {
-                float p = ps[(j0 + t) * GP + h];
-#pragma unroll
-                for (int i = 0; i < CPL; i++) st.o[h][i] += p * kvc_bf2f(xr[t][i]);
-            }
+            for (int i = 0; i < CPL; i++)
+                st.o[h][i] += p * (i & 1 ? kvc_bfhi(xw[t][i / 2]) : kvc_bflo(xw[t][i / 2]));
         }
     }
     __syncwarp();
@@ -538,9 +550,10 @@ __global__ void __launch_bounds__(KVC_NW * 32, MMA ? KVC_MMA_CTAS : 1) kvc_split
     const kvc_layer_view &v = a.v;
     const int split = blockIdx.x, g = blockIdx.y / a.n_pass, pass = blockIdx.y % a.n_pass, seq = blockIdx.z;
     const int h0 = g * a.gs + pass * GP, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int64_t L = v.len[seq]; /* the caller's data: readable before prep has finished */
+    kvc_pdl_wait();                /* q~ comes from prep */
     for (int t = threadIdx.x; t < GP * D; t += blockDim.x) qs[t] = a.qr[((size_t)seq * a.Hq + h0) * D + t];
     __syncthreads();
-    const int64_t L = v.len[seq];
     const int nb = (int)((L + KVC_G - 1) / KVC_G), nq = L >= v.window ? (int)((L - v.window) / KVC_G) : 0;
     const int bps = (nb + a.n_split - 1) / a.n_split, b0 = split * bps, b1 = min(nb, b0 + bps), bq = min(b1, nq);
     const int kbytes = D * KVC_G * KB / 8 + D * 4 + (v.scale ? KVC_G * 2 : 0), kv4 = kbytes / 16;
@@ -618,6 +631,7 @@ __global__ void __launch_bounds__(KVC_NW * 32, MMA ? KVC_MMA_CTAS : 1) kvc_split
     }
     if constexpr (!MMA) store_simt();
     if constexpr (MMA) kvc_mstate_store<D, GP, KB, VB>(mst, w, lane);
+    kvc_pdl_launch(); /* the combine kernel may be scheduled now; it waits for this grid to finish */
     __syncthreads();
     for (int t = threadIdx.x; t < GP * D; t += blockDim.x) {
         const int h = t / D, c = t % D;
@@ -655,6 +669,7 @@ __global__ void kvc_combine_kernel(const float *ml, const float *acc, const floa
     __shared__ float x[128], red[128], wt[KVC_MAX_SPLIT], self_s;
     const int s = blockIdx.x, h = blockIdx.y, c = threadIdx.x, g = h / gs;
     const size_t row = ((size_t)s * Hq + h) * KVC_MAX_SPLIT;
+    kvc_pdl_wait(); /* the split kernel's partials (and, through it, prep's outputs) */
     /* the new token's score, then the global max M over it and the splits' maxima */
     red[c] = knr ? qr[((size_t)s * Hq + h) * D + c] * knr[((size_t)s * Hkv + g) * D + c] : 0.0f;
     __syncthreads();
@@ -757,6 +772,16 @@ extern "C" int kvc_attn_splits(const kvc_attn *a, int n_seq, int64_t max_len) {
     return want < 1 ? 1 : (int)want;
 }
 
+/* Launch configuration with the programmatic-serialization attribute in *attr (see kvc_pdl_wait). */
+static cudaLaunchConfig_t kvc_pdl_config(dim3 grid, dim3 block, cudaStream_t st, cudaLaunchAttribute *attr) {
+    attr->id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr->val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid, cfg.blockDim = block, cfg.dynamicSmemBytes = 0, cfg.stream = st;
+    cfg.attrs = attr, cfg.numAttrs = 1;
+    return cfg;
+}
+
 template <int D, int GP, int KB, int VB, bool MMA>
 static void launch_split_m(const kvc_layer_view *v, kvc_attn *a, int n_seq, int64_t max_len, cudaStream_t st) {
     static int occ = 0; /* resident CTAs per SM of this instance */
@@ -774,7 +799,9 @@ static void launch_split_m(const kvc_layer_view *v, kvc_attn *a, int n_seq, int6
     args.n_pass = args.gs / GP;
     args.n_split = a->n_split = kvc_attn_splits(a, n_seq, max_len);
     dim3 grid(args.n_split, a->Hkv * args.n_pass, n_seq);
-    kvc_split_kernel<D, GP, KB, VB, MMA><<<grid, KVC_NW * 32, 0, st>>>(args);
+    cudaLaunchAttribute attr;
+    cudaLaunchConfig_t cfg = kvc_pdl_config(grid, dim3(KVC_NW * 32), st, &attr);
+    cudaLaunchKernelEx(&cfg, kvc_split_kernel<D, GP, KB, VB, MMA>, args);
 }
 
 /* Tensor cores for groups of up to 4 heads (hi/mid/lo rows fit M = 16) unless OMNI_KVC_SIMT=1. */
@@ -844,7 +871,10 @@ extern "C" omni_status kvc_decode(kvc_attn *a, const kvc_layer_view *v, int n_se
     if (D == 64) launch_split_d<64>(v, a, n_seq, max_len, cs);
     else launch_split_d<128>(v, a, n_seq, max_len, cs);
     dim3 cgrid(n_seq, a->Hq);
-    kvc_combine_kernel<<<cgrid, D, 0, cs>>>(a->ml, a->acc, a->qr, k_new ? a->kn : NULL,
-                                                                 a->vn, out, a->Hq, gs, a->Hkv, D, a->n_split, v->rotate);
+    cudaLaunchAttribute attr;
+    cudaLaunchConfig_t cfg = kvc_pdl_config(cgrid, dim3(D), cs, &attr);
+    const float *knr = k_new ? a->kn : NULL;
+    cudaLaunchKernelEx(&cfg, kvc_combine_kernel, (const float *)a->ml, (const float *)a->acc, (const float *)a->qr,
+                       knr, (const float *)a->vn, out, a->Hq, gs, a->Hkv, D, a->n_split, v->rotate);
     return kvc_cuda_check(cudaGetLastError(), "decode attention launch");
 }
