@@ -88,14 +88,28 @@ template <int D, int GP, int KB, int VB> struct kvc_cfg {
 };
 
 template <int D, int GP, int KB, int VB> struct kvc_warp_smem {
-    uint4 kb[kvc_cfg<D, GP, KB, VB>::KV4];
-    uint4 vb[kvc_cfg<D, GP, KB, VB>::VV4];
+    uint4 kb[2][kvc_cfg<D, GP, KB, VB>::KV4]; /* double buffer: block being computed / block being copied */
+    uint4 vb[2][kvc_cfg<D, GP, KB, VB>::VV4];
     float qsc[D * GP];         /* folded q [c][h]; at the end this warp's acc [h][c] */
     float p[KVC_G * GP];       /* softmax weights [j][h]; at the end m [h], l [h] */
     float vsf[KVC_G * (D / KVC_G)], vmf[KVC_G * (D / KVC_G)]; /* value scale/min of the block as f32 [j][g] */
     float acc2[GP <= 4 ? D * GP : 1]; /* the tensor-core path's partial acc [h][c] */
     float ml2[2 * GP];         /* its m [h], l [h] */
 };
+
+/* The split kernel's shared memory: q~ of the pass's heads [GP][D], then one kvc_warp_smem per warp. */
+template <int D, int GP, int KB, int VB> struct kvc_split_smem {
+    float qs[GP * D];
+    kvc_warp_smem<D, GP, KB, VB> ws[KVC_NW];
+};
+
+/* 16-byte global -> shared copy that bypasses the registers (and L1); commit / wait for all but the newest group. */
+__device__ __forceinline__ void kvc_cp_async16(void *dst, const void *src) {
+    const unsigned sa = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(sa), "l"(src) : "memory");
+}
+__device__ __forceinline__ void kvc_cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+__device__ __forceinline__ void kvc_cp_async_wait1() { asm volatile("cp.async.wait_group 1;" ::: "memory"); }
 
 struct kvc_split_args {
     kvc_layer_view v;
@@ -151,10 +165,10 @@ template <int GP> __device__ __forceinline__ void kvc_ld(const float *src, float
 
 /* One quantized block whose bytes are in the warp's shared memory (oscar.md section 5 folding). */
 template <int D, int GP, int KB, int VB>
-__device__ __forceinline__ void kvc_quant_compute(kvc_warp_smem<D, GP, KB, VB> &w, const float *qs, int use_norm,
+__device__ __forceinline__ void kvc_quant_compute(kvc_warp_smem<D, GP, KB, VB> &w, int buf, const float *qs, int use_norm,
                                                   kvc_state<D, GP> &st, int lane) {
     using C = kvc_cfg<D, GP, KB, VB>;
-    const uint8_t *kbuf = (const uint8_t *)w.kb, *vbuf = (const uint8_t *)w.vb;
+    const uint8_t *kbuf = (const uint8_t *)w.kb[buf], *vbuf = (const uint8_t *)w.vb[buf];
     const uint16_t *ksc = (const uint16_t *)(kbuf + D * KVC_G * KB / 8), *kmn = ksc + D, *knorm = kmn + D;
     const uint16_t *vsc = (const uint16_t *)(vbuf + KVC_G * D * VB / 8), *vmn = vsc + KVC_G * C::NG;
     float bias[GP];
@@ -282,11 +296,11 @@ __device__ __forceinline__ uint32_t kvc_codes_bf2(uint32_t c0, uint32_t c1) {
 }
 
 template <int D, int GP, int KB, int VB>
-__device__ __forceinline__ void kvc_quant_compute_mma(kvc_warp_smem<D, GP, KB, VB> &w, const float *qs,
+__device__ __forceinline__ void kvc_quant_compute_mma(kvc_warp_smem<D, GP, KB, VB> &w, int buf, const float *qs,
                                                       int use_norm, kvc_mstate<D> &st, int lane) {
     using C = kvc_cfg<D, GP, KB, VB>;
     const int gid = lane >> 2, tig = lane & 3, hh = gid & 3, part = gid >> 2, valid = hh < GP;
-    const uint8_t *kbuf = (const uint8_t *)w.kb, *vbuf = (const uint8_t *)w.vb;
+    const uint8_t *kbuf = (const uint8_t *)w.kb[buf], *vbuf = (const uint8_t *)w.vb[buf];
     const uint16_t *ksc = (const uint16_t *)(kbuf + D * KVC_G * KB / 8), *kmn = ksc + D, *knorm = kmn + D;
     const uint16_t *vsc = (const uint16_t *)(vbuf + KVC_G * D * VB / 8), *vmn = vsc + KVC_G * C::NG;
     /* bias_h = q~_h . mn (f32, lane-parallel over channels), value scales/mins to f32 in smem */
@@ -545,8 +559,10 @@ __device__ void kvc_raw_block(float *ps, const float *qs, const uint16_t *kr, co
 template <int D, int GP, int KB, int VB, bool MMA>
 __global__ void __launch_bounds__(KVC_NW * 32, MMA ? KVC_MMA_CTAS : 1) kvc_split_kernel(const kvc_split_args a) {
     using C = kvc_cfg<D, GP, KB, VB>;
-    __shared__ float qs[GP * D];
-    __shared__ kvc_warp_smem<D, GP, KB, VB> ws[KVC_NW];
+    extern __shared__ uint4 kvc_dyn_smem[]; /* kvc_split_smem (dynamic: over 48 KB for some instances) */
+    kvc_split_smem<D, GP, KB, VB> &sm = *reinterpret_cast<kvc_split_smem<D, GP, KB, VB> *>(kvc_dyn_smem);
+    float *qs = sm.qs;
+    kvc_warp_smem<D, GP, KB, VB> *ws = sm.ws;
     const kvc_layer_view &v = a.v;
     const int split = blockIdx.x, g = blockIdx.y / a.n_pass, pass = blockIdx.y % a.n_pass, seq = blockIdx.z;
     const int h0 = g * a.gs + pass * GP, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -603,30 +619,27 @@ __global__ void __launch_bounds__(KVC_NW * 32, MMA ? KVC_MMA_CTAS : 1) kvc_split
         __syncwarp();
     };
     if constexpr (MMA) store_simt();
-    /* quantized blocks, software-pipelined: the next block's bytes are loaded into registers during the compute */
-    uint4 kr[C::KREG], vr[C::VREG];
-    auto issue = [&](int bb) {
+    /* quantized blocks, double-buffered: the next block's bytes are copied to shared memory (cp.async, 16 bytes per
+     * lane and copy, L2 only) during the compute of the current one */
+    auto issue = [&](int bb, int buf) {
         const uint8_t *page = v.qpool + (int64_t)qtab[bb] * v.qpage_bytes;
         const uint4 *kp = (const uint4 *)(page + v.q_k + g * kh), *vp = (const uint4 *)(page + v.q_v + g * vh);
 #pragma unroll
         for (int i = 0; i < C::KREG; i++)
-            if (i * 32 + lane < kv4) kr[i] = __ldcs(kp + i * 32 + lane);
+            if (i * 32 + lane < kv4) kvc_cp_async16(&w.kb[buf][i * 32 + lane], kp + i * 32 + lane);
 #pragma unroll
         for (int i = 0; i < C::VREG; i++)
-            if (i * 32 + lane < C::VV4) vr[i] = __ldcs(vp + i * 32 + lane);
+            if (i * 32 + lane < C::VV4) kvc_cp_async16(&w.vb[buf][i * 32 + lane], vp + i * 32 + lane);
+        kvc_cp_async_commit();
     };
-    if (bw < bq) issue(bw);
-    for (int b = bw; b < bq; b += KVC_NW) {
-#pragma unroll
-        for (int i = 0; i < C::KREG; i++)
-            if (i * 32 + lane < kv4) w.kb[i * 32 + lane] = kr[i];
-#pragma unroll
-        for (int i = 0; i < C::VREG; i++)
-            if (i * 32 + lane < C::VV4) w.vb[i * 32 + lane] = vr[i];
-        __syncwarp();
-        if (b + KVC_NW < bq) issue(b + KVC_NW);
-        if constexpr (MMA) kvc_quant_compute_mma<D, GP, KB, VB>(w, qs, v.scale, mst, lane);
-        else kvc_quant_compute<D, GP, KB, VB>(w, qs, v.scale, st, lane);
+    if (bw < bq) issue(bw, 0);
+    for (int b = bw, buf = 0; b < bq; b += KVC_NW, buf ^= 1) {
+        if (b + KVC_NW < bq) issue(b + KVC_NW, buf ^ 1); /* that buffer's block was finished last iteration */
+        else kvc_cp_async_commit();                      /* empty group: the wait below stays uniform */
+        kvc_cp_async_wait1();                            /* this lane's copies of block b have landed */
+        __syncwarp();                                    /* ... and every lane's */
+        if constexpr (MMA) kvc_quant_compute_mma<D, GP, KB, VB>(w, buf, qs, v.scale, mst, lane);
+        else kvc_quant_compute<D, GP, KB, VB>(w, buf, qs, v.scale, st, lane);
         __syncwarp();
     }
     if constexpr (!MMA) store_simt();
@@ -773,11 +786,12 @@ extern "C" int kvc_attn_splits(const kvc_attn *a, int n_seq, int64_t max_len) {
 }
 
 /* Launch configuration with the programmatic-serialization attribute in *attr (see kvc_pdl_wait). */
-static cudaLaunchConfig_t kvc_pdl_config(dim3 grid, dim3 block, cudaStream_t st, cudaLaunchAttribute *attr) {
+static cudaLaunchConfig_t kvc_pdl_config(dim3 grid, dim3 block, size_t smem, cudaStream_t st,
+                                         cudaLaunchAttribute *attr) {
     attr->id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attr->val.programmaticStreamSerializationAllowed = 1;
     cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = grid, cfg.blockDim = block, cfg.dynamicSmemBytes = 0, cfg.stream = st;
+    cfg.gridDim = grid, cfg.blockDim = block, cfg.dynamicSmemBytes = smem, cfg.stream = st;
     cfg.attrs = attr, cfg.numAttrs = 1;
     return cfg;
 }
@@ -785,9 +799,14 @@ static cudaLaunchConfig_t kvc_pdl_config(dim3 grid, dim3 block, cudaStream_t st,
 template <int D, int GP, int KB, int VB, bool MMA>
 static void launch_split_m(const kvc_layer_view *v, kvc_attn *a, int n_seq, int64_t max_len, cudaStream_t st) {
     static int occ = 0; /* resident CTAs per SM of this instance */
-    if (!occ &&
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, kvc_split_kernel<D, GP, KB, VB, MMA>, KVC_NW * 32, 0))
-        occ = 4;
+    const size_t smem = sizeof(kvc_split_smem<D, GP, KB, VB>);
+    if (!occ) {
+        cudaFuncSetAttribute(kvc_split_kernel<D, GP, KB, VB, MMA>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             (int)smem);
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, kvc_split_kernel<D, GP, KB, VB, MMA>, KVC_NW * 32,
+                                                          smem))
+            occ = 4;
+    }
     a->ctas_per_sm = occ > 0 ? occ : 1;
     kvc_split_args args;
     args.v = *v;
@@ -800,7 +819,7 @@ static void launch_split_m(const kvc_layer_view *v, kvc_attn *a, int n_seq, int6
     args.n_split = a->n_split = kvc_attn_splits(a, n_seq, max_len);
     dim3 grid(args.n_split, a->Hkv * args.n_pass, n_seq);
     cudaLaunchAttribute attr;
-    cudaLaunchConfig_t cfg = kvc_pdl_config(grid, dim3(KVC_NW * 32), st, &attr);
+    cudaLaunchConfig_t cfg = kvc_pdl_config(grid, dim3(KVC_NW * 32), smem, st, &attr);
     cudaLaunchKernelEx(&cfg, kvc_split_kernel<D, GP, KB, VB, MMA>, args);
 }
 
@@ -872,7 +891,7 @@ extern "C" omni_status kvc_decode(kvc_attn *a, const kvc_layer_view *v, int n_se
     else launch_split_d<128>(v, a, n_seq, max_len, cs);
     dim3 cgrid(n_seq, a->Hq);
     cudaLaunchAttribute attr;
-    cudaLaunchConfig_t cfg = kvc_pdl_config(cgrid, dim3(D), cs, &attr);
+    cudaLaunchConfig_t cfg = kvc_pdl_config(cgrid, dim3(D), 0, cs, &attr);
     const float *knr = k_new ? a->kn : NULL;
     cudaLaunchKernelEx(&cfg, kvc_combine_kernel, (const float *)a->ml, (const float *)a->acc, (const float *)a->qr,
                        knr, (const float *)a->vn, out, a->Hq, gs, a->Hkv, D, a->n_split, v->rotate);
