@@ -90,15 +90,16 @@ omni_status media_encode_audio(omni_session *s, const char *path, omni_media *ou
     if (st) return st;
     audio_pcm pcm = {0};
     if ((st = audio_load(path, &pcm))) return st;
-    omni_log(1, "audio: '%s' %d Hz %d ch %.2f s -> 16000 Hz mono (%lld samples)\n", base_name(path), pcm.orig_rate,
-             pcm.orig_channels, pcm.duration_s, (long long)pcm.n);
     const audio_tower_config *ac = audio_tower_get_config(s->atower);
     int64_t T = audio_mel_frames(pcm.n), n_tok = audio_token_count(T, ac->n_window);
     float *mel = malloc(sizeof(float) * (size_t)AUDIO_N_MELS * (size_t)(T > 0 ? T : 1));
     float *emb = malloc(sizeof(float) * (size_t)(n_tok > 0 ? n_tok : 1) * ac->out_dim);
     if (!mel || !emb) st = omni_fail(OMNI_ERR_NOMEM, "out of memory for %.0f s of audio", pcm.duration_s);
     double t0 = omni_time_ms();
-    if (!st) st = audio_log_mel(pcm.samples, pcm.n, mel);
+    if (!st) st = audio_log_mel(pcm.samples, pcm.n, mel); /* refuses too-short or non-finite audio first */
+    if (!st)
+        omni_log(1, "audio: '%s' %d Hz %d ch %.2f s -> 16000 Hz mono (%lld samples)\n", base_name(path),
+                 pcm.orig_rate, pcm.orig_channels, pcm.duration_s, (long long)pcm.n);
     if (!st) st = audio_tower_encode(s->atower, mel, T, emb);
     if (!st) {
         double ms = omni_time_ms() - t0;

@@ -48,8 +48,8 @@ void omni_log(int level, const char *fmt, ...)
 #endif
     ;
 
-/* Read a whole regular file into a malloc'ed, NUL-terminated buffer (*len = bytes, may be NULL).
- * NULL on failure with errno set (EISDIR for a directory). */
+/* Read a whole file (or pipe/device until EOF) into a malloc'ed, NUL-terminated buffer (*len = bytes, may be
+ * NULL). NULL on failure with errno set (EISDIR for a directory, EIO for a read error). */
 #include <stddef.h>
 char *omni_read_file(const char *path, size_t *len);
 
