@@ -87,6 +87,21 @@ static void expect_fail(const char *what, int code, const char *needle, const ch
     cli_free(&r);
 }
 
+/* A 16 kHz mono 16-bit PCM WAV of n samples (a sine), written by hand. */
+static void write_wav(const char *path, int n) {
+    unsigned char h[44] = "RIFF\0\0\0\0WAVEfmt \x10\0\0\0\x01\0\x01\0\x80\x3e\0\0\0\x7d\0\0\x02\0\x10\0data";
+    unsigned data = (unsigned)n * 2, riff = 36 + data;
+    for (int i = 0; i < 4; i++) h[4 + i] = (unsigned char)(riff >> (8 * i)), h[40 + i] = (unsigned char)(data >> (8 * i));
+    FILE *f = fopen(path, "wb");
+    if (!f) return;
+    fwrite(h, 1, 44, f);
+    for (int i = 0; i < n; i++) {
+        short v = (short)(8000 * sin(i * 0.1));
+        fwrite(&v, 2, 1, f);
+    }
+    fclose(f);
+}
+
 int main(void) {
     char *t = make_tmpdir();
     snprintf(g_tmp, sizeof g_tmp, "%s", t);
@@ -119,6 +134,11 @@ int main(void) {
     snprintf(args, sizeof args, "ask -m %s/text/qvl-h64-hd128-gqa2-tied --audio %s/clips/tone_1s.wav hi", OMNI_FIXTURES,
              AUD);
     expect_fail("no audio tower", 3, "no audio tower", args);
+    char tiny[4300];
+    snprintf(tiny, sizeof tiny, "%s/tiny.wav", g_tmp);
+    write_wav(tiny, 80); /* 5 ms: shorter than one STFT window */
+    snprintf(args, sizeof args, "ask -m %s/omni-a --audio %s hi", AUD, tiny);
+    expect_fail("80-sample audio", 2, "too short", args);
     char cmd[4200];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_tmp);
     if (system(cmd)) {}
