@@ -28,6 +28,14 @@ typedef struct {
     size_t q_kh, q_vh;     /* bytes per KV head of a K / V block in a quant page */
 } kv_layer;
 
+/* Page geometry of a parameter set (validated): which layers quantize, R, S and the page sizes. */
+typedef struct {
+    int quantizing, R, S;
+    int64_t max_chunk, seq_cap;   /* step and sequence length limits */
+    size_t raw_page, quant_page;  /* bytes (quant_page 0 when no layer quantizes) */
+    int64_t raw_k_bytes, raw_v_bytes, q_k_bytes, q_v_bytes; /* K/V bytes per page */
+} kv_geom;
+
 typedef struct {
     uint8_t *base;
     size_t page_bytes;
@@ -54,7 +62,7 @@ struct kv_cache {
     void *mem;       /* the one pool allocation */
     kv_seq *seqs;    /* [max_seqs] */
     int32_t *tables; /* [max_seqs][2][nb_max] */
-    int64_t raw_k_bytes, raw_v_bytes, q_k_bytes, q_v_bytes; /* per page */
+    kv_geom g;       /* page sizes and K/V bytes per page, limits */
     int n_threads;
     size_t thr_floats;
     float *thr;      /* [n_threads][thr_floats] */
@@ -99,6 +107,8 @@ static omni_status check_params(const kv_params *p) {
         return omni_fail(OMNI_ERR_USAGE, "kv: n_layers (%d), n_kv_heads (%d), head_dim (%d), max_tokens (%lld), "
                          "max_seqs (%d) and max_chunk (%d) must all be > 0", p->n_layers, p->n_kv_heads, p->head_dim,
                          (long long)p->max_tokens, p->max_seqs, p->max_chunk);
+    if (p->max_seq_len < 0)
+        return omni_fail(OMNI_ERR_USAGE, "kv: max_seq_len %lld is negative (0 = max_tokens)", (long long)p->max_seq_len);
     if (p->max_tokens > ((int64_t)1 << 34) || p->head_dim > 4096 || p->max_chunk > (1 << 24))
         return omni_fail(OMNI_ERR_USAGE, "kv: sizes too large (max_tokens %lld, head_dim %d, max_chunk %d)",
                          (long long)p->max_tokens, p->head_dim, p->max_chunk);
@@ -117,32 +127,94 @@ static omni_status check_params(const kv_params *p) {
     return OMNI_OK;
 }
 
-/* Per-layer offsets inside raw and quant pages; returns the page sizes. */
-static void plan_layout(kv_cache *c) {
-    size_t roff = 0, qoff = 0, blk = (size_t)KV_GROUP * c->D;
-    for (int l = 0; l < c->p.n_layers; l++) {
-        const kv_format *f = &c->fmt[l];
-        kv_layer *y = &c->lay[l];
-        y->quant = is_q(f->k_type);
-        y->kbits = y->quant ? type_bits(f->k_type) : 0;
-        y->vbits = y->quant ? type_bits(f->v_type) : 0;
-        y->kesz = y->quant ? 2 : raw_esz(f->k_type);
-        y->vesz = y->quant ? 2 : raw_esz(f->v_type);
-        y->raw_k = roff;
-        y->raw_v = roff + c->Hkv * blk * y->kesz;
-        roff = y->raw_v + c->Hkv * blk * y->vesz;
-        c->raw_k_bytes += c->Hkv * blk * y->kesz;
-        c->raw_v_bytes += c->Hkv * blk * y->vesz;
-        y->q_kh = y->quant ? kvq_key_bytes(c->D, y->kbits, f->scale) : blk * y->kesz;
-        y->q_vh = y->quant ? kvq_value_bytes(c->D, y->vbits) : blk * y->vesz;
-        y->q_k = qoff;
-        y->q_v = qoff + c->Hkv * y->q_kh;
-        qoff = y->q_v + c->Hkv * y->q_vh;
-        c->q_k_bytes += c->Hkv * y->q_kh;
-        c->q_v_bytes += c->Hkv * y->q_vh;
+static const kv_format *param_fmt(const kv_params *p, int l) { return p->layer_fmt ? &p->layer_fmt[l] : &p->fmt; }
+
+static int64_t seq_cap(const kv_params *p) {
+    return p->max_seq_len > 0 && p->max_seq_len < p->max_tokens ? p->max_seq_len : p->max_tokens;
+}
+
+/* Per-layer offsets inside raw and quant pages (lay may be NULL) and the page geometry. */
+static void plan_layout(const kv_params *p, kv_layer *lay, kv_geom *g) {
+    const int D = p->head_dim, Hkv = p->n_kv_heads;
+    size_t roff = 0, qoff = 0, blk = (size_t)KV_GROUP * D;
+    memset(g, 0, sizeof *g);
+    for (int l = 0; l < p->n_layers; l++) g->quantizing |= is_q(param_fmt(p, l)->k_type);
+    g->R = param_fmt(p, 0)->window;
+    g->S = g->quantizing ? param_fmt(p, 0)->n_sink : 0;
+    g->max_chunk = p->max_chunk;
+    g->seq_cap = seq_cap(p);
+    for (int l = 0; l < p->n_layers; l++) {
+        const kv_format *f = param_fmt(p, l);
+        kv_layer y;
+        y.quant = is_q(f->k_type);
+        y.kbits = y.quant ? type_bits(f->k_type) : 0;
+        y.vbits = y.quant ? type_bits(f->v_type) : 0;
+        y.kesz = y.quant ? 2 : raw_esz(f->k_type);
+        y.vesz = y.quant ? 2 : raw_esz(f->v_type);
+        y.raw_k = roff;
+        y.raw_v = roff + Hkv * blk * y.kesz;
+        roff = y.raw_v + Hkv * blk * y.vesz;
+        g->raw_k_bytes += Hkv * blk * y.kesz;
+        g->raw_v_bytes += Hkv * blk * y.vesz;
+        y.q_kh = y.quant ? kvq_key_bytes(D, y.kbits, f->scale) : blk * y.kesz;
+        y.q_vh = y.quant ? kvq_value_bytes(D, y.vbits) : blk * y.vesz;
+        y.q_k = qoff;
+        y.q_v = qoff + Hkv * y.q_kh;
+        qoff = y.q_v + Hkv * y.q_vh;
+        g->q_k_bytes += Hkv * y.q_kh;
+        g->q_v_bytes += Hkv * y.q_vh;
+        if (lay) lay[l] = y;
     }
-    c->raw.page_bytes = roff;
-    c->qnt.page_bytes = c->quantizing ? qoff : 0; /* no quant pages in a cache that never quantizes */
+    g->raw_page = roff;
+    g->quant_page = g->quantizing ? qoff : 0; /* no quant pages in a cache that never quantizes */
+    if (!g->quantizing) g->q_k_bytes = g->q_v_bytes = 0;
+}
+
+/* ---------------------------------------------------------------- budget
+ * A sequence of committed length L holds quant pages for blocks < nq(L) and raw pages for the blocks >= nq(L)
+ * (plus block 0 when S > 0). A step L0 -> L1 reserves the quant pages of blocks [nq0, nq1) and raw pages for the
+ * new blocks [nb0, nb1) that stay raw; the raw pages of the flushed blocks go back at kv_commit. So while the step
+ * is in flight the sequence holds peak_raw(L0, L1) raw pages and nq1 quant pages. */
+
+static int64_t nq_of(const kv_geom *g, int64_t L) { return g->quantizing && L >= g->R ? (L - g->R) / KV_GROUP : 0; }
+
+static int64_t peak_raw(const kv_geom *g, int64_t L0, int64_t L1) {
+    int64_t nq0 = nq_of(g, L0), nq1 = nq_of(g, L1), nb0 = ceil_div(L0, KV_GROUP), nb1 = ceil_div(L1, KV_GROUP);
+    int64_t v = (nb0 - nq0) + (nb1 - (nb0 > nq1 ? nb0 : nq1));
+    return v + (g->S > 0 && (nq0 > 0 || (nb0 == 0 && nq1 > 0))); /* block 0 kept raw for the sinks */
+}
+
+/* Max of peak_raw(L0, L1) over 0 <= L0 <= L1 <= N, L1 - L0 <= max_chunk. For L0 >= R + 32 the value depends only
+ * on L0 mod 32 and L1 - L0 (and a smaller L0 allows longer steps), so L0 < R + 64 covers every case; for a given
+ * L0 the best L1 is the longest step or one token less (nb1 - nq1 drops by one at multiples of 32). */
+static int64_t max_raw_pages(const kv_geom *g, int64_t N) {
+    if (!g->quantizing) return ceil_div(N, KV_GROUP);
+    int64_t best = 0, top = N < g->R + 64 ? N : g->R + 64;
+    for (int64_t L0 = 0; L0 <= top; L0++) {
+        int64_t L1 = N - L0 < g->max_chunk ? N : L0 + g->max_chunk, v = peak_raw(g, L0, L1);
+        if (L1 > L0) v = v > peak_raw(g, L0, L1 - 1) ? v : peak_raw(g, L0, L1 - 1);
+        best = v > best ? v : best;
+    }
+    return best;
+}
+
+static void budget_of(const kv_geom *g, int64_t N, kv_budget *b) {
+    memset(b, 0, sizeof *b);
+    b->raw_page_bytes = (int64_t)g->raw_page;
+    b->quant_page_bytes = (int64_t)g->quant_page;
+    b->raw_pages = max_raw_pages(g, N);
+    b->quant_pages = nq_of(g, N);
+    b->bytes = b->raw_pages * b->raw_page_bytes + b->quant_pages * b->quant_page_bytes;
+    b->committed_raw_pages = peak_raw(g, N, N);
+    b->committed_quant_pages = b->quant_pages;
+    b->committed_bytes = b->committed_raw_pages * b->raw_page_bytes + b->committed_quant_pages * b->quant_page_bytes;
+}
+
+static omni_status check_budget_len(const kv_geom *g, int64_t N) {
+    if (N < 0 || N > g->seq_cap)
+        return omni_fail(OMNI_ERR_USAGE, "kv: a sequence of %lld tokens can never fit (at most %lld tokens per "
+                         "sequence)", (long long)N, (long long)g->seq_cap);
+    return OMNI_OK;
 }
 
 static void pool_setup(kv_pool *pl, uint8_t *base, int32_t *list) {
@@ -157,15 +229,12 @@ static void pool_put(kv_pool *pl, int32_t pg) { pl->free_list[pl->n_free++] = pg
 static uint8_t *page_ptr(const kv_pool *pl, int32_t pg) { return pl->base + (size_t)pg * pl->page_bytes; }
 
 static omni_status alloc_pools(kv_cache *c) {
-    int64_t blocks = ceil_div(c->p.max_tokens, KV_GROUP) + c->p.max_seqs;
-    if (c->quantizing) {
-        int64_t per_seq = 2 * (c->R / KV_GROUP + 1) + 1; /* old + new window blocks in flight, + sink block */
-        c->raw.n_pages = blocks < per_seq * c->p.max_seqs ? blocks : per_seq * c->p.max_seqs;
-        c->qnt.n_pages = c->p.max_tokens / KV_GROUP + 1;
-    } else {
-        c->raw.n_pages = blocks;
-        c->qnt.n_pages = 0;
-    }
+    /* Raw: a sequence holds at most ceil(L1 / 32) raw pages in flight (sum <= ceil(T / 32) + n) and at most its
+     * budget; quant: sum of nq(L) <= nq(sum of L) (merging sequences never loses a block) and n * nq(M). */
+    const int64_t n = c->p.max_seqs, T = c->p.max_tokens, M = c->g.seq_cap;
+    int64_t blocks = ceil_div(T, KV_GROUP) + n, per_seq = max_raw_pages(&c->g, M);
+    c->raw.n_pages = blocks < n * per_seq ? blocks : n * per_seq;
+    c->qnt.n_pages = nq_of(&c->g, T) < n * nq_of(&c->g, M) ? nq_of(&c->g, T) : n * nq_of(&c->g, M);
     if (c->raw.n_pages + c->qnt.n_pages > INT32_MAX)
         return omni_fail(OMNI_ERR_USAGE, "kv: too many pages (%lld)", (long long)(c->raw.n_pages + c->qnt.n_pages));
     size_t rb = (size_t)c->raw.n_pages * c->raw.page_bytes, qb = (size_t)c->qnt.n_pages * c->qnt.page_bytes;
@@ -213,7 +282,6 @@ omni_status kv_init(const kv_params *p, kv_cache **out) {
     c->p.layer_fmt = NULL;
     c->D = p->head_dim;
     c->Hkv = p->n_kv_heads;
-    c->nb_max = (int)ceil_div(p->max_tokens, KV_GROUP) + 1;
     c->fmt = malloc((size_t)p->n_layers * sizeof(kv_format));
     c->lay = calloc((size_t)p->n_layers, sizeof(kv_layer));
     c->seqs = calloc((size_t)p->max_seqs, sizeof(kv_seq));
@@ -221,13 +289,15 @@ omni_status kv_init(const kv_params *p, kv_cache **out) {
         kv_free(c);
         return omni_fail(OMNI_ERR_NOMEM, "kv: out of memory");
     }
-    for (int l = 0; l < p->n_layers; l++) {
-        c->fmt[l] = p->layer_fmt ? p->layer_fmt[l] : p->fmt;
-        c->quantizing |= is_q(c->fmt[l].k_type);
-    }
-    c->R = c->fmt[0].window;
-    c->S = c->quantizing ? c->fmt[0].n_sink : 0;
-    plan_layout(c);
+    for (int l = 0; l < p->n_layers; l++) c->fmt[l] = *param_fmt(p, l);
+    c->p.layer_fmt = c->fmt; /* the cache's own copy */
+    plan_layout(&c->p, c->lay, &c->g);
+    c->quantizing = c->g.quantizing;
+    c->R = c->g.R;
+    c->S = c->g.S;
+    c->raw.page_bytes = c->g.raw_page;
+    c->qnt.page_bytes = c->g.quant_page;
+    c->nb_max = (int)ceil_div(c->g.seq_cap, KV_GROUP) + 1;
     if ((st = alloc_pools(c)) || (st = alloc_scratch(c))) {
         kv_free(c);
         return st;
@@ -252,6 +322,25 @@ void kv_free(kv_cache *c) {
     free(c->seq_start);
     free(c->mark);
     free(c);
+}
+
+omni_status kv_budget_of(const kv_params *p, int64_t n_tokens, kv_budget *b) {
+    memset(b, 0, sizeof *b);
+    omni_status st = check_params(p);
+    if (st) return st;
+    kv_geom g;
+    plan_layout(p, NULL, &g);
+    if ((st = check_budget_len(&g, n_tokens))) return st;
+    budget_of(&g, n_tokens, b);
+    return OMNI_OK;
+}
+
+omni_status kv_seq_budget(const kv_cache *c, int64_t n_tokens, kv_budget *b) {
+    memset(b, 0, sizeof *b);
+    omni_status st = check_budget_len(&c->g, n_tokens);
+    if (st) return st;
+    budget_of(&c->g, n_tokens, b);
+    return OMNI_OK;
 }
 
 const kv_format *kv_layer_format(const kv_cache *c, int layer) {
@@ -347,6 +436,9 @@ static omni_status begin_step(kv_cache *c, int n_seq, const int *ids, const int 
         if (c->mark[ids[i]] == epoch) return omni_fail(OMNI_ERR_USAGE, "kv: sequence %d twice in one batch", ids[i]);
         c->mark[ids[i]] = epoch;
         if (n_new[i] < 0) return omni_fail(OMNI_ERR_USAGE, "kv: negative token count %d", n_new[i]);
+        if (s->len + n_new[i] > c->g.seq_cap)
+            return omni_fail(OMNI_ERR_NOMEM, "kv: sequence %d: %lld + %d tokens exceed max_seq_len %lld", ids[i],
+                             (long long)s->len, n_new[i], (long long)c->g.seq_cap);
         T += n_new[i];
         if (s->pending < 0) {
             fresh++;
@@ -405,8 +497,10 @@ void kv_get_usage(const kv_cache *c, kv_usage *u) {
     u->quant_pages = c->qnt.n_pages - c->qnt.n_free;
     u->raw_page_bytes = (int64_t)c->raw.page_bytes;
     u->quant_page_bytes = (int64_t)c->qnt.page_bytes;
-    u->k_bytes = u->raw_pages * c->raw_k_bytes + u->quant_pages * c->q_k_bytes;
-    u->v_bytes = u->raw_pages * c->raw_v_bytes + u->quant_pages * c->q_v_bytes;
+    u->raw_pages_free = c->raw.n_free;
+    u->quant_pages_free = c->qnt.n_free;
+    u->k_bytes = u->raw_pages * c->g.raw_k_bytes + u->quant_pages * c->g.q_k_bytes;
+    u->v_bytes = u->raw_pages * c->g.raw_v_bytes + u->quant_pages * c->g.q_v_bytes;
     u->total_bytes = u->k_bytes + u->v_bytes;
     u->cells_capacity = c->p.max_tokens;
     u->n_layers = c->p.n_layers;

@@ -23,8 +23,18 @@
  * max_chunk tokens must be split into several steps.
  * Memory: kv_init reserves one pool (quant pages for max_tokens, window pages for max_seqs windows in flight;
  * untouched pages cost no RSS), chunk buffers [max_chunk][Hkv][D] x 2 and a small per-thread scratch (online
- * softmax: no buffer grows with the context). kv_get_usage reports the pages in use (what the KV line prints)
- * and pool_bytes.
+ * softmax: no buffer grows with the context). kv_get_usage reports the pages in use (what the KV line prints),
+ * the free pages of each kind and pool_bytes.
+ *
+ * Budget (admission control): kv_budget_of / kv_seq_budget give the most raw and quant pages one sequence that
+ * grows to N committed tokens can hold at any moment of its life, whatever its chunk sizes (<= max_chunk), window
+ * pages of a step in flight included. An engine that admits a request of N tokens only while the sums of the
+ * admitted requests' raw_pages / quant_pages stay within the pool's raw / quant pages (kv_usage: in use + free),
+ * the sum of their N within max_tokens and their count within max_seqs never sees OMNI_ERR_NOMEM from the cache.
+ * Pool sizing: raw pages = min(ceil(max_tokens / 32) + max_seqs, max_seqs * budget(max_seq_len).raw_pages),
+ * quant pages = min(nq(max_tokens), max_seqs * nq(max_seq_len)) with nq(L) = max(0, (L - R) / 32) (0 when no
+ * layer quantizes); hence a cache made for n sequences of N tokens (max_seqs n, max_tokens n * N, max_seq_len N)
+ * has pool_bytes <= n * kv_budget_of(N).bytes, and n such sequences always fit in B bytes when n * bytes <= B.
  *
  * ---- Storage layout (what a GPU kernel must mirror) ----
  * A sequence's tokens are split into blocks of G = 32 consecutive positions (block b = positions 32b..32b+31).
@@ -90,12 +100,13 @@ typedef struct {
     int64_t max_tokens; /* capacity: total tokens over all sequences (pool sized from it) */
     int max_seqs;
     int max_chunk;      /* most new tokens (summed over the batch) per kv_forward; default 2048 */
+    int64_t max_seq_len; /* most tokens of one sequence (sizes page tables and pools); 0 = max_tokens */
 } kv_params;
 
 typedef struct kv_cache kv_cache;
 
 /* fmt = f32 everywhere, window 128, sink 0; n_layers etc. 0 (must be set), max_tokens 4096, max_seqs 1,
- * max_chunk 2048. */
+ * max_chunk 2048, max_seq_len 0 (= max_tokens). */
 kv_params kv_default_params(void);
 
 /* Modes: "f32" (alias "fp32"), "bf16", "int2", "int4" (OScaR), "kivi2", "kivi4" (no rotation, no scaling),
@@ -146,6 +157,7 @@ typedef struct {
     int n_seqs, max_seqs;                  /* sequences in use; capacity */
     int64_t pool_bytes;                    /* the one pool allocation (reserved, mostly untouched until used) */
     int64_t raw_pages, quant_pages;        /* pages in use */
+    int64_t raw_pages_free, quant_pages_free; /* pages on the free lists (pool = in use + free) */
     int64_t raw_page_bytes, quant_page_bytes;
 } kv_usage;
 void kv_get_usage(const kv_cache *c, kv_usage *u);
@@ -153,6 +165,23 @@ void kv_get_usage(const kv_cache *c, kv_usage *u);
 /* "kv_cache: size = %7.2f MiB (%6lld cells, %3d layers, %2d/%d seqs), K (int2): %7.2f MiB, V (int2): %7.2f MiB"
  * (bytes and cells in use; K/V type of the default format, "mixed" when layers differ), no newline. */
 void kv_format_line(const kv_cache *c, char *buf, int cap);
+
+/* The most pages one sequence of n_tokens committed tokens holds at any moment of its life (see Budget above). */
+typedef struct {
+    int64_t raw_pages, quant_pages; /* peak of each kind over any growth 0 -> n_tokens in steps <= max_chunk tokens,
+                                       pages reserved by a step in flight included (the two peaks may occur at
+                                       different moments: reserve both) */
+    int64_t bytes;                  /* raw_pages * raw_page_bytes + quant_pages * quant_page_bytes */
+    int64_t committed_raw_pages, committed_quant_pages, committed_bytes; /* held with exactly n_tokens committed */
+    int64_t raw_page_bytes, quant_page_bytes;                           /* page sizes of this format */
+} kv_budget;
+
+/* Pure function of the parameters (the same layout and rules as kv_init/kv_forward, no cache needed):
+ * validates p like kv_init; n_tokens in 0..max_seq_len (max_tokens when max_seq_len is 0), else OMNI_ERR_USAGE
+ * with a message saying the sequence can never fit. */
+omni_status kv_budget_of(const kv_params *p, int64_t n_tokens, kv_budget *b);
+/* The same for a cache's parameters; n_tokens beyond max_seq_len -> OMNI_ERR_USAGE. */
+omni_status kv_seq_budget(const kv_cache *c, int64_t n_tokens, kv_budget *b);
 
 /* The format used by a layer (after overrides). */
 const kv_format *kv_layer_format(const kv_cache *c, int layer);
