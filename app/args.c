@@ -42,6 +42,32 @@ static omni_status to_float(const char *s, const char *opt, float lo, float hi, 
     return OMNI_OK;
 }
 
+static omni_status to_size(const char *s, const char *opt, int *w, int *h) {
+    char *end;
+    errno = 0;
+    long a = strtol(s, &end, 10), b = 0;
+    if (!errno && end != s && *end == 'x') {
+        const char *p = end + 1;
+        b = strtol(p, &end, 10);
+        if (end == p) b = 0;
+    }
+    if (errno || *end || a < 64 || a > 16384 || b < 64 || b > 16384)
+        return omni_fail(OMNI_ERR_USAGE, "%s: '%s' is not WIDTHxHEIGHT (64..16384 pixels each)", opt, s);
+    *w = (int)a;
+    *h = (int)b;
+    return OMNI_OK;
+}
+
+static omni_status to_double(const char *s, const char *opt, double lo, double hi, double *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || *end || end == s || !(v >= lo && v <= hi))
+        return omni_fail(OMNI_ERR_USAGE, "%s: '%s' is not a number in [%g, %g]", opt, s, lo, hi);
+    *out = v;
+    return OMNI_OK;
+}
+
 static omni_status on_off(const char *s, const char *opt, int *out) {
     if (!strcmp(s, "on") || !strcmp(s, "1")) *out = 1;
     else if (!strcmp(s, "off") || !strcmp(s, "0")) *out = 0;
@@ -79,6 +105,8 @@ static int value_opt(omni_args *a, const char *o, const char *v, omni_status *st
         *st = to_int(v, o, 0, 2147483647, &seed);
         a->seed = (uint64_t)seed;
         a->seed_set = 1;
+    } else if (a->lists && !strcmp(o, "--ctx")) {
+        a->ctx_list = v;
     } else if (!strcmp(o, "-c") || !strcmp(o, "--ctx-size") || !strcmp(o, "--ctx")) {
         *st = to_int(v, o, 1, 1 << 24, &a->ctx);
         a->ctx_set = 1;
@@ -87,6 +115,13 @@ static int value_opt(omni_args *a, const char *o, const char *v, omni_status *st
     else if (!strcmp(o, "--top")) *st = to_int(v, o, 1, 1 << 24, &a->top_n);
     else if (!strcmp(o, "--image-min-tokens")) *st = to_int(v, o, 1, 1 << 20, &a->image_min_tokens);
     else if (!strcmp(o, "--image-max-tokens")) *st = to_int(v, o, 1, 1 << 20, &a->image_max_tokens);
+    else if (!strcmp(o, "--batch")) a->batch_list = v;
+    else if (!strcmp(o, "--random")) a->random_config = v;
+    else if (!strcmp(o, "--csv")) a->csv = v;
+    else if (!strcmp(o, "--png")) a->png = v;
+    else if (!strcmp(o, "--png-size")) *st = to_size(v, o, &a->png_w, &a->png_h);
+    else if (!strcmp(o, "--kv-mem")) *st = to_double(v, o, 1e-6, 1e6, &a->kv_mem_gib);
+    else if (!strcmp(o, "--bw-mib")) *st = to_int(v, o, 1, 1 << 16, &a->bw_mib);
     else if (!strcmp(o, "--image")) *st = add_media(a->images, &a->n_images, v, "images");
     else if (!strcmp(o, "--audio")) *st = add_media(a->audios, &a->n_audios, v, "audio files");
     else return 0;

@@ -39,6 +39,15 @@ typedef struct {
     int n_audios;
     const char *positional[OMNI_MAX_MEDIA];
     int n_positional;
+    /* omni bench */
+    int lists;              /* set by the command's defaults: --ctx takes a list (ctx_list) instead of -c's number */
+    const char *ctx_list;   /* --ctx 4K,32K,128K */
+    const char *batch_list; /* --batch 1,8,48 */
+    const char *random_config; /* --random CONFIG (config.json of a real model; random weights) */
+    const char *csv, *png;  /* --csv FILE, --png FILE */
+    int png_w, png_h;       /* --png-size WxH */
+    double kv_mem_gib;      /* --kv-mem GiB (0 = command default) */
+    int bw_mib;             /* --bw-mib N: memory-copy buffer of the bandwidth measurement */
 } omni_args;
 
 /* Defaults: temp 0.7 top-k 20 top-p 0.8 (Qwen3-VL Instruct recommendation), -n 256, -c 4096, kv f32. */

@@ -175,6 +175,13 @@ void plot_free(plot_chart *c) {
 
 int plot_series_count(const plot_chart *c) { return c->n_series; }
 
+int plot_get_series(const plot_chart *c, int i, plot_series *out) {
+    if (i < 0 || i >= c->n_series) return 0;
+    const series *s = &c->s[i];
+    *out = (plot_series){s->name, s->x, s->y, s->n, s->color, s->line_width, s->dashed, s->markers};
+    return 1;
+}
+
 omni_status plot_set_data(plot_chart *c, int index, const double *x, const double *y, int n) {
     if (index < 0 || index >= c->n_series) return omni_fail(OMNI_ERR_USAGE, "plot: no series %d", index);
     if (n < 0 || (n > 0 && (!x || !y))) return omni_fail(OMNI_ERR_USAGE, "plot: bad series data (n = %d)", n);
@@ -361,6 +368,64 @@ static double axis_pos(double v, double lo, double hi, plot_scale sc) {
     return sc == PLOT_LINEAR ? (v - lo) / (hi - lo) : (log(v) - log(lo)) / (log(hi) - log(lo));
 }
 
+static double map_x(const plot_frame *f, double x) {
+    return f->x0 + axis_pos(x, f->x_min, f->x_max, f->x_scale) * (f->x1 - f->x0);
+}
+
+static double map_y(const plot_frame *f, double y) {
+    return f->y1 - axis_pos(y, f->y_min, f->y_max, f->y_scale) * (f->y1 - f->y0);
+}
+
+int plot_frame_map(const plot_frame *f, double x, double y, double *px, double *py) {
+    if (!usable(x, f->x_scale) || !usable(y, f->y_scale)) return 0;
+    *px = map_x(f, x);
+    *py = map_y(f, y);
+    return 1;
+}
+
+/* Points and line samples (16 per segment) of all series inside the box. */
+static int hidden_samples(const plot_chart *c, const plot_frame *f, double x, double y, double w, double h) {
+    int n = 0;
+    for (int i = 0; i < c->n_series; i++) {
+        const series *s = &c->s[i];
+        double ax = 0, ay = 0, bx, by;
+        int prev = 0;
+        for (int j = 0; j < s->n; j++) {
+            if (!plot_frame_map(f, s->x[j], s->y[j], &bx, &by)) { prev = 0; continue; }
+            for (int k = prev ? 1 : 16; k <= 16; k++) {
+                double px = ax + (bx - ax) * k / 16, py = ay + (by - ay) * k / 16;
+                n += px >= x && px <= x + w && py >= y && py <= y + h;
+            }
+            ax = bx, ay = by, prev = 1;
+        }
+    }
+    return n;
+}
+
+/* Legend box: the requested corner, or (AUTO) the corner hiding the fewest samples; stored in L->f. */
+static void place_legend(const plot_chart *c, cairo_t *cr, layout *L) {
+    int n = 0;
+    double tw = 0, fs = L->fs;
+    for (int i = 0; i < c->n_series; i++)
+        if (c->s[i].name) n++, tw = fmax(tw, text_width(cr, c->s[i].name));
+    if (!n || c->p.legend == PLOT_LEGEND_NONE) return;
+    plot_frame *f = &L->f;
+    double pad = 0.5 * fs, row = 1.4 * fs, sample = 2.4 * fs, m = 0.5 * fs;
+    double bw = pad * 3 + sample + tw, bh = pad * 2 + row * n;
+    int best = -1;
+    for (int corner = PLOT_LEGEND_TOP_LEFT; corner <= PLOT_LEGEND_BOTTOM_RIGHT; corner++) {
+        if (c->p.legend != PLOT_LEGEND_AUTO && corner != (int)c->p.legend) continue;
+        int right = corner == PLOT_LEGEND_TOP_RIGHT || corner == PLOT_LEGEND_BOTTOM_RIGHT;
+        int bottom = corner == PLOT_LEGEND_BOTTOM_LEFT || corner == PLOT_LEGEND_BOTTOM_RIGHT;
+        double x = right ? f->x1 - pad - bw : f->x0 + pad, y = bottom ? f->y1 - pad - bh : f->y0 + pad;
+        int hid = hidden_samples(c, f, x - m, y - m, bw + 2 * m, bh + 2 * m);
+        if (best < 0 || hid < best) {
+            best = hid;
+            f->legend_x0 = x, f->legend_y0 = y, f->legend_x1 = x + bw, f->legend_y1 = y + bh;
+        }
+    }
+}
+
 static void make_layout(const plot_chart *c, cairo_t *cr, int w, int h, layout *L) {
     const plot_params *p = &c->p;
     double fs = p->font_size > 0 ? p->font_size : fmin(18, fmax(10, h / 36.0));
@@ -394,22 +459,8 @@ static void make_layout(const plot_chart *c, cairo_t *cr, int w, int h, layout *
             if (over > 0 && t > 0) plot_w = fmax(10, plot_w - over / t);
             break;
         }
-    L->f = (plot_frame){left, top, left + plot_w, top + plot_h, xlo, xhi, ylo, yhi, p->x_scale, p->y_scale};
-}
-
-static double map_x(const plot_frame *f, double x) {
-    return f->x0 + axis_pos(x, f->x_min, f->x_max, f->x_scale) * (f->x1 - f->x0);
-}
-
-static double map_y(const plot_frame *f, double y) {
-    return f->y1 - axis_pos(y, f->y_min, f->y_max, f->y_scale) * (f->y1 - f->y0);
-}
-
-int plot_frame_map(const plot_frame *f, double x, double y, double *px, double *py) {
-    if (!usable(x, f->x_scale) || !usable(y, f->y_scale)) return 0;
-    *px = map_x(f, x);
-    *py = map_y(f, y);
-    return 1;
+    L->f = (plot_frame){left, top, left + plot_w, top + plot_h, xlo, xhi, ylo, yhi, p->x_scale, p->y_scale, 0, 0, 0, 0};
+    place_legend(c, cr, L);
 }
 
 omni_status plot_get_frame(const plot_chart *c, int w, int h, plot_frame *f) {
@@ -464,9 +515,19 @@ static void draw_grid(cairo_t *cr, const layout *L) {
             }
         cairo_stroke(cr);
     }
-    set_color(cr, 0xFF404040u); /* the frame, under the series */
+    set_color(cr, 0xFF404040u); /* the frame and the tick marks, under the series */
     double fx = floor(f->x0) + 0.5, fy = floor(f->y0) + 0.5;
     cairo_rectangle(cr, fx, fy, floor(f->x1) - floor(f->x0), floor(f->y1) - floor(f->y0));
+    for (int i = 0; i < L->nxt; i++) {
+        double px = floor(map_x(f, L->xt[i].v)) + 0.5;
+        cairo_move_to(cr, px, f->y1);
+        cairo_line_to(cr, px, f->y1 + (L->xt[i].label ? 0.4 : 0.2) * L->fs);
+    }
+    for (int i = 0; i < L->nyt; i++) {
+        double py = floor(map_y(f, L->yt[i].v)) + 0.5;
+        cairo_move_to(cr, f->x0 - (L->yt[i].label ? 0.4 : 0.2) * L->fs, py);
+        cairo_line_to(cr, f->x0, py);
+    }
     cairo_stroke(cr);
 }
 
@@ -475,24 +536,15 @@ static void draw_axes(const plot_chart *c, cairo_t *cr, const layout *L) {
     double fs = L->fs;
     char buf[64];
     set_color(cr, 0xFF404040u);
-    cairo_set_line_width(cr, 1);
     set_font(cr, c, fs);
-    for (int i = 0; i < L->nxt; i++) {
-        double px = map_x(f, L->xt[i].v), len = L->xt[i].label ? 0.4 * fs : 0.2 * fs;
-        cairo_move_to(cr, floor(px) + 0.5, f->y1);
-        cairo_line_to(cr, floor(px) + 0.5, f->y1 + len);
-        cairo_stroke(cr);
+    for (int i = 0; i < L->nxt; i++)
         if (L->xt[i].label)
-            text_at(cr, plot_format_value(L->xt[i].v, c->p.x_format, buf, sizeof buf), px, f->y1 + 0.55 * fs, 0.5, 0);
-    }
-    for (int i = 0; i < L->nyt; i++) {
-        double py = map_y(f, L->yt[i].v), len = L->yt[i].label ? 0.4 * fs : 0.2 * fs;
-        cairo_move_to(cr, f->x0 - len, floor(py) + 0.5);
-        cairo_line_to(cr, f->x0, floor(py) + 0.5);
-        cairo_stroke(cr);
+            text_at(cr, plot_format_value(L->xt[i].v, c->p.x_format, buf, sizeof buf), map_x(f, L->xt[i].v),
+                    f->y1 + 0.55 * fs, 0.5, 0);
+    for (int i = 0; i < L->nyt; i++)
         if (L->yt[i].label)
-            text_at(cr, plot_format_value(L->yt[i].v, c->p.y_format, buf, sizeof buf), f->x0 - 0.55 * fs, py, 1, 0.5);
-    }
+            text_at(cr, plot_format_value(L->yt[i].v, c->p.y_format, buf, sizeof buf), f->x0 - 0.55 * fs,
+                    map_y(f, L->yt[i].v), 1, 0.5);
     set_color(cr, 0xFF202020u);
     if (c->p.x_label) text_at(cr, c->p.x_label, (f->x0 + f->x1) / 2, f->y1 + 1.9 * fs, 0.5, 0);
     if (c->p.y_label) {
@@ -554,50 +606,18 @@ static void draw_series(const plot_chart *c, cairo_t *cr, const layout *L) {
     cairo_restore(cr);
 }
 
-/* Points and line samples (16 per segment) of all series inside the box. */
-static int hidden_samples(const plot_chart *c, const plot_frame *f, double x, double y, double w, double h) {
-    int n = 0;
-    for (int i = 0; i < c->n_series; i++) {
-        const series *s = &c->s[i];
-        double ax = 0, ay = 0, bx, by;
-        int prev = 0;
-        for (int j = 0; j < s->n; j++) {
-            if (!plot_frame_map(f, s->x[j], s->y[j], &bx, &by)) { prev = 0; continue; }
-            for (int k = prev ? 1 : 16; k <= 16; k++) {
-                double px = ax + (bx - ax) * k / 16, py = ay + (by - ay) * k / 16;
-                n += px >= x && px <= x + w && py >= y && py <= y + h;
-            }
-            ax = bx, ay = by, prev = 1;
-        }
-    }
-    return n;
-}
-
 static void draw_legend(const plot_chart *c, cairo_t *cr, const layout *L) {
-    int n = 0;
-    double tw = 0, fs = L->fs;
-    for (int i = 0; i < c->n_series; i++)
-        if (c->s[i].name) n++, tw = fmax(tw, text_width(cr, c->s[i].name));
-    if (!n || c->p.legend == PLOT_LEGEND_NONE) return;
     const plot_frame *f = &L->f;
-    double pad = 0.5 * fs, row = 1.4 * fs, sample = 2.4 * fs, m = clip_margin(L);
-    double bw = pad * 3 + sample + tw, bh = pad * 2 + row * n, x = 0, y = 0;
-    int best = -1;
-    for (int corner = PLOT_LEGEND_TOP_LEFT; corner <= PLOT_LEGEND_BOTTOM_RIGHT; corner++) {
-        if (c->p.legend != PLOT_LEGEND_AUTO && corner != (int)c->p.legend) continue;
-        int right = corner == PLOT_LEGEND_TOP_RIGHT || corner == PLOT_LEGEND_BOTTOM_RIGHT;
-        int bottom = corner == PLOT_LEGEND_BOTTOM_LEFT || corner == PLOT_LEGEND_BOTTOM_RIGHT;
-        double cx = right ? f->x1 - pad - bw : f->x0 + pad, cy = bottom ? f->y1 - pad - bh : f->y0 + pad;
-        int hid = hidden_samples(c, f, cx - m, cy - m, bw + 2 * m, bh + 2 * m);
-        if (best < 0 || hid < best) best = hid, x = cx, y = cy;
-    }
-    cairo_rectangle(cr, floor(x) + 0.5, floor(y) + 0.5, floor(bw), floor(bh));
+    if (f->legend_x1 <= f->legend_x0) return;
+    double fs = L->fs, pad = 0.5 * fs, row = 1.4 * fs, sample = 2.4 * fs, x = f->legend_x0, y = f->legend_y0;
+    cairo_rectangle(cr, floor(x) + 0.5, floor(y) + 0.5, floor(f->legend_x1 - x), floor(f->legend_y1 - y));
     set_color(cr, 0xE6FFFFFFu);
     cairo_fill_preserve(cr);
     set_color(cr, 0xFFBBBBBBu);
     cairo_set_line_width(cr, 1);
     cairo_set_dash(cr, NULL, 0, 0);
     cairo_stroke(cr);
+    set_font(cr, c, fs);
     int k = 0;
     for (int i = 0; i < c->n_series; i++) {
         const series *s = &c->s[i];
@@ -617,7 +637,8 @@ static void draw_legend(const plot_chart *c, cairo_t *cr, const layout *L) {
     }
 }
 
-/* The whole chart into (0, 0, w, h) of cr's user space. */
+/* The whole chart into (0, 0, w, h) of cr's user space: grid, frame and ticks, then the series, then the labels
+ * and the legend on top. */
 static omni_status draw_chart(const plot_chart *c, cairo_t *cr, int w, int h) {
     layout L;
     cairo_save(cr);
@@ -659,14 +680,22 @@ omni_status plot_draw_argb(const plot_chart *c, uint32_t *pixels, int buf_w, int
     return st;
 }
 
-omni_status plot_write_png_grid(const plot_chart *const *charts, int n, int cols, int cell_w, int cell_h,
-                                const char *path) {
-    if (n <= 0 || cols <= 0 || cell_w <= 0 || cell_h <= 0 || cell_w > 16384 || cell_h > 16384)
-        return omni_fail(OMNI_ERR_USAGE, "plot: bad grid (%d charts, %d columns, cells %dx%d)", n, cols, cell_w,
-                         cell_h);
+void plot_grid_cell(int n, int cols, int width, int height, int i, int *x, int *y, int *w, int *h) {
     if (cols > n) cols = n;
-    int rows = (n + cols - 1) / cols;
-    cairo_surface_t *s = cairo_image_surface_create(CAIRO_FORMAT_ARGB32, cols * cell_w, rows * cell_h);
+    if (cols < 1) cols = 1;
+    int rows = (n + cols - 1) / cols, r = i / cols, k = i % cols;
+    if (rows < 1) rows = 1;
+    *x = (int)((int64_t)k * width / cols);
+    *y = (int)((int64_t)r * height / rows);
+    *w = (int)((int64_t)(k + 1) * width / cols) - *x;
+    *h = (int)((int64_t)(r + 1) * height / rows) - *y;
+}
+
+omni_status plot_write_png_grid(const plot_chart *const *charts, int n, int cols, int width, int height,
+                                const char *path) {
+    if (n <= 0 || cols <= 0 || width <= 0 || height <= 0 || width > 16384 || height > 16384)
+        return omni_fail(OMNI_ERR_USAGE, "plot: bad grid (%d charts, %d columns, %dx%d pixels)", n, cols, width, height);
+    cairo_surface_t *s = cairo_image_surface_create(CAIRO_FORMAT_ARGB32, width, height);
     cairo_t *cr = cairo_create(s);
     omni_status st = OMNI_OK;
     if (cairo_status(cr)) st = omni_fail(OMNI_ERR_NOMEM, "plot: cairo: %s", cairo_status_to_string(cairo_status(cr)));
@@ -675,9 +704,12 @@ omni_status plot_write_png_grid(const plot_chart *const *charts, int n, int cols
         cairo_paint(cr);
     }
     for (int i = 0; i < n && !st; i++) {
+        int x, y, w, h;
+        plot_grid_cell(n, cols, width, height, i, &x, &y, &w, &h);
+        if (w <= 0 || h <= 0) continue;
         cairo_save(cr);
-        cairo_translate(cr, (i % cols) * cell_w, (i / cols) * cell_h);
-        st = draw_chart(charts[i], cr, cell_w, cell_h);
+        cairo_translate(cr, x, y);
+        st = draw_chart(charts[i], cr, w, h);
         cairo_restore(cr);
     }
     cairo_destroy(cr);

@@ -70,11 +70,13 @@ typedef struct {
     int markers;        /* 1 = a filled circle at each point (default 1) */
 } plot_series;
 
-/* Pixel rectangle of the plot area (x0 < x1, y0 < y1, y grows downwards) and the axis ranges in data units. */
+/* Pixel rectangle of the plot area (x0 < x1, y0 < y1, y grows downwards), the axis ranges in data units, and
+ * the legend's box (drawn over the area; all 0 when there is no legend). */
 typedef struct {
     double x0, y0, x1, y1;
     double x_min, x_max, y_min, y_max;
     plot_scale x_scale, y_scale;
+    double legend_x0, legend_y0, legend_x1, legend_y1;
 } plot_frame;
 
 typedef struct plot_chart plot_chart;
@@ -91,6 +93,9 @@ omni_status plot_add_series(plot_chart *c, const plot_series *s, int *index);
 /* Replaces the points of series `index` (grows its storage only when n exceeds what it held). */
 omni_status plot_set_data(plot_chart *c, int index, const double *x, const double *y, int n);
 int plot_series_count(const plot_chart *c);
+/* Series i as stored (name, points, resolved colour, style; pointers valid until the series changes). Returns 0
+ * for a bad index. */
+int plot_get_series(const plot_chart *c, int i, plot_series *out);
 void plot_clear(plot_chart *c); /* removes every series */
 
 /* Default palette colour i (0xFFRRGGBB); bench and demo use the same colours for the same formats. */
@@ -110,9 +115,13 @@ omni_status plot_draw_argb(const plot_chart *c, uint32_t *pixels, int buf_w, int
 
 /* The chart alone as a width x height PNG (plot_params). */
 omni_status plot_write_png(const plot_chart *c, const char *path);
-/* n charts in a grid of `cols` columns, each cell_w x cell_h pixels, as one PNG (white between cells). */
-omni_status plot_write_png_grid(const plot_chart *const *charts, int n, int cols, int cell_w, int cell_h,
+/* n charts in a grid of `cols` columns as one width x height PNG; chart i fills cell i (row-major), see
+ * plot_grid_cell. */
+omni_status plot_write_png_grid(const plot_chart *const *charts, int n, int cols, int width, int height,
                                 const char *path);
+/* Cell i of an n-chart grid of `cols` columns over width x height pixels: (x, y, w, h); cells split the size
+ * as evenly as integers allow. */
+void plot_grid_cell(int n, int cols, int width, int height, int i, int *x, int *y, int *w, int *h);
 
 /* Tick label text of value v with a format (what the axes print; exposed for tables and tests). */
 const char *plot_format_value(double v, plot_format fmt, char *buf, int cap);

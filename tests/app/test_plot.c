@@ -92,11 +92,15 @@ static void test_linear(void) {
     CHECK(plot_get_frame(c, 640, 400, &f) == OMNI_OK, "frame");
     CHECK(f.x0 > 20 && f.x1 < 640 && f.y0 > 10 && f.y1 < 400 && f.x1 - f.x0 > 400 && f.y1 - f.y0 > 250,
           "plot area %.0f,%.0f - %.0f,%.0f", f.x0, f.y0, f.x1, f.y1);
+    CHECK(f.legend_x0 >= f.x0 && f.legend_x1 <= f.x1 && f.legend_y0 >= f.y0 && f.legend_y1 <= f.y1 &&
+          f.legend_x1 - f.legend_x0 > 40 && f.legend_y1 - f.legend_y0 > 20, "legend box %.0f,%.0f - %.0f,%.0f",
+          f.legend_x0, f.legend_y0, f.legend_x1, f.legend_y1);
     for (int i = 0; i < 4; i++) { /* each marker centre has the series colour */
         double px, py;
         CHECK(plot_frame_map(&f, x[i], y[i], &px, &py), "map");
         const unsigned char *q = pixel(&im, (int)px, (int)py);
         CHECK(dist(q, s.color) < 40, "point %d at (%.1f, %.1f): rgb %d %d %d", i, px, py, q[0], q[1], q[2]);
+        CHECK(px < f.legend_x0 || px > f.legend_x1 || py < f.legend_y0 || py > f.legend_y1, "legend hides %d", i);
     }
     double ax, ay, bx, by; /* linear mapping: x = 1.5 halfway between 1 and 2 */
     plot_frame_map(&f, 1, 0, &ax, &ay);
@@ -206,6 +210,7 @@ static void test_log_axes(void) {
 static void test_grid_and_formats(void) {
     plot_params p = plot_default_params();
     plot_chart *a, *b;
+    p.legend = PLOT_LEGEND_NONE;
     plot_init(&p, &a);
     p.y_scale = PLOT_LOG10;
     plot_init(&p, &b);
@@ -217,9 +222,23 @@ static void test_grid_and_formats(void) {
     const plot_chart *cs[3] = {a, b, a};
     char path[256];
     snprintf(path, sizeof path, "%s/grid.png", g_dir);
-    CHECK(plot_write_png_grid(cs, 3, 2, 300, 200, path) == OMNI_OK, "grid: %s", omni_last_error());
+    CHECK(plot_write_png_grid(cs, 3, 2, 601, 400, path) == OMNI_OK, "grid: %s", omni_last_error());
     image im = load_png(path);
-    CHECK(im.px && im.w == 600 && im.h == 400, "grid size %dx%d", im.w, im.h);
+    CHECK(im.px && im.w == 601 && im.h == 400, "grid size %dx%d", im.w, im.h);
+    int gx, gy, gw, gh;
+    plot_grid_cell(3, 2, 601, 400, 2, &gx, &gy, &gw, &gh);
+    CHECK(gx == 0 && gy == 200 && gw == 300 && gh == 200, "cell 2: %d %d %d %d", gx, gy, gw, gh);
+    plot_grid_cell(3, 2, 601, 400, 1, &gx, &gy, &gw, &gh);
+    CHECK(gx == 300 && gy == 0 && gw == 301 && gh == 200, "cell 1: %d %d %d %d", gx, gy, gw, gh);
+    if (im.px) { /* the empty fourth cell stays white; the third chart starts at y = 200 */
+        CHECK(dist(pixel(&im, 450, 300), 0xFFFFFFFFu) < 8, "empty cell not white");
+        plot_frame f;
+        plot_get_frame(a, 300, 200, &f);
+        CHECK(f.legend_x0 == 0 && f.legend_x1 == 0, "legend box without a legend");
+        double px, py;
+        plot_frame_map(&f, 2, 2, &px, &py);
+        CHECK(dist(pixel(&im, (int)px, 200 + (int)py), plot_palette(0)) < 40, "third chart's point");
+    }
     stbi_image_free(im.px);
     snprintf(path, sizeof path, "%s/no/such/dir/x.png", g_dir);
     CHECK(plot_write_png(a, path) == OMNI_ERR_INPUT, "unwritable path accepted");

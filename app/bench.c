@@ -1,0 +1,354 @@
+/* bench.c - omni bench results: list options, percentiles, copy bandwidth, roofline, table, CSV, chart. */
+#define _POSIX_C_SOURCE 200809L
+#include "app/bench.h"
+
+#include <errno.h>
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/status.h"
+#include "kvcache/kvcache.h"
+
+/* ---- options --------------------------------------------------------------------------------------------- */
+
+/* One count with an optional K (1024) or M (1048576) suffix. */
+static omni_status parse_count(const char *s, size_t len, const char *opt, int lo, int hi, int *out) {
+    char tok[32], *end;
+    if (len == 0 || len >= sizeof tok) return omni_fail(OMNI_ERR_USAGE, "%s: empty or overlong entry", opt);
+    memcpy(tok, s, len);
+    tok[len] = 0;
+    errno = 0;
+    long long v = strtoll(tok, &end, 10);
+    if (end != tok && (*end == 'K' || *end == 'k')) v *= 1024, end++;
+    else if (end != tok && (*end == 'M' || *end == 'm')) v *= 1048576, end++;
+    if (errno || end == tok || *end || v < lo || v > hi)
+        return omni_fail(OMNI_ERR_USAGE, "%s: '%s' is not a count in [%d, %d] (suffix K = 1024, M = 1048576)", opt,
+                         tok, lo, hi);
+    *out = (int)v;
+    return OMNI_OK;
+}
+
+omni_status bench_parse_counts(const char *s, const char *opt, int lo, int hi, int *out, int *n) {
+    *n = 0;
+    for (const char *p = s;; p++) {
+        const char *e = strchr(p, ',');
+        size_t len = e ? (size_t)(e - p) : strlen(p);
+        if (*n == BENCH_MAX_LIST) return omni_fail(OMNI_ERR_USAGE, "%s: more than %d entries", opt, BENCH_MAX_LIST);
+        int v = 0;
+        omni_status st = parse_count(p, len, opt, lo, hi, &v);
+        if (st) return st;
+        for (int i = 0; i < *n; i++)
+            if (out[i] == v) return omni_fail(OMNI_ERR_USAGE, "%s: %d is listed twice", opt, v);
+        out[(*n)++] = v;
+        if (!e) return OMNI_OK;
+        p = e;
+    }
+}
+
+omni_status bench_parse_formats(const char *s, char out[][BENCH_NAME], int *n) {
+    *n = 0;
+    for (const char *p = s;; p++) {
+        const char *e = strchr(p, ',');
+        size_t len = e ? (size_t)(e - p) : strlen(p);
+        if (*n == BENCH_MAX_LIST) return omni_fail(OMNI_ERR_USAGE, "--kv: more than %d formats", BENCH_MAX_LIST);
+        if (len == 0 || len >= BENCH_NAME) return omni_fail(OMNI_ERR_USAGE, "--kv: empty or overlong format name");
+        memcpy(out[*n], p, len);
+        out[*n][len] = 0;
+        kv_format f;
+        if (kv_parse_mode(out[*n], &f)) return omni_fail(OMNI_ERR_USAGE, "--kv: %s", omni_last_error());
+        for (int i = 0; i < *n; i++)
+            if (!strcmp(out[i], out[*n])) return omni_fail(OMNI_ERR_USAGE, "--kv: %s is listed twice", out[i]);
+        (*n)++;
+        if (!e) return OMNI_OK;
+        p = e;
+    }
+}
+
+/* ---- measurement helpers --------------------------------------------------------------------------------- */
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+double bench_percentile(const double *v, int n, double q) {
+    double *s = malloc(sizeof(double) * (size_t)n);
+    if (!s) return NAN;
+    memcpy(s, v, sizeof(double) * (size_t)n);
+    qsort(s, (size_t)n, sizeof(double), cmp_double);
+    int k = (int)ceil(q / 100.0 * n) - 1; /* nearest rank */
+    double r = s[k < 0 ? 0 : k >= n ? n - 1 : k];
+    free(s);
+    return r;
+}
+
+static void copy_parallel(char *dst, const char *src, size_t bytes, int threads) {
+    const int chunks = 256;
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (int i = 0; i < chunks; i++) {
+        size_t a = bytes * (size_t)i / chunks, b = bytes * (size_t)(i + 1) / chunks;
+        memcpy(dst + a, src + a, b - a);
+    }
+}
+
+omni_status bench_copy_bandwidth(size_t bytes, int threads, double *gb_s) {
+    char *src = malloc(bytes), *dst = malloc(bytes);
+    if (!src || !dst) {
+        free(src);
+        free(dst);
+        return omni_fail(OMNI_ERR_NOMEM, "out of memory (bandwidth buffers of %.0f MiB)", bytes / 1048576.0);
+    }
+    if (threads < 1) threads = 1;
+    memset(src, 1, bytes); /* touch every page before timing */
+    memset(dst, 0, bytes);
+    double t[5];
+    copy_parallel(dst, src, bytes, threads);
+    for (int r = 0; r < 5; r++) {
+        double t0 = omni_time_ms();
+        copy_parallel(dst, src, bytes, threads);
+        t[r] = omni_time_ms() - t0;
+    }
+    double ms = bench_percentile(t, 5, 50);
+    int ok = dst[bytes / 2] == 1; /* the copy happened (and cannot be optimised away) */
+    free(src);
+    free(dst);
+    if (!ok || !(ms > 0)) return omni_fail(OMNI_ERR_RUNTIME, "bandwidth measurement failed");
+    *gb_s = 2.0 * (double)bytes / (ms * 1e-3) / 1e9;
+    return OMNI_OK;
+}
+
+void bench_roofline(bench_point *p, double kv_mib_decode, double bw_gb_s) {
+    p->step_mib = p->weights_mib + kv_mib_decode;
+    double step_s = p->step_mib * 1048576.0 / (bw_gb_s * 1e9);
+    p->roofline_tok_s = step_s > 0 ? p->batch / step_s : NAN;
+    p->roofline_pct = p->roofline_tok_s > 0 ? 100.0 * p->decode_tok_s / p->roofline_tok_s : NAN;
+}
+
+/* ---- results --------------------------------------------------------------------------------------------- */
+
+static omni_status grow(void **arr, int n, size_t elem) {
+    if (n & (n - 1)) return OMNI_OK; /* capacity doubles at powers of two */
+    void *a = realloc(*arr, elem * (size_t)(n ? 2 * n : 1));
+    if (!a) return omni_fail(OMNI_ERR_NOMEM, "out of memory");
+    *arr = a;
+    return OMNI_OK;
+}
+
+omni_status bench_add_point(bench_results *r, const bench_point *p) {
+    omni_status st = grow((void **)&r->points, r->n_points, sizeof *p);
+    if (!st) r->points[r->n_points++] = *p;
+    return st;
+}
+
+omni_status bench_add_fit(bench_results *r, const bench_fit *f) {
+    omni_status st = grow((void **)&r->fits, r->n_fits, sizeof *f);
+    if (!st) r->fits[r->n_fits++] = *f;
+    return st;
+}
+
+void bench_results_free(bench_results *r) {
+    free(r->points);
+    free(r->fits);
+    r->points = NULL;
+    r->fits = NULL;
+    r->n_points = r->n_fits = 0;
+}
+
+/* ---- table and CSV --------------------------------------------------------------------------------------- */
+
+void bench_print_table(FILE *f, const bench_results *r) {
+    fprintf(f, "omni bench: %s on %s (%d threads), memory bandwidth %.1f GB/s (copy of %.0f MiB, read + write)\n\n",
+            r->model, r->device, r->threads, r->bw_gb_s, r->bw_mib);
+    if (r->n_points) {
+        fprintf(f, "| kv    | batch |    ctx | decode tok/s | step p50 ms | step p99 ms | prefill tok/s |  TTFT ms |"
+                   "    KV MiB | step MiB | roofline tok/s | %% roofline |\n");
+        fprintf(f, "|-------|------:|-------:|-------------:|------------:|------------:|--------------:|---------:|"
+                   "----------:|---------:|---------------:|-----------:|\n");
+    }
+    for (int i = 0; i < r->n_points; i++) {
+        const bench_point *p = &r->points[i];
+        fprintf(f, "| %-5s | %5d | %6d | %12.2f | %11.3f | %11.3f | %13.1f | %8.2f | %9.2f | %8.1f | %14.1f | %9.1f%% |\n",
+                p->kv, p->batch, p->ctx, p->decode_tok_s, p->step_ms_p50, p->step_ms_p99, p->prefill_tok_s,
+                p->ttft_ms, p->kv_mib, p->step_mib, p->roofline_tok_s, p->roofline_pct);
+    }
+    if (r->n_fits) {
+        fprintf(f, "%s| kv    |    ctx | KV budget GiB | KV MiB/seq | fits (engine) | fits (budget) |\n",
+                r->n_points ? "\n" : "");
+        fprintf(f, "|-------|-------:|--------------:|-----------:|--------------:|--------------:|\n");
+    }
+    for (int i = 0; i < r->n_fits; i++) {
+        const bench_fit *x = &r->fits[i];
+        fprintf(f, "| %-5s | %6d | %13.3f | %10.3f | %13d | %13d |\n", x->kv, x->ctx, x->kv_mem_gib, x->seq_kv_mib,
+                x->fits, x->fits_budget);
+    }
+}
+
+#define CSV_HEADER                                                                                             \
+    "kind,model,device,kv,batch,ctx,steps,decode_tok_s,step_ms_p50,step_ms_p99,prefill_tok_s,ttft_ms,kv_mib,"  \
+    "weights_mib,step_mib,bw_gb_s,roofline_tok_s,roofline_pct,kv_mem_gib,seq_kv_mib,fits,fits_budget\n"
+
+omni_status bench_write_csv(const char *path, const bench_results *r) {
+    FILE *f = fopen(path, "w");
+    if (!f) return omni_fail(OMNI_ERR_INPUT, "cannot write %s: %s", path, strerror(errno));
+    fputs(CSV_HEADER, f);
+    for (int i = 0; i < r->n_points; i++) {
+        const bench_point *p = &r->points[i];
+        fprintf(f, "point,%s,%s,%s,%d,%d,%d,%.4f,%.5f,%.5f,%.3f,%.4f,%.4f,%.4f,%.4f,%.3f,%.4f,%.3f,,,,\n", r->model,
+                r->device, p->kv, p->batch, p->ctx, p->steps, p->decode_tok_s, p->step_ms_p50, p->step_ms_p99,
+                p->prefill_tok_s, p->ttft_ms, p->kv_mib, p->weights_mib, p->step_mib, r->bw_gb_s, p->roofline_tok_s,
+                p->roofline_pct);
+    }
+    for (int i = 0; i < r->n_fits; i++) {
+        const bench_fit *x = &r->fits[i];
+        fprintf(f, "fit,%s,%s,%s,,%d,,,,,,,,,,%.3f,,,%.4f,%.5f,%d,%d\n", r->model, r->device, x->kv, x->ctx, r->bw_gb_s,
+                x->kv_mem_gib, x->seq_kv_mib, x->fits, x->fits_budget);
+    }
+    int bad = ferror(f);
+    if (fclose(f) || bad) return omni_fail(OMNI_ERR_RUNTIME, "write failed: %s", path);
+    return OMNI_OK;
+}
+
+/* ---- chart ----------------------------------------------------------------------------------------------- */
+
+/* KV formats in order of first appearance (points, then fits): their index picks the colour. */
+static int format_list(const bench_results *r, const char **names) {
+    int n = 0;
+    for (int i = 0; i < r->n_points + r->n_fits; i++) {
+        const char *k = i < r->n_points ? r->points[i].kv : r->fits[i - r->n_points].kv;
+        int seen = 0;
+        for (int j = 0; j < n; j++) seen |= !strcmp(names[j], k);
+        if (!seen && n < BENCH_MAX_LIST) names[n++] = k;
+    }
+    return n;
+}
+
+typedef enum { BY_CTX, BY_BATCH } bench_axis;
+typedef enum { Y_TOK_S, Y_ROOFLINE, Y_KV_MIB, Y_STEP_P50, Y_FITS } bench_y;
+
+static double point_y(const bench_point *p, bench_y y) {
+    switch (y) {
+    case Y_TOK_S: return p->decode_tok_s;
+    case Y_ROOFLINE: return p->roofline_tok_s;
+    case Y_KV_MIB: return p->kv_mib;
+    default: return p->step_ms_p50;
+    }
+}
+
+typedef struct {
+    double x[BENCH_MAX_LIST * BENCH_MAX_LIST], y[BENCH_MAX_LIST * BENCH_MAX_LIST];
+    int n;
+} xy;
+
+static void sort_xy(xy *d) { /* insertion sort by x (a few dozen points) */
+    for (int i = 1; i < d->n; i++)
+        for (int j = i; j > 0 && d->x[j - 1] > d->x[j]; j--) {
+            double tx = d->x[j], ty = d->y[j];
+            d->x[j] = d->x[j - 1], d->y[j] = d->y[j - 1];
+            d->x[j - 1] = tx, d->y[j - 1] = ty;
+        }
+}
+
+/* The points of one format along one axis, the other coordinate fixed at `fixed`. */
+static void gather(const bench_results *r, const char *kv, bench_axis ax, int fixed, bench_y y, xy *d) {
+    d->n = 0;
+    if (y == Y_FITS) {
+        for (int i = 0; i < r->n_fits; i++)
+            if (!strcmp(r->fits[i].kv, kv) && d->n < (int)(sizeof d->x / sizeof d->x[0]))
+                d->x[d->n] = r->fits[i].ctx, d->y[d->n++] = r->fits[i].fits;
+    } else {
+        for (int i = 0; i < r->n_points; i++) {
+            const bench_point *p = &r->points[i];
+            if (strcmp(p->kv, kv) || (ax == BY_CTX ? p->batch : p->ctx) != fixed) continue;
+            if (d->n < (int)(sizeof d->x / sizeof d->x[0])) d->x[d->n] = ax == BY_CTX ? p->ctx : p->batch, d->y[d->n++] = point_y(p, y);
+        }
+    }
+    sort_xy(d);
+}
+
+typedef struct {
+    const char *title, *y_label;
+    bench_axis ax;
+    int fixed;
+    bench_y y;
+    plot_scale y_scale;
+    int roofline;
+} panel;
+
+static omni_status make_panel(const bench_results *r, const panel *pn, plot_chart **out) {
+    const char *names[BENCH_MAX_LIST];
+    int nf = format_list(r, names);
+    plot_params p = plot_default_params();
+    p.title = pn->title;
+    p.x_label = pn->ax == BY_CTX ? "context (tokens)" : "batch (sequences)";
+    p.y_label = pn->y_label;
+    p.x_scale = PLOT_LOG2;
+    p.x_format = pn->ax == BY_CTX ? PLOT_FMT_BINARY : PLOT_FMT_AUTO;
+    p.y_scale = pn->y_scale;
+    omni_status st = plot_init(&p, out);
+    xy *d = malloc(sizeof *d);
+    if (!st && !d) st = omni_fail(OMNI_ERR_NOMEM, "out of memory");
+    for (int pass = pn->roofline ? 0 : 1; pass < 2 && !st; pass++) /* rooflines first: measured points on top */
+        for (int i = 0; i < nf && !st; i++) {
+            char name[BENCH_NAME + 16];
+            gather(r, names[i], pn->ax, pn->fixed, pass ? pn->y : Y_ROOFLINE, d);
+            snprintf(name, sizeof name, pass ? "%s" : "%s roofline", names[i]);
+            plot_series s = plot_default_series();
+            s.name = name;
+            s.x = d->x, s.y = d->y, s.n = d->n;
+            s.color = plot_palette(i);
+            if (!pass) s.dashed = 1, s.markers = 0, s.line_width = 1.5;
+            st = plot_add_series(*out, &s, NULL);
+        }
+    free(d);
+    if (st) {
+        plot_free(*out);
+        *out = NULL;
+    }
+    return st;
+}
+
+omni_status bench_make_charts(const bench_results *r, plot_chart **charts) {
+    int bmax = 0, bmin = 0, cmin = 0;
+    for (int i = 0; i < r->n_points; i++) {
+        const bench_point *p = &r->points[i];
+        if (!i || p->batch > bmax) bmax = p->batch;
+        if (!i || p->batch < bmin) bmin = p->batch;
+        if (!i || p->ctx < cmin) cmin = p->ctx;
+    }
+    double gib = r->n_fits ? r->fits[0].kv_mem_gib : 0;
+    char t[BENCH_CHARTS][96];
+    snprintf(t[0], sizeof t[0], "decode tokens/s vs context (batch %d)", bmax);
+    snprintf(t[1], sizeof t[1], "decode tokens/s vs batch (context %d)", cmin);
+    snprintf(t[2], sizeof t[2], "sequences that fit in %.3g GiB of KV", gib);
+    snprintf(t[3], sizeof t[3], "KV cache MiB vs context (batch %d)", bmax);
+    snprintf(t[4], sizeof t[4], "KV cache MiB vs batch (context %d)", cmin);
+    snprintf(t[5], sizeof t[5], "decode step p50 vs context (batch %d)", bmin);
+    const panel pn[BENCH_CHARTS] = {
+        {t[0], "tokens/s", BY_CTX, bmax, Y_TOK_S, PLOT_LINEAR, 1},
+        {t[1], "tokens/s", BY_BATCH, cmin, Y_TOK_S, PLOT_LINEAR, 1},
+        {t[2], "sequences", BY_CTX, 0, Y_FITS, PLOT_LOG2, 0},
+        {t[3], "MiB", BY_CTX, bmax, Y_KV_MIB, PLOT_LOG10, 0},
+        {t[4], "MiB", BY_BATCH, cmin, Y_KV_MIB, PLOT_LOG10, 0},
+        {t[5], "ms", BY_CTX, bmin, Y_STEP_P50, PLOT_LINEAR, 0},
+    };
+    for (int i = 0; i < BENCH_CHARTS; i++) charts[i] = NULL;
+    for (int i = 0; i < BENCH_CHARTS; i++) {
+        omni_status st = make_panel(r, &pn[i], &charts[i]);
+        if (st) {
+            for (int j = 0; j < i; j++) plot_free(charts[j]);
+            return st;
+        }
+    }
+    return OMNI_OK;
+}
+
+omni_status bench_write_png(const char *path, const bench_results *r, int width, int height) {
+    plot_chart *c[BENCH_CHARTS];
+    omni_status st = bench_make_charts(r, c);
+    if (st) return st;
+    st = plot_write_png_grid((const plot_chart *const *)c, BENCH_CHARTS, BENCH_CHART_COLS, width, height, path);
+    for (int i = 0; i < BENCH_CHARTS; i++) plot_free(c[i]);
+    return st;
+}

@@ -1,0 +1,102 @@
+/* bench.h - results of `omni bench` and everything made from them: the table (stdout), the CSV, the chart
+ * (PNG, app/plot), plus the pieces of the measurement that need no model: list options, percentiles, the
+ * memory-copy bandwidth that the roofline is taken against, and the weight bytes one decode step reads.
+ * The measurement loop itself (through the engine) is app/cmd_bench.c.
+ *
+ * CSV (one header line, then one row per measured point and one per fits-count; columns in this order, empty
+ * where a column does not apply to the row's kind; documented in README.md and bench/README.md):
+ *   kind            "point" (a decode/prefill measurement) or "fit" (sequences that fit in the KV budget)
+ *   model, device   model directory name or "random:<config dir>"; cpu | cuda
+ *   kv              KV cache format (bf16, int2, ...)
+ *   batch, ctx      sequences decoding together; tokens in each sequence's cache when decoding starts
+ *   steps           decode steps measured
+ *   decode_tok_s    batch * steps / decode time
+ *   step_ms_p50, step_ms_p99   decode step latency percentiles (nearest rank)
+ *   prefill_tok_s   prompt tokens / prefill time (all batch * ctx tokens)
+ *   ttft_ms         time to first token: request submitted -> its first sampled token, mean over the batch
+ *   kv_mib          KV bytes in use (pages, all sequences) once the prompts are in the cache
+ *   weights_mib     weight bytes one decode step reads (embedding rows excluded unless tied; MoE: expected
+ *                   distinct experts under uniform routing)
+ *   step_mib        weights_mib + mean KV MiB in use during the decode (the bytes a step must read)
+ *   bw_gb_s         memory bandwidth measured at start (copy, read + write counted), 1e9 B/s
+ *   roofline_tok_s  batch / (step bytes / bandwidth): the speed limit of this point
+ *   roofline_pct    100 * decode_tok_s / roofline_tok_s
+ *   kv_mem_gib      the KV budget of the fits-count (GiB = 2^30 B)
+ *   seq_kv_mib      KV bytes one sequence of ctx tokens takes (page allocator arithmetic)
+ *   fits            sequences of ctx tokens the engine admitted at once within kv_mem_gib
+ *   fits_budget     the same count from the page allocator's budget arithmetic (must equal fits)
+ */
+#ifndef OMNI_APP_BENCH_H
+#define OMNI_APP_BENCH_H
+
+#include <stddef.h>
+#include <stdio.h>
+
+#include "app/plot/plot.h"
+#include "kernels/status.h"
+
+#define BENCH_MAX_LIST 16 /* entries per --kv / --batch / --ctx list */
+#define BENCH_NAME 32
+
+typedef struct {
+    char kv[BENCH_NAME];
+    int batch, ctx, steps;
+    double decode_tok_s, step_ms_p50, step_ms_p99, prefill_tok_s, ttft_ms;
+    double kv_mib, weights_mib, step_mib, roofline_tok_s, roofline_pct;
+} bench_point;
+
+typedef struct {
+    char kv[BENCH_NAME];
+    int ctx;
+    double kv_mem_gib, seq_kv_mib;
+    int fits, fits_budget;
+} bench_fit;
+
+typedef struct {
+    char model[256], device[16];
+    int threads;
+    double bw_gb_s;  /* measured memory bandwidth (read + write), 1e9 B/s */
+    double bw_mib;   /* buffer size of that measurement */
+    int n_points, n_fits;
+    bench_point *points; /* [n_points] (owned) */
+    bench_fit *fits;     /* [n_fits] (owned) */
+} bench_results;
+
+/* "1,8,48" / "4K,32K,128K" (K = 1024, M = 1048576) -> values in [lo, hi], at most BENCH_MAX_LIST, no repeats,
+ * kept in the given order. Errors name the option. */
+omni_status bench_parse_counts(const char *s, const char *opt, int lo, int hi, int *out, int *n);
+/* "bf16,int2" -> format names (each must be a valid --kv mode). */
+omni_status bench_parse_formats(const char *s, char out[][BENCH_NAME], int *n);
+
+/* Nearest-rank percentile (q in [0, 100]) of v[n] (n > 0); v is not modified. */
+double bench_percentile(const double *v, int n, double q);
+
+/* CPU memory bandwidth: copies a `bytes` buffer to another with `threads` OpenMP threads (warm-up, then the
+ * median of 5), counting read + write: 2 * bytes / time, in 1e9 B/s. OMNI_ERR_NOMEM when the buffers cannot be
+ * allocated. */
+omni_status bench_copy_bandwidth(size_t bytes, int threads, double *gb_s);
+
+/* Roofline of a point: decode steps cannot be faster than step_bytes / bandwidth. Fills step_mib, roofline_tok_s
+ * and roofline_pct from weights_mib, the mean KV MiB during the decode, decode_tok_s and bw_gb_s. */
+void bench_roofline(bench_point *p, double kv_mib_decode, double bw_gb_s);
+
+/* Appends a point / a fits row (grows the arrays). */
+omni_status bench_add_point(bench_results *r, const bench_point *p);
+omni_status bench_add_fit(bench_results *r, const bench_fit *f);
+void bench_results_free(bench_results *r);
+
+/* The table (markdown, readable as text) on f: header line, points, fits. */
+void bench_print_table(FILE *f, const bench_results *r);
+/* The CSV described above. */
+omni_status bench_write_csv(const char *path, const bench_results *r);
+
+/* The chart: BENCH_CHARTS panels in a grid of BENCH_CHART_COLS columns: decode tokens/s vs context (largest
+ * batch) and vs batch (smallest context) with dashed rooflines, sequences that fit vs context, KV MiB vs context
+ * and vs batch, step latency p50 vs context (smallest batch). One colour per KV format (plot_palette(index in
+ * the run's order of formats)). charts[] receives the panels (caller frees each with plot_free). */
+#define BENCH_CHARTS 6
+#define BENCH_CHART_COLS 3
+omni_status bench_make_charts(const bench_results *r, plot_chart **charts);
+omni_status bench_write_png(const char *path, const bench_results *r, int width, int height);
+
+#endif
