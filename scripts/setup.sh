@@ -8,7 +8,7 @@ mode=${1:-run}
 
 PKGS="build-essential cmake pkg-config libopenblas-dev libcjson-dev libpcre2-dev libutf8proc-dev libstb-dev
 libsndfile1-dev libavformat-dev libavcodec-dev libswresample-dev libavutil-dev libfftw3-dev libsdl2-dev
-libsdl2-ttf-dev fonts-dejavu-core libcmocka-dev libjpeg-dev libcairo2-dev"
+libsdl2-ttf-dev fonts-dejavu-core libcmocka-dev libjpeg-dev libcairo2-dev libmicrohttpd-dev python3-venv"
 missing=""
 for p in $PKGS; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
@@ -27,6 +27,19 @@ build() { # build DIR [cmake args...]
   cmake --build "$dir" -j"$jobs"
 }
 
+# build/venv: a Python virtual environment with the official `openai` client, which the `omni serve` tests drive
+# (they report SKIP when it is missing, e.g. without access to PyPI).
+make_venv() {
+  if [ -x build/venv/bin/python ] && build/venv/bin/python -c "import openai" 2>/dev/null; then return 0; fi
+  rm -rf build/venv
+  if python3 -m venv build/venv >&2 && build/venv/bin/pip install -q --disable-pip-version-check openai >&2; then
+    echo "setup: build/venv has the openai client" >&2
+  else
+    echo "setup: warning: cannot create build/venv with the openai package: the omni serve client tests will SKIP" >&2
+    rm -rf build/venv
+  fi
+}
+
 case "$mode" in
   run)
     build build -DOMNI_CUDA=AUTO
@@ -37,6 +50,7 @@ case "$mode" in
   test)
     # CUDA code is compiled when nvcc is present (OMNI_CUDA=AUTO); GPU tests report SKIP (77) without a GPU.
     build build -DOMNI_CUDA=AUTO
+    make_venv
     (cd build && ctest --output-on-failure -j"$jobs" --timeout 900)
     # Second pass with AddressSanitizer + UndefinedBehaviorSanitizer (leaks, overflows, UB).
     build build-asan -DOMNI_SANITIZE=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo -DOMNI_CUDA=OFF

@@ -1,0 +1,544 @@
+/* test_server_http.c - the HTTP layer of `omni serve` (app/server/http.c) against a scripted backend, through raw
+ * sockets on 127.0.0.1 (port 0: a free one): routing (404/405), API key (401), body limit (413), bad JSON (400),
+ * whole and streamed (SSE, chunked) answers with usage, stop sequences (cut + backend job cancelled), 16
+ * concurrent streams interleaving, a client leaving mid-stream (its job cancelled, its "pages" back in /metrics),
+ * the queue limit (503), the request timeout (408); the server answers /health after every failure.
+ *
+ * The scripted backend plays the engine: a worker thread runs up to MAX_RUNNING (16) jobs round-robin, one token per
+ * job per step ("t0 ", "t1 ", ... 1 ms apart), holds PAGES_PER_JOB pages per running job, queues the rest, and
+ * honours cancel within one step. The real engine is tested through the program in test_serve_openai. */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <cjson/cJSON.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "app/server/server.h"
+#include "check.h"
+
+#define MAX_RUNNING 16
+#define MAX_JOBS 64
+#define PAGES_PER_JOB 3
+#define TOTAL_PAGES 100
+
+/* ---- scripted backend ------------------------------------------------------------------------------------------ */
+
+typedef struct {
+    srv_job *job;
+    int max_tokens, emitted, cancelled, used;
+} fake_job;
+
+typedef struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    pthread_t th;
+    fake_job jobs[MAX_JOBS];
+    int n, stop, hold; /* hold: queued jobs are not started (to fill the queue) */
+    int cancels;       /* jobs that ended by cancel */
+} fake_backend;
+
+/* Job slots 0..n-1 in arrival order; the first MAX_RUNNING live ones run (unless held). */
+static int is_running(fake_backend *b, int k) {
+    if (b->hold) return 0;
+    int rank = 0;
+    for (int i = 0; i < k; i++) rank += b->jobs[i].job != NULL;
+    return rank < MAX_RUNNING;
+}
+
+static void *fake_worker(void *arg) {
+    fake_backend *b = arg;
+    pthread_mutex_lock(&b->mu);
+    while (!b->stop) {
+        int any = 0;
+        for (int i = 0; i < b->n; i++) {
+            fake_job *f = &b->jobs[i];
+            if (!f->job || (!is_running(b, i) && !f->cancelled)) continue;
+            any = 1;
+            srv_job *j = f->job;
+            if (f->cancelled || f->emitted >= f->max_tokens) {
+                srv_job_end end = {f->cancelled ? SRV_FINISH_NONE : SRV_FINISH_LENGTH, 0, {0}, 1.0, 2.0};
+                b->cancels += f->cancelled;
+                f->job = NULL;
+                srv_job_done(j, &end);
+                continue;
+            }
+            char t[32];
+            snprintf(t, sizeof t, "t%d ", f->emitted++);
+            srv_job_token(j, t, strlen(t));
+        }
+        while (b->n > 0 && !b->jobs[b->n - 1].job) b->n--; /* compact the tail */
+        if (any) {
+            pthread_mutex_unlock(&b->mu);
+            usleep(1000);
+            pthread_mutex_lock(&b->mu);
+        } else {
+            pthread_cond_wait(&b->cv, &b->mu);
+        }
+    }
+    pthread_mutex_unlock(&b->mu);
+    return NULL;
+}
+
+static omni_status fake_submit(void *ctx, const srv_request *req, srv_job *job, int *prompt_tokens, srv_error *err) {
+    fake_backend *b = ctx;
+    if (strstr(req->prompt, "FAILME"))
+        return srv_error_set(err, 400, "invalid_request_error", NULL, "messages", "the backend refused it");
+    pthread_mutex_lock(&b->mu);
+    if (b->n == MAX_JOBS) {
+        pthread_mutex_unlock(&b->mu);
+        return srv_error_set(err, 503, "server_error", NULL, NULL, "full");
+    }
+    int k = b->n++;
+    b->jobs[k] = (fake_job){job, req->max_tokens, 0, 0, 1};
+    srv_job_set_backend_data(job, &b->jobs[k]);
+    *prompt_tokens = (int)strlen(req->prompt);
+    pthread_cond_broadcast(&b->cv);
+    pthread_mutex_unlock(&b->mu);
+    return OMNI_OK;
+}
+
+static void fake_cancel(void *ctx, srv_job *job) {
+    fake_backend *b = ctx;
+    pthread_mutex_lock(&b->mu);
+    for (int i = 0; i < b->n; i++)
+        if (b->jobs[i].job == job) b->jobs[i].cancelled = 1;
+    pthread_cond_broadcast(&b->cv);
+    pthread_mutex_unlock(&b->mu);
+}
+
+static void fake_stats(void *ctx, srv_metrics *m) {
+    fake_backend *b = ctx;
+    pthread_mutex_lock(&b->mu);
+    int live = 0, run = 0;
+    for (int i = 0; i < b->n; i++)
+        if (b->jobs[i].job) {
+            live++;
+            run += is_running(b, i);
+        }
+    pthread_mutex_unlock(&b->mu);
+    m->running = run;
+    m->queued = live - run;
+    m->n_kv = 1;
+    snprintf(m->kv[0].name, sizeof m->kv[0].name, "int2");
+    m->kv[0].pages_used = (int64_t)run * PAGES_PER_JOB;
+    m->kv[0].pages_free = TOTAL_PAGES - m->kv[0].pages_used;
+}
+
+/* ---- a tiny HTTP client ------------------------------------------------------------------------------------------- */
+
+static int g_port;
+
+static int connect_server(void) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {0};
+    a.sin_family = AF_INET;
+    a.sin_port = htons((uint16_t)g_port);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    struct timeval tv = {20, 0}; /* never hang: every read gives up after 20 s */
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    if (connect(fd, (struct sockaddr *)&a, sizeof a)) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+static int send_request(int fd, const char *method, const char *path, const char *key, const char *body, size_t blen) {
+    char head[1024];
+    int n = snprintf(head, sizeof head, "%s %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n%s%s%s"
+                     "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n", method, path,
+                     key ? "Authorization: Bearer " : "", key ? key : "", key ? "\r\n" : "", blen);
+    if (write(fd, head, (size_t)n) != n) return -1;
+    size_t o = 0;
+    while (o < blen) {
+        ssize_t w = write(fd, body + o, blen - o);
+        if (w <= 0) return -1;
+        o += (size_t)w;
+    }
+    return 0;
+}
+
+typedef struct {
+    int status;
+    char *body;   /* de-chunked */
+    size_t len;
+} http_resp;
+
+static void dechunk(http_resp *r, char *raw, size_t n) {
+    char *out = malloc(n + 1), *p = raw, *end = raw + n;
+    size_t o = 0;
+    while (p < end) {
+        size_t sz = strtoul(p, NULL, 16);
+        char *nl = strstr(p, "\r\n");
+        if (!nl || sz == 0) break;
+        p = nl + 2;
+        if (p + sz > end) sz = (size_t)(end - p);
+        memcpy(out + o, p, sz);
+        o += sz;
+        p += sz + 2;
+    }
+    out[o] = 0;
+    r->body = out;
+    r->len = o;
+}
+
+static http_resp read_response(int fd) {
+    http_resp r = {0};
+    size_t cap = 4096, n = 0;
+    char *raw = malloc(cap);
+    for (;;) {
+        if (n + 1024 > cap) raw = realloc(raw, cap *= 2);
+        ssize_t k = read(fd, raw + n, cap - n - 1);
+        if (k <= 0) break;
+        n += (size_t)k;
+    }
+    raw[n] = 0;
+    close(fd);
+    char *hend = strstr(raw, "\r\n\r\n");
+    if (sscanf(raw, "HTTP/1.%*d %d", &r.status) != 1 || !hend) {
+        r.status = -1;
+        r.body = strdup("");
+        free(raw);
+        return r;
+    }
+    *hend = 0;
+    char *b = hend + 4;
+    if (strcasestr(raw, "Transfer-Encoding: chunked")) dechunk(&r, b, n - (size_t)(b - raw));
+    else {
+        r.len = n - (size_t)(b - raw);
+        r.body = malloc(r.len + 1);
+        memcpy(r.body, b, r.len);
+        r.body[r.len] = 0;
+    }
+    free(raw);
+    return r;
+}
+
+static http_resp request(const char *method, const char *path, const char *key, const char *body) {
+    int fd = connect_server();
+    if (fd < 0 || send_request(fd, method, path, key, body ? body : "", body ? strlen(body) : 0)) {
+        if (fd >= 0) close(fd);
+        return (http_resp){-1, strdup(""), 0};
+    }
+    return read_response(fd);
+}
+
+#define KEY "sekret"
+
+static void expect_error(const char *what, http_resp r, int status, const char *code) {
+    cJSON *j = cJSON_Parse(r.body), *e = cJSON_GetObjectItem(j, "error");
+    CHECK(r.status == status, "%s: status %d, want %d: %s", what, r.status, status, r.body);
+    CHECK(cJSON_IsString(cJSON_GetObjectItem(e, "message")) && cJSON_IsString(cJSON_GetObjectItem(e, "type")) &&
+              cJSON_GetObjectItem(e, "param") && cJSON_GetObjectItem(e, "code"),
+          "%s: not an OpenAI error JSON: %s", what, r.body);
+    if (code) CHECK(!strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(e, "code")) ?: "", code), "%s: code: %s", what,
+                    r.body);
+    cJSON_Delete(j);
+    free(r.body);
+}
+
+static void expect_health(const char *after) {
+    http_resp r = request("GET", "/health", NULL, NULL);
+    CHECK(r.status == 200 && strstr(r.body, "ok"), "health after %s: %d %s", after, r.status, r.body);
+    free(r.body);
+}
+
+/* Body of a chat request with max_tokens n (and extra fields). */
+static char *chat_body(int n, int stream, const char *extra) {
+    char *b = malloc(512);
+    snprintf(b, 512, "{\"model\":\"fake\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":%d,"
+             "\"stream\":%s%s%s}", n, stream ? "true" : "false", extra ? "," : "", extra ? extra : "");
+    return b;
+}
+
+static char *expected_text(int n) {
+    char *t = calloc((size_t)n * 8 + 1, 1);
+    for (int i = 0; i < n; i++) sprintf(t + strlen(t), "t%d ", i);
+    return t;
+}
+
+/* Concatenate the deltas of an SSE body; check the framing, [DONE] at the end, the finish reason and usage.
+ * Called from several threads: problems are reported through *ok (0) and stderr, not CHECK. */
+static char *stream_text(const char *body, char *finish, int *usage_total, int *ok) {
+    char *text = calloc(strlen(body) + 1, 1);
+    const char *p = body;
+    int done = 0;
+    finish[0] = 0;
+    *usage_total = -1;
+    while (*p) {
+        const char *e = strstr(p, "\n\n");
+        if (strncmp(p, "data: ", 6) || !e) {
+            fprintf(stderr, "bad SSE framing at: %.40s\n", p);
+            break;
+        }
+        if (!strncmp(p, "data: [DONE]\n\n", 14)) {
+            done = p[14] == 0;
+            break;
+        }
+        char *js = strndup(p + 6, (size_t)(e - p - 6));
+        cJSON *j = cJSON_Parse(js), *c = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "choices"), 0);
+        if (!j || strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(j, "object")) ?: "", "chat.completion.chunk")) {
+            fprintf(stderr, "not a chunk: %s\n", js);
+            done = -1;
+        }
+        const char *d = cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetObjectItem(c, "delta"), "content"));
+        if (d) strcat(text, d);
+        const char *f = cJSON_GetStringValue(cJSON_GetObjectItem(c, "finish_reason"));
+        if (f) snprintf(finish, 16, "%s", f);
+        cJSON *u = cJSON_GetObjectItem(j, "usage");
+        if (u) *usage_total = cJSON_GetObjectItem(u, "total_tokens")->valueint;
+        cJSON_Delete(j);
+        free(js);
+        p = e + 2;
+    }
+    if (done != 1) fprintf(stderr, "stream without [DONE] at its end, or a bad chunk\n");
+    *ok = done == 1;
+    return text;
+}
+
+/* ---- the tests --------------------------------------------------------------------------------------------------- */
+
+static void test_routes(void) {
+    http_resp r = request("GET", "/health", NULL, NULL);
+    CHECK(r.status == 200, "health %d", r.status);
+    free(r.body);
+    expect_error("no key", request("GET", "/v1/models", NULL, NULL), 401, "invalid_api_key");
+    expect_error("wrong key", request("GET", "/v1/models", "sekreT", NULL), 401, "invalid_api_key");
+    expect_error("longer key", request("GET", "/v1/models", KEY "x", NULL), 401, "invalid_api_key");
+    char *b = chat_body(2, 0, NULL);
+    expect_error("chat without key", request("POST", "/v1/chat/completions", NULL, b), 401, "invalid_api_key");
+    free(b);
+    r = request("GET", "/v1/models", KEY, NULL);
+    CHECK(r.status == 200 && strstr(r.body, "\"id\":\"fake\""), "models: %d %s", r.status, r.body);
+    free(r.body);
+    r = request("GET", "/metrics", KEY, NULL);
+    CHECK(r.status == 200 && strstr(r.body, "omni_kv_pages_free{format=\"int2\"}"), "metrics: %s", r.body);
+    free(r.body);
+    expect_error("unknown path", request("GET", "/v2/nothing", KEY, NULL), 404, NULL);
+    expect_error("wrong method", request("GET", "/v1/chat/completions", KEY, NULL), 405, NULL);
+    expect_error("invalid JSON", request("POST", "/v1/chat/completions", KEY, "{\"messages\": [}"), 400, NULL);
+    expect_error("wrong type", request("POST", "/v1/chat/completions", KEY, "{\"messages\":\"hi\"}"), 400, NULL);
+    expect_error("unknown model", request("POST", "/v1/chat/completions", KEY,
+                 "{\"model\":\"gpt-9\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}"), 404, "model_not_found");
+    expect_error("backend refusal", request("POST", "/v1/chat/completions", KEY,
+                 "{\"messages\":[{\"role\":\"user\",\"content\":\"FAILME\"}]}"), 400, NULL);
+    /* body over the limit (8 KiB): declared, and far over */
+    size_t big = 20000;
+    char *body = malloc(big + 1);
+    memset(body, ' ', big);
+    memcpy(body, "{\"prompt\":\"", 11);
+    body[big - 2] = '"';
+    body[big - 1] = '}';
+    body[big] = 0;
+    expect_error("body over limit", request("POST", "/v1/completions", KEY, body), 413, "request_too_large");
+    free(body);
+    expect_health("the errors");
+}
+
+static void test_whole_and_stream(void) {
+    char *b = chat_body(5, 0, NULL), *want = expected_text(5);
+    http_resp r = request("POST", "/v1/chat/completions", KEY, b);
+    cJSON *j = cJSON_Parse(r.body), *c = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "choices"), 0);
+    const char *content = cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetObjectItem(c, "message"), "content"));
+    CHECK(r.status == 200 && content && !strcmp(content, want), "whole: %d %s", r.status, r.body);
+    CHECK(!strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(c, "finish_reason")) ?: "", "length"), "finish: %s", r.body);
+    cJSON *u = cJSON_GetObjectItem(j, "usage");
+    CHECK(u && cJSON_GetObjectItem(u, "completion_tokens")->valueint == 5 &&
+              cJSON_GetObjectItem(u, "prompt_tokens")->valueint > 0, "usage: %s", r.body);
+    cJSON_Delete(j);
+    free(r.body);
+    free(b);
+
+    b = chat_body(5, 1, "\"stream_options\":{\"include_usage\":true}");
+    r = request("POST", "/v1/chat/completions", KEY, b);
+    char finish[16];
+    int total;
+    int ok;
+    char *got = stream_text(r.body, finish, &total, &ok);
+    CHECK(ok && r.status == 200 && !strcmp(got, want) && !strcmp(finish, "length") && total > 5, "stream: '%s' %s %d",
+          got, finish, total);
+    free(got);
+    free(r.body);
+    free(b);
+    free(want);
+
+    /* stop sequence: cut before it, finish "stop", and the backend job is cancelled (not run to 50 tokens) */
+    b = chat_body(50, 1, "\"stop\":[\"t3 \"]");
+    r = request("POST", "/v1/chat/completions", KEY, b);
+    got = stream_text(r.body, finish, &total, &ok);
+    CHECK(ok && !strcmp(got, "t0 t1 t2 ") && !strcmp(finish, "stop"), "stop stream: '%s' %s", got, finish);
+    free(got);
+    free(r.body);
+    free(b);
+    b = chat_body(50, 0, "\"stop\":\"1 t\"");
+    r = request("POST", "/v1/chat/completions", KEY, b);
+    CHECK(r.status == 200 && strstr(r.body, "\"content\":\"t0 t\"") && strstr(r.body, "\"finish_reason\":\"stop\""),
+          "stop whole: %s", r.body);
+    free(r.body);
+    free(b);
+    /* completions endpoint */
+    r = request("POST", "/v1/completions", KEY, "{\"prompt\":\"x\",\"max_tokens\":2}");
+    CHECK(r.status == 200 && strstr(r.body, "\"text\":\"t0 t1 \"") && strstr(r.body, "text_completion"),
+          "completions: %s", r.body);
+    free(r.body);
+}
+
+typedef struct {
+    int n, ok;
+} stream_arg;
+
+static void *stream_client(void *p) {
+    stream_arg *a = p;
+    char *b = chat_body(a->n, 1, NULL), *want = expected_text(a->n), finish[16];
+    http_resp r = request("POST", "/v1/chat/completions", KEY, b);
+    int total, ok;
+    char *got = stream_text(r.body, finish, &total, &ok);
+    a->ok = ok && r.status == 200 && !strcmp(got, want) && !strcmp(finish, "length");
+    free(got);
+    free(want);
+    free(r.body);
+    free(b);
+    return NULL;
+}
+
+static void test_concurrent(void) {
+    pthread_t th[16];
+    stream_arg a[16];
+    for (int i = 0; i < 16; i++) {
+        a[i] = (stream_arg){20 + 7 * i, 0};
+        pthread_create(&th[i], NULL, stream_client, &a[i]);
+    }
+    int ok = 0;
+    for (int i = 0; i < 16; i++) {
+        pthread_join(th[i], NULL);
+        ok += a[i].ok;
+    }
+    CHECK(ok == 16, "%d of 16 concurrent streams correct", ok);
+}
+
+/* The pages in use that /metrics reports. */
+static long metric(const char *name) {
+    http_resp r = request("GET", "/metrics", KEY, NULL);
+    const char *p = strstr(r.body, name);
+    long v = p ? strtol(p + strlen(name), NULL, 10) : -1;
+    free(r.body);
+    return v;
+}
+
+static void test_disconnect(fake_backend *fb) {
+    pthread_mutex_lock(&fb->mu);
+    int cancels0 = fb->cancels;
+    pthread_mutex_unlock(&fb->mu);
+    char *b = chat_body(100000, 1, NULL);
+    int fd = connect_server();
+    send_request(fd, "POST", "/v1/chat/completions", KEY, b, strlen(b));
+    free(b);
+    char tmp[2048];
+    ssize_t k = read(fd, tmp, sizeof tmp); /* the headers and the first chunks */
+    CHECK(k > 0 && strstr(tmp, "200"), "disconnect: no start");
+    CHECK(metric("omni_kv_pages_used{format=\"int2\"} ") == PAGES_PER_JOB, "pages not in use while streaming");
+    close(fd);
+    long used = -1;
+    int waited = 0;
+    for (; waited < 100 && used != 0; waited++) { /* <= 2 s */
+        usleep(20000);
+        used = metric("omni_kv_pages_used{format=\"int2\"} ");
+    }
+    pthread_mutex_lock(&fb->mu);
+    int cancels = fb->cancels - cancels0;
+    pthread_mutex_unlock(&fb->mu);
+    CHECK(used == 0 && cancels == 1, "after disconnect: %ld pages used, %d cancels (waited %d ms)", used, cancels,
+          waited * 20);
+    printf("disconnect: pages back after %d ms\n", waited * 20);
+    expect_health("a disconnect");
+}
+
+typedef struct {
+    int status;
+} whole_arg;
+
+static void *whole_client(void *p) {
+    whole_arg *a = p;
+    char *b = chat_body(3, 0, NULL);
+    http_resp r = request("POST", "/v1/chat/completions", KEY, b);
+    a->status = r.status;
+    free(r.body);
+    free(b);
+    return NULL;
+}
+
+/* max_queue is 2: with the backend holding jobs, two wait and the third gets 503. */
+static void test_queue(fake_backend *fb) {
+    pthread_mutex_lock(&fb->mu);
+    fb->hold = 1;
+    pthread_mutex_unlock(&fb->mu);
+    pthread_t th[2];
+    whole_arg a[2];
+    for (int i = 0; i < 2; i++) pthread_create(&th[i], NULL, whole_client, &a[i]);
+    for (int w = 0; w < 200 && metric("omni_requests_queued ") < 2; w++) usleep(10000);
+    char *b = chat_body(3, 0, NULL);
+    expect_error("queue full", request("POST", "/v1/chat/completions", KEY, b), 503, NULL);
+    free(b);
+    pthread_mutex_lock(&fb->mu);
+    fb->hold = 0;
+    pthread_cond_broadcast(&fb->cv);
+    pthread_mutex_unlock(&fb->mu);
+    for (int i = 0; i < 2; i++) {
+        pthread_join(th[i], NULL);
+        CHECK(a[i].status == 200, "queued request %d: %d", i, a[i].status);
+    }
+}
+
+int main(void) {
+    fake_backend fb;
+    memset(&fb, 0, sizeof fb);
+    pthread_mutex_init(&fb.mu, NULL);
+    pthread_cond_init(&fb.cv, NULL);
+    pthread_create(&fb.th, NULL, fake_worker, &fb);
+    srv_backend be = {&fb, fake_submit, fake_cancel, fake_stats};
+    srv_params p = srv_default_params();
+    p.port = 0;
+    p.api_key = KEY;
+    p.model_id = "fake";
+    p.max_body = 8192;
+    p.max_queue = 2;
+    p.parse.max_tokens = 100000;
+    srv_server *s = NULL;
+    omni_status st = srv_start(&p, &be, &s);
+    CHECK(st == 0 && s, "start: %s", omni_last_error());
+    if (st) return check_exit();
+    g_port = srv_port(s);
+    CHECK(g_port > 0, "port %d", g_port);
+    test_routes();
+    test_whole_and_stream();
+    test_concurrent();
+    test_disconnect(&fb);
+    test_queue(&fb);
+    srv_stop(s);
+
+    /* a request timeout: a 0.3 s limit on a 100000-token job gives 408 and cancels it */
+    p.timeout_s = 0.3;
+    p.port = 0;
+    CHECK(srv_start(&p, &be, &s) == 0, "restart: %s", omni_last_error());
+    g_port = srv_port(s);
+    char *b = chat_body(100000, 0, NULL);
+    expect_error("timeout", request("POST", "/v1/chat/completions", KEY, b), 408, NULL);
+    free(b);
+    expect_health("a timeout");
+    srv_stop(s);
+    srv_stop(NULL);
+
+    pthread_mutex_lock(&fb.mu);
+    fb.stop = 1;
+    pthread_cond_broadcast(&fb.cv);
+    pthread_mutex_unlock(&fb.mu);
+    pthread_join(fb.th, NULL);
+    return check_exit();
+}
