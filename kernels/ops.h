@@ -2,7 +2,8 @@
  *
  * Conventions: activations are row-major f32 `[rows, cols]`; weights are omni_tensor views in PyTorch layout
  * (Linear: [N_out, K_in]); every op may be called with rows == 0. Ops never allocate per call except where noted
- * (op_linear uses a per-thread scratch buffer that grows once). Model knowledge stays out of this file.
+ * (op_linear allocates weight tiles per call when M > 4, op_linear_ws takes them from the caller; op_attention).
+ * Model knowledge stays out of this file.
  * Threading: OpenMP inside ops, OpenBLAS for GEMM. */
 #ifndef OMNI_OPS_H
 #define OMNI_OPS_H
@@ -15,6 +16,13 @@ extern "C" {
 
 /* y[M,N] = x[M,K] · W[N,K]ᵀ (+ b[N]). W, b: f32/bf16/f16 contiguous. y must not alias x. */
 void op_linear(float *y, const float *x, int M, const omni_tensor *w, const omni_tensor *b);
+
+/* op_linear with caller-owned scratch, so that it never allocates: ws holds op_linear_ws_floats(K, threads)
+ * floats for K >= the weight's input size and threads >= omp_get_max_threads() at the call (a smaller or NULL
+ * ws: allocates per call like op_linear). Same results as op_linear. */
+void op_linear_ws(float *y, const float *x, int M, const omni_tensor *w, const omni_tensor *b, float *ws,
+                  size_t ws_floats);
+size_t op_linear_ws_floats(int max_k, int n_threads);
 
 /* Same with a plain f32 weight pointer [N,K]. */
 void op_matmul_f32(float *y, const float *x, const float *w, int M, int N, int K);

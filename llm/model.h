@@ -1,15 +1,18 @@
-/* model.h - the Qwen3 text decoder (dense Qwen3-VL and MoE Qwen3-Omni thinker share one layer loop).
+/* model.h - what the Qwen3 text decoder IS: config + weights (dense Qwen3-VL and MoE Qwen3-Omni thinker share
+ * one layer loop), immutable after load and safe to share between threads, runners and caches.
  *
- * Weights stay in the mmap'd checkpoint as stored (bf16/f16/f32); the CPU path computes in f32.
- * The decoder takes token ids plus optional spans of precomputed embeddings (from any encoder) and explicit
- * 3-stream MRoPE positions, so it does not know what produced them. Attention and the KV history live in a
- * kv_cache (kvcache/kvcache.h); the model never owns a cache, so several caches can share one model. */
+ * Weights stay in the mmap'd checkpoint as stored (bf16/f16/f32). How a step runs lives in llm/runner.h (one
+ * runner per device, owning the scratch); llm_engine (llm/engine.h) owns requests. The decoder takes token ids
+ * plus optional spans of precomputed embeddings (from any encoder) and explicit 3-stream MRoPE positions, so it
+ * does not know what produced them. Attention and the KV history live in a kv_cache (kvcache/kvcache.h); the
+ * model never owns a cache, so several caches can share one model. */
 #ifndef OMNI_LLM_MODEL_H
 #define OMNI_LLM_MODEL_H
 
 #include "kernels/safetensors.h"
 #include "kvcache/kvcache.h"
 #include "llm/config.h"
+#include "llm/moe.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -34,9 +37,39 @@ typedef struct {
     const llm_span *spans;
 } llm_input;
 
-/* Load config + checkpoint of a model directory. Validates every tensor's presence, dtype and shape. */
+typedef struct {
+    int check_finite; /* 1: scan every decoder weight for NaN/Inf at load (reads all weights once); default 0 */
+} llm_model_params;
+
+llm_model_params llm_model_default_params(void);
+
+/* Load config + checkpoint of a model directory. Validates every tensor's presence, dtype and shape (and, with
+ * check_finite, its values: OMNI_ERR_MODEL naming the first tensor holding NaN/Inf). p NULL: defaults. */
+omni_status llm_model_load_params(const char *model_dir, const llm_model_params *p, llm_model **out);
+/* = llm_model_load_params(model_dir, NULL, out) */
 omni_status llm_model_load(const char *model_dir, llm_model **out);
-void llm_model_free(llm_model *m);
+void llm_model_free(llm_model *m); /* NULL is a no-op */
+
+/* Weight views of one decoder layer (checkpoint names without the "<prefix>layers.N." part). */
+typedef struct {
+    omni_tensor in_norm, post_norm; /* input_layernorm, post_attention_layernorm [H] */
+    omni_tensor q, k, v, o;         /* self_attn.{q,k,v,o}_proj: [Hq*D, H], [Hkv*D, H], [Hkv*D, H], [H, Hq*D] */
+    omni_tensor q_norm, k_norm;     /* self_attn.{q,k}_norm [D] */
+    omni_tensor gate, up, down;     /* dense mlp.{gate,up,down}_proj: [I, H], [I, H], [H, I] (unset for MoE) */
+    llm_moe moe;                    /* MoE layers: moe.n_experts > 0 (router + expert views) */
+} llm_layer_weights;
+
+/* Every weight a runner needs, as read-only views into the mapping, plus the RoPE tables made at load. */
+typedef struct {
+    omni_tensor embed;                /* embed_tokens [V, H] */
+    omni_tensor norm;                 /* final norm [H] */
+    omni_tensor lm_head;              /* [V, H] (== embed when tied) */
+    const llm_layer_weights *layers;  /* [n_layers] */
+    const float *inv_freq;            /* [D/2] as transformers computes it in fp32 */
+    const int *rope_stream;           /* [D/2]: position stream (0 T, 1 H, 2 W) of frequency slot j (MRoPE) */
+} llm_weights;
+
+const llm_weights *llm_model_weights(const llm_model *m);
 
 const llm_config *llm_model_config(const llm_model *m);
 const omni_ckpt *llm_model_ckpt(const llm_model *m);
@@ -46,16 +79,18 @@ size_t llm_model_weight_bytes(const llm_model *m);
 /* kv_params matching this model (layers, kv heads, head_dim); the caller sets format and capacity. */
 kv_params llm_model_kv_params(const llm_model *m);
 
-/* Run one chunk of one sequence through the decoder; the chunk's K/V are appended to `seq_id` in `kv`.
+/* Convenience wrappers over a temporary CPU runner (llm/runner.h), made and freed per call (so they allocate;
+ * long-running code uses an llm_runner or the llm_engine). `kv` may come from kv_init directly.
+ * Run one chunk of one sequence through the decoder; the chunk's K/V are appended to `seq_id` in `kv`.
  * logits: NULL, or [vocab] for the last position. */
-omni_status llm_forward(llm_model *m, kv_cache *kv, int seq_id, const llm_input *in, float *logits);
+omni_status llm_forward(const llm_model *m, kv_cache *kv, int seq_id, const llm_input *in, float *logits);
 /* Several sequences in one step (continuous batching): in[i] is a chunk of sequence seq_ids[i] (distinct ids,
- * at most 256); logits[i] (NULL entries or a NULL array: none) receives that sequence's last-position logits.
+ * at most 1024); logits[i] (NULL entries or a NULL array: none) receives that sequence's last-position logits.
  * Equals running each sequence alone up to f32 summation order (the GEMMs see more rows). */
-omni_status llm_forward_batch(llm_model *m, kv_cache *kv, int n_seq, const int *seq_ids, const llm_input *in,
+omni_status llm_forward_batch(const llm_model *m, kv_cache *kv, int n_seq, const int *seq_ids, const llm_input *in,
                               float *const *logits);
 /* Same as llm_forward, with logits for every position of the chunk ([n_tokens, vocab]) when all_logits != 0. */
-omni_status llm_forward_ex(llm_model *m, kv_cache *kv, int seq_id, const llm_input *in, float *logits,
+omni_status llm_forward_ex(const llm_model *m, kv_cache *kv, int seq_id, const llm_input *in, float *logits,
                            int all_logits);
 
 #ifdef __cplusplus

@@ -19,9 +19,10 @@ size_t llm_moe_scratch_floats(const llm_moe *m, int T) {
 
 /* Router: softmax over experts in f32, top-k (lower index first on ties, as torch.topk), optional
  * renormalisation. Writes straight into the per-token selection arrays (no bound on k). */
-static void route(const llm_moe *m, const float *x, int T, float *probs, float *sel_w, int32_t *sel_e) {
+static void route(const llm_moe *m, const float *x, int T, float *probs, float *sel_w, int32_t *sel_e, float *ws,
+                  size_t ws_floats) {
     int E = m->n_experts, k = m->top_k;
-    op_linear(probs, x, T, &m->router, NULL);
+    op_linear_ws(probs, x, T, &m->router, NULL, ws, ws_floats);
     op_softmax(probs, T, E);
     for (int t = 0; t < T; t++) {
         float *w = sel_w + (size_t)t * k;
@@ -33,13 +34,14 @@ static void route(const llm_moe *m, const float *x, int T, float *probs, float *
     }
 }
 
-void llm_moe_forward(const llm_moe *m, float *y, const float *x, int T, float *scratch) {
+void llm_moe_forward_ws(const llm_moe *m, float *y, const float *x, int T, float *scratch, float *ws,
+                        size_t ws_floats) {
     int E = m->n_experts, k = m->top_k, H = m->hidden, I = m->inter;
     float *probs = scratch, *sel_w = probs + (size_t)T * E;
     int32_t *sel_e = (int32_t *)(sel_w + (size_t)T * k), *rows = sel_e + (size_t)T * k;
     float *rw = (float *)(rows + T), *xg = rw + T, *g = xg + (size_t)T * H, *u = g + (size_t)T * I;
     float *og = u + (size_t)T * I;
-    route(m, x, T, probs, sel_w, sel_e);
+    route(m, x, T, probs, sel_w, sel_e, ws, ws_floats);
     memset(y, 0, sizeof(float) * (size_t)T * H);
     for (int e = 0; e < E; e++) {
         int n = 0; /* gather the tokens routed to expert e */
@@ -52,14 +54,18 @@ void llm_moe_forward(const llm_moe *m, float *y, const float *x, int T, float *s
                     n++;
                 }
         if (!n) continue;
-        op_linear(g, xg, n, &m->gate[e], NULL);
-        op_linear(u, xg, n, &m->up[e], NULL);
+        op_linear_ws(g, xg, n, &m->gate[e], NULL, ws, ws_floats);
+        op_linear_ws(u, xg, n, &m->up[e], NULL, ws, ws_floats);
         op_silu_mul(g, g, u, (int64_t)n * I);
-        op_linear(og, g, n, &m->down[e], NULL);
+        op_linear_ws(og, g, n, &m->down[e], NULL, ws, ws_floats);
         for (int i = 0; i < n; i++) {
             float *yr = y + (size_t)rows[i] * H;
             const float *orow = og + (size_t)i * H;
             for (int h = 0; h < H; h++) yr[h] += rw[i] * orow[h];
         }
     }
+}
+
+void llm_moe_forward(const llm_moe *m, float *y, const float *x, int T, float *scratch) {
+    llm_moe_forward_ws(m, y, x, T, scratch, NULL, 0);
 }

@@ -23,6 +23,9 @@ size_t llm_moe_scratch_floats(const llm_moe *m, int T);
 /* y[T, H] = MoE(x[T, H]) (y must not alias x). Tokens are grouped by expert so each expert's weights are read once
  * per call; 1 <= top_k <= n_experts. */
 void llm_moe_forward(const llm_moe *m, float *y, const float *x, int T, float *scratch);
+/* Same, with op_linear_ws scratch (ws, ws_floats; see kernels/ops.h) so that it never allocates. */
+void llm_moe_forward_ws(const llm_moe *m, float *y, const float *x, int T, float *scratch, float *ws,
+                        size_t ws_floats);
 
 #ifdef __cplusplus
 }

@@ -40,6 +40,8 @@ static uint64_t next_u64(llm_sampler *s) {
     return r;
 }
 
+const llm_sampler_params *llm_sampler_get_params(const llm_sampler *s) { return &s->p; }
+
 double llm_sampler_uniform(llm_sampler *s) { return (next_u64(s) >> 11) * (1.0 / 9007199254740992.0); }
 
 omni_status llm_sampler_init(const llm_sampler_params *p, int vocab, llm_sampler **out) {

@@ -25,8 +25,11 @@ typedef struct llm_sampler llm_sampler;
 llm_sampler_params llm_sampler_default_params(void); /* temp 0.7, top_k 20, top_p 0.8 (Qwen3-VL Instruct) */
 omni_status llm_sampler_init(const llm_sampler_params *p, int vocab, llm_sampler **out);
 void llm_sampler_free(llm_sampler *s);
-/* Pick the next token from logits [vocab] (not modified). */
+/* Pick the next token from logits [vocab] (not modified). Greedy (temp <= 0) draws nothing from the RNG; any
+ * other setting draws exactly one llm_sampler_uniform per call (a device sampler does the same, so that the
+ * token streams of a seed match across devices). */
 int llm_sampler_sample(llm_sampler *s, const float *logits);
+const llm_sampler_params *llm_sampler_get_params(const llm_sampler *s);
 /* Uniform float in [0, 1) from the sampler's RNG (exposed for tests). */
 double llm_sampler_uniform(llm_sampler *s);
 

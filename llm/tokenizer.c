@@ -970,6 +970,12 @@ llm_detok *llm_detok_new(const llm_tokenizer *t, int skip_special) {
     if (!d) return NULL;
     d->t = t;
     d->skip_special = skip_special;
+    d->cap = 256; /* room for any token plus a held partial character: pushes do not allocate */
+    d->buf = malloc(d->cap);
+    if (!d->buf) {
+        free(d);
+        return NULL;
+    }
     return d;
 }
 

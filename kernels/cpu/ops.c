@@ -66,13 +66,16 @@ static void linear_half_gemv(float *y, const float *x, int M, const omni_tensor 
         for (int m = 0; m < M; m++) y[(int64_t)m * N + n] = dot_half(x + (int64_t)m * K, W + (int64_t)n * K, K, w->dtype);
 }
 
-/* Many rows: each task converts a block of weight rows to f32 and runs sgemm into its output columns. */
-static void linear_half_tiled(float *y, const float *x, int M, const omni_tensor *w, int N, int K) {
+/* Many rows: each task converts a block of weight rows to f32 and runs sgemm into its output columns. The tiles
+ * come from ws ([threads][B*K], see op_linear_ws_floats) or, without one, are allocated per call. */
+static void linear_half_tiled(float *y, const float *x, int M, const omni_tensor *w, int N, int K, float *ws,
+                              size_t ws_floats) {
     const uint16_t *W = w->data;
     int B = col_block(N), tiles = (N + B - 1) / B, fail = 0;
+    int own = !ws || ws_floats < (size_t)omp_get_max_threads() * B * K; /* too small: allocate as before */
 #pragma omp parallel if ((double)M * N * K > 1e6)
     {
-        float *tile = malloc(sizeof(float) * (size_t)B * K);
+        float *tile = own ? malloc(sizeof(float) * (size_t)B * K) : ws + (size_t)omp_get_thread_num() * B * K;
         if (!tile) {
 #pragma omp atomic write
             fail = 1;
@@ -84,12 +87,18 @@ static void linear_half_tiled(float *y, const float *x, int M, const omni_tensor
             omni_to_f32(tile, W + (int64_t)n0 * K, w->dtype, (int64_t)nt * K);
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, nt, K, 1.f, x, K, tile, K, 0.f, y + n0, N);
         }
-        free(tile);
+        if (own) free(tile);
     }
     if (fail) linear_half_gemv(y, x, M, w, N, K); /* out of memory for a tile: slow but correct */
 }
 
-void op_linear(float *y, const float *x, int M, const omni_tensor *w, const omni_tensor *b) {
+size_t op_linear_ws_floats(int max_k, int n_threads) {
+    if (n_threads < 1) n_threads = 1;
+    return (size_t)n_threads * 256 * (size_t)(max_k > 0 ? max_k : 1); /* col_block() <= 256 rows per tile */
+}
+
+void op_linear_ws(float *y, const float *x, int M, const omni_tensor *w, const omni_tensor *b, float *ws,
+                  size_t ws_floats) {
     int N = (int)w->shape[0];
     int K = (int)(omni_tensor_numel(w) / w->shape[0]);
     if (M <= 0) return;
@@ -98,11 +107,15 @@ void op_linear(float *y, const float *x, int M, const omni_tensor *w, const omni
     else if (M <= 4)
         linear_half_gemv(y, x, M, w, N, K);
     else
-        linear_half_tiled(y, x, M, w, N, K);
+        linear_half_tiled(y, x, M, w, N, K, ws, ws_floats);
     if (b) {
         for (int m = 0; m < M; m++)
             for (int n = 0; n < N; n++) y[(int64_t)m * N + n] += omni_get_f32(b->data, b->dtype, n);
     }
+}
+
+void op_linear(float *y, const float *x, int M, const omni_tensor *w, const omni_tensor *b) {
+    op_linear_ws(y, x, M, w, b, NULL, 0);
 }
 
 /* ---- norms and activations ----------------------------------------------------------------------------- */
