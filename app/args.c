@@ -93,6 +93,7 @@ static int value_opt(omni_args *a, const char *o, const char *v, omni_status *st
     else if (!strcmp(o, "--kv")) a->kv = v;
     else if (!strcmp(o, "--kv-layers")) a->kv_layers = v;
     else if (!strcmp(o, "--text")) a->text_file = v;
+    else if (!strcmp(o, "--compare")) a->compare = v;
     else if (!strcmp(o, "--kv-window")) *st = to_int(v, o, 0, 1 << 20, &a->kv_window);
     else if (!strcmp(o, "--kv-sink")) *st = to_int(v, o, 0, 1 << 20, &a->kv_sink);
     else if (!strcmp(o, "--kv-rotate")) *st = on_off(v, o, &a->kv_rotate);

@@ -18,6 +18,7 @@ typedef struct {
     const char *kv;         /* --kv MODE */
     const char *kv_layers;  /* --kv-layers SPEC */
     const char *text_file;  /* --text (eval) */
+    const char *compare;    /* --compare MODE (generate): a second answer on a cache of this format */
     int kv_window, kv_sink, kv_rotate, kv_scale; /* -1 = mode default */
     int n_predict;          /* -n (-1 = until EOS or context end) */
     float temp, top_p;

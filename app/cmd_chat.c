@@ -35,43 +35,43 @@ static void pending_clear(pending_media *p) {
 
 /* Encode the pending media: images first, then audio, matching the turn's part order (audio, images, text) by
  * kind, which is all that pad expansion needs. */
-static omni_status encode_pending(omni_session *s, pending_media *p, omni_media *m) {
+static omni_status encode_pending(omni_session *s, pending_media *p, media_item *m) {
     omni_status st = OMNI_OK;
     int k = 0;
-    for (int i = 0; !st && i < p->n_img; i++) st = media_encode_image(s, p->img[i], &m[k++]);
-    for (int i = 0; !st && i < p->n_aud; i++) st = media_encode_audio(s, p->aud[i], &m[k++]);
+    for (int i = 0; !st && i < p->n_img; i++) st = media_encode_image(s->media, p->img[i], &m[k++]);
+    for (int i = 0; !st && i < p->n_aud; i++) st = media_encode_audio(s->media, p->aud[i], &m[k++]);
     return st;
 }
 
 static omni_status chat_turn(omni_session *s, const char *line, int first, const char **prefix, pending_media *pm) {
     int n_media = pm->n_img + pm->n_aud;
-    omni_media *media = n_media ? calloc((size_t)n_media, sizeof *media) : NULL;
-    omni_status st = n_media && !media ? omni_fail(OMNI_ERR_NOMEM, "out of memory") : OMNI_OK;
-    if (!st) st = encode_pending(s, pm, media);
+    media_item media[2 * OMNI_MAX_MEDIA] = {{0}};
+    omni_status st = encode_pending(s, pm, media);
     char *text = st ? NULL : turn_text(*prefix, first ? s->args.system : NULL, line, pm->n_img, pm->n_aud);
     pending_clear(pm);
     if (!st && !text) st = omni_fail(OMNI_ERR_NOMEM, "out of memory");
-    int32_t *ids = NULL, *out = NULL;
-    int n = 0, n_out = 0;
+    int32_t *ids = NULL;
+    int n = 0;
+    llm_finish fin = LLM_FINISH_NONE;
+    media_prompt p = {0};
     if (!st) st = session_tokenize(s, text, &ids, &n);
     free(text);
-    if (!st) st = session_eval_prompt(s, ids, n, media, n_media);
-    media_free(media, n_media);
+    if (!st) st = media_prompt_build(s->media, ids, n, media, n_media, &p);
     free(ids);
-    if (!st) st = session_generate(s, s->args.n_predict, 1, &out, &n_out);
+    if (!st) st = session_turn(s, &p, s->args.n_predict, 1, NULL, NULL, &fin);
+    media_prompt_free(&p);
+    omni_free_items(media, n_media);
     if (!st) {
-        int ended = n_out > 0 && llm_config_is_eos(s->cfg, out[n_out - 1]);
-        *prefix = ended ? "\n" : "<|im_end|>\n"; /* close the assistant turn if it was cut short */
+        *prefix = fin == LLM_FINISH_EOS ? "\n" : "<|im_end|>\n"; /* close the assistant turn if it was cut short */
         fputc('\n', stdout);
         fflush(stdout);
     }
-    free(out);
     return st;
 }
 
 omni_status cmd_chat(const omni_args *a, volatile int *intr) {
     omni_session s;
-    omni_status st = session_open(&s, a);
+    omni_status st = session_open(&s, a, 1, 0, 0);
     s.interrupted = intr;
     if (!st) st = session_kv_init(&s, a->ctx);
     if (st) {
@@ -110,8 +110,7 @@ omni_status cmd_chat(const omni_args *a, volatile int *intr) {
             continue;
         }
         if (!strcmp(line, "/clear")) {
-            kv_seq_clear(s.kv, s.seq);
-            s.rope_delta = 0;
+            llm_engine_conv_clear(s.engine, s.conv);
             pending_clear(&pm);
             prefix = "";
             first = 1;

@@ -75,26 +75,68 @@ static void report(const omni_args *a, const char *mode, kl_stats *k, int n_toke
            100.0 * k->agree / k->n, ppl_ref, ppl_mode);
 }
 
-/* Feed ids[0..n) through both caches chunk by chunk, collecting statistics. */
-static omni_status run_kl(omni_session *s, kv_cache *ref, int rseq, kv_cache *kv, int seq, const int32_t *ids, int n,
-                          int chunk, kl_stats *k) {
-    int V = s->cfg->vocab;
-    float *lr = malloc(sizeof(float) * (size_t)chunk * V), *lm = malloc(sizeof(float) * (size_t)chunk * V);
-    omni_status st = lr && lm ? OMNI_OK : omni_fail(OMNI_ERR_NOMEM, "out of memory");
-    for (int c0 = 0; !st && c0 < n; c0 += chunk) {
-        int T = n - c0 < chunk ? n - c0 : chunk;
-        llm_input in = {T, ids + c0, NULL, 0, NULL};
-        if ((st = llm_forward_ex(s->model, ref, rseq, &in, lr, 1))) break;
-        if ((st = llm_forward_ex(s->model, kv, seq, &in, lm, 1))) break;
-        for (int t = 0; t < T; t++) {
-            log_softmax(lr + (size_t)t * V, V);
-            log_softmax(lm + (size_t)t * V, V);
-            add_position(k, lr + (size_t)t * V, lm + (size_t)t * V, V, c0 + t + 1 < n ? ids[c0 + t + 1] : -1);
-        }
-        if (s->interrupted && *s->interrupted) break;
+/* Both requests score the same text in the same steps (same chunks, admitted together): the reference's rows of
+ * a step arrive first and wait in `ref` (row p at p % chunk) until the mode's row p comes. */
+typedef struct {
+    kl_stats *k;
+    const int32_t *ids;
+    int n, V, chunk, ref_id, lost;
+    float *ref, *tmp;  /* [chunk][V], [V] */
+    int *ref_pos;      /* [chunk] position held in each ref row (-1 none) */
+    llm_request_stats st[2];
+} kl_run;
+
+static void kl_logits(void *user, int id, int pos, const float *lg, int V) {
+    kl_run *r = user;
+    int slot = pos % r->chunk;
+    if (id == r->ref_id) {
+        memcpy(r->ref + (size_t)slot * V, lg, sizeof(float) * V);
+        r->ref_pos[slot] = pos;
+        return;
     }
-    free(lr);
-    free(lm);
+    if (r->ref_pos[slot] != pos) {
+        r->lost++;
+        return;
+    }
+    float *lr = r->ref + (size_t)slot * V;
+    memcpy(r->tmp, lg, sizeof(float) * V);
+    log_softmax(lr, V);
+    log_softmax(r->tmp, V);
+    add_position(r->k, lr, r->tmp, V, pos + 1 < r->n ? r->ids[pos + 1] : -1);
+    r->ref_pos[slot] = -1;
+}
+
+static void kl_done(void *user, int id, const llm_request_stats *st) {
+    kl_run *r = user;
+    r->st[id == r->ref_id ? 0 : 1] = *st;
+}
+
+/* Score ids[0..n) on the reference cache (ref) and the mode's cache (mode) chunk by chunk. */
+static omni_status run_kl(omni_session *s, int ref, int mode, const int32_t *ids, int n, int chunk, kl_stats *k) {
+    int V = s->cfg->vocab, rid[2];
+    kl_run r = {k, ids, n, V, chunk, 0, 0, malloc(sizeof(float) * (size_t)chunk * V), malloc(sizeof(float) * V),
+                malloc(sizeof(int) * chunk), {{0}}};
+    omni_status st = r.ref && r.tmp && r.ref_pos ? OMNI_OK : omni_fail(OMNI_ERR_NOMEM, "out of memory");
+    for (int i = 0; !st && i < chunk; i++) r.ref_pos[i] = -1;
+    llm_request q[2];
+    for (int i = 0; i < 2; i++) {
+        q[i] = llm_request_default_params();
+        q[i].tokens = ids, q[i].n_tokens = n, q[i].max_tokens = 0, q[i].cache = i ? mode : ref;
+        q[i].logits = LLM_LOGITS_ALL, q[i].prefill_chunk = chunk;
+        q[i].cb = (llm_callbacks){NULL, kl_logits, kl_done, &r};
+    }
+    if (!st) st = llm_engine_submit_n(s->engine, q, 2, rid);
+    if (!st) {
+        r.ref_id = rid[0];
+        session_run(s, rid, 2);
+        for (int i = 0; i < 2 && !st; i++)
+            if (r.st[i].status) st = omni_fail(r.st[i].status, "%s", r.st[i].error);
+        if (!st && r.lost) st = omni_fail(OMNI_ERR_RUNTIME, "internal: %d positions lost their reference row", r.lost);
+        session_add_stats(s, &r.st[1]);
+    }
+    free(r.ref);
+    free(r.tmp);
+    free(r.ref_pos);
     return st;
 }
 
@@ -108,33 +150,29 @@ omni_status cmd_eval(const omni_args *a, volatile int *intr) {
     args.n_positional = 0;
     char *text = NULL;
     int32_t *ids = NULL;
-    int n = 0;
+    int n = 0, chunk = a->chunk > 0 ? a->chunk : 1;
     omni_session s;
     memset(&s, 0, sizeof s);
     omni_status st = omni_args_prompt(&args, &text);
-    if (!st) st = session_open(&s, &args);
+    if (!st) st = session_open(&s, &args, 2, chunk, 2 * chunk);
     s.interrupted = intr;
     if (!st) st = session_tokenize(&s, text, &ids, &n);
     int ctx = a->ctx_set ? a->ctx : n;
     if (n > ctx) n = ctx;
     if (!st && n < 2) st = omni_fail(OMNI_ERR_USAGE, "eval kl: the text has %d tokens; need at least 2", n);
-    kv_cache *ref = NULL, *kv = NULL;
-    int rseq = 0, seq = 0;
-    if (!st) st = session_new_cache(&s, "bf16", n, &ref, &rseq);
-    if (!st) st = session_new_cache(&s, NULL, n, &kv, &seq);
+    int ref = 0, mode = 0;
+    if (!st) st = session_add_cache(&s, "bf16", n, 1, &ref);
+    if (!st) st = session_add_cache(&s, NULL, n, 1, &mode);
     kl_stats k = {0};
     k.kl = st ? NULL : malloc(sizeof(double) * n);
     if (!st && !k.kl) st = omni_fail(OMNI_ERR_NOMEM, "out of memory");
-    int chunk = a->chunk > 0 ? a->chunk : 1;
-    if (!st) st = run_kl(&s, ref, rseq, kv, seq, ids, n, chunk, &k);
+    if (!st) st = run_kl(&s, ref, mode, ids, n, chunk, &k);
     if (!st && !*intr) {
-        char name[64];
-        kv_format_name(kv_layer_format(kv, 0), name, sizeof name);
-        report(&args, name, &k, n, chunk);
+        llm_cache_stats cs;
+        llm_engine_cache_stats(s.engine, mode, &cs);
+        report(&args, cs.format, &k, n, chunk);
     }
     free(k.kl);
-    kv_free(ref);
-    kv_free(kv);
     free(ids);
     free(text);
     session_close(&s);

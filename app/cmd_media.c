@@ -31,13 +31,17 @@ omni_status cmd_ocr(const omni_args *a, volatile int *intr) {
         if (!one.prompt && !one.prompt_file) one.prompt = OCR_PROMPT;
         if (n > 1) fprintf(stderr, "==> %s <==\n", imgs[i]);
         omni_session s;
-        st = omni_open_and_prefill(&s, &one, a->n_predict, intr);
-        if (!st) st = session_generate(&s, a->n_predict, 0, NULL, NULL);
+        media_prompt p;
+        media_item items[2 * OMNI_MAX_MEDIA] = {{0}};
+        st = omni_open_prompt(&s, &one, a->n_predict, 1, intr, &p, items);
+        if (!st) st = session_turn(&s, &p, a->n_predict, 0, NULL, NULL, NULL);
         if (!st) {
             fputs(i + 1 < n ? "\n\n" : "\n", stdout);
             fflush(stdout);
             session_print_perf(&s);
         }
+        media_prompt_free(&p);
+        omni_free_items(items, one.n_images + one.n_audios);
         session_close(&s);
     }
     return st;

@@ -1,4 +1,5 @@
-/* cmd_text.c - the text commands: generate, tokenize, logits. */
+/* cmd_text.c - the text commands: generate (and --compare), tokenize, logits. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,70 +25,88 @@ static omni_status build_prompt(const omni_args *a, char **text) {
     return *text ? OMNI_OK : omni_fail(OMNI_ERR_NOMEM, "out of memory");
 }
 
-/* Open a session, encode --image/--audio, tokenize the prompt, size the cache and prefill. */
-/* Placeholder tokens must match the media given, checked before any encoder runs. */
-static omni_status check_placeholders(const omni_session *s, const int32_t *ids, int n, const omni_args *a) {
-    int n_img = 0, n_aud = 0;
-    for (int i = 0; i < n; i++) {
-        n_img += ids[i] == s->cfg->image_token_id;
-        n_aud += s->cfg->audio_token_id >= 0 && ids[i] == s->cfg->audio_token_id;
-    }
-    if (n_img != a->n_images || n_aud != a->n_audios)
-        return omni_fail(OMNI_ERR_USAGE, "the prompt has %d <|image_pad|> and %d <|audio_pad|> placeholders but %d "
-                         "image(s) and %d audio file(s) were given", n_img, n_aud, a->n_images, a->n_audios);
-    return OMNI_OK;
+/* Encode every --image and --audio of the args: images first, then audio, each in the order given. */
+static omni_status encode_args(omni_session *s, media_item *items) {
+    omni_status st = OMNI_OK;
+    int k = 0;
+    for (int i = 0; !st && i < s->args.n_images; i++) st = media_encode_image(s->media, s->args.images[i], &items[k++]);
+    for (int i = 0; !st && i < s->args.n_audios; i++) st = media_encode_audio(s->media, s->args.audios[i], &items[k++]);
+    return st;
 }
 
-omni_status omni_open_and_prefill(omni_session *s, const omni_args *a, int extra, volatile int *intr) {
+omni_status omni_open_prompt(omni_session *s, const omni_args *a, int extra, int n_seqs, volatile int *intr,
+                             media_prompt *p, media_item *items) {
     char *text = NULL;
     int32_t *ids = NULL;
-    int n = 0, n_media = 0, media_tokens = 0;
-    omni_media *media = NULL;
+    int n = 0;
+    memset(p, 0, sizeof *p);
     omni_status st = build_prompt(a, &text);
-    if (!st) st = session_open(s, a);
+    if (!st) st = session_open(s, a, n_seqs, 0, 0);
     s->interrupted = intr;
-    if (!st) st = media_check_support(s, a->n_images, a->n_audios);
+    if (!st) st = media_check_support(s->model, a->n_images, a->n_audios);
     if (!st) st = session_tokenize(s, text, &ids, &n);
     if (!st && n == 0) st = omni_fail(OMNI_ERR_USAGE, "empty prompt");
-    if (!st) st = check_placeholders(s, ids, n, a);
-    if (!st) st = media_encode_args(s, &media, &n_media);
-    for (int i = 0; i < n_media; i++) media_tokens += media[i].n_tokens - 1;
+    if (!st) st = media_check_placeholders(s->model, ids, n, a->n_images, a->n_audios);
+    if (!st) st = encode_args(s, items);
+    if (!st) st = media_prompt_build(s->media, ids, n, items, a->n_images + a->n_audios, p);
     if (!st) {
-        int need = n + media_tokens + (extra > 0 ? extra : 0);
+        int need = p->n_tokens + (extra > 0 ? extra : 0);
         st = session_kv_init(s, need > a->ctx ? need : a->ctx);
     }
-    if (!st) st = session_eval_prompt(s, ids, n, media, n_media);
-    media_free(media, n_media);
     free(text);
     free(ids);
     return st;
 }
 
+void omni_free_items(media_item *items, int n) {
+    for (int i = 0; i < n; i++) media_item_clear(&items[i]);
+}
+
 omni_status cmd_generate(const omni_args *a, volatile int *intr) {
+    if (a->compare) return cmd_generate_compare(a, intr);
     omni_session s;
-    omni_status st = omni_open_and_prefill(&s, a, a->n_predict, intr);
-    if (!st) st = session_generate(&s, a->n_predict, 0, NULL, NULL);
+    media_prompt p;
+    media_item items[2 * OMNI_MAX_MEDIA] = {{0}};
+    omni_status st = omni_open_prompt(&s, a, a->n_predict, 1, intr, &p, items);
+    if (!st) st = session_turn(&s, &p, a->n_predict, 0, NULL, NULL, NULL);
     if (!st) {
         fputc('\n', stdout);
         fflush(stdout);
         session_print_perf(&s);
     }
+    media_prompt_free(&p);
+    omni_free_items(items, a->n_images + a->n_audios);
     session_close(&s);
     return st;
 }
 
-omni_status cmd_logits(const omni_args *a, volatile int *intr) {
-    if (!a->out && a->top_n <= 0) return omni_fail(OMNI_ERR_USAGE, "logits: give -o FILE and/or --top N");
-    omni_session s;
-    omni_status st = omni_open_and_prefill(&s, a, 0, intr);
-    int V = st ? 0 : s.cfg->vocab;
-    if (!st && a->out) {
+/* ---- logits ---------------------------------------------------------------------------------------------- */
+
+typedef struct {
+    float *logits;
+    int got;
+    llm_request_stats st;
+} last_logits;
+
+static void keep_logits(void *user, int id, int pos, const float *lg, int V) {
+    last_logits *l = user;
+    (void)id, (void)pos;
+    memcpy(l->logits, lg, sizeof(float) * V);
+    l->got = 1;
+}
+
+static void logits_done(void *user, int id, const llm_request_stats *st) {
+    (void)id;
+    ((last_logits *)user)->st = *st;
+}
+
+static omni_status write_logits(const omni_args *a, const float *lg, int V) {
+    omni_status st = OMNI_OK;
+    if (a->out) {
         FILE *f = fopen(a->out, "wb");
-        if (!f) st = omni_fail(OMNI_ERR_INPUT, "cannot write %s", a->out);
-        else {
-            if (fwrite(s.logits, sizeof(float), (size_t)V, f) != (size_t)V) st = omni_fail(OMNI_ERR_RUNTIME, "write failed: %s", a->out);
-            if (fclose(f) != 0 && !st) st = omni_fail(OMNI_ERR_RUNTIME, "write failed: %s", a->out);
-        }
+        if (!f) return omni_fail(OMNI_ERR_INPUT, "cannot write %s", a->out);
+        if (fwrite(lg, sizeof(float), (size_t)V, f) != (size_t)V) st = omni_fail(OMNI_ERR_RUNTIME, "write failed: %s", a->out);
+        if (fclose(f) != 0 && !st) st = omni_fail(OMNI_ERR_RUNTIME, "write failed: %s", a->out);
     }
     if (!st && a->top_n > 0) {
         int k = a->top_n < V ? a->top_n : V;
@@ -95,13 +114,41 @@ omni_status cmd_logits(const omni_args *a, volatile int *intr) {
         float *val = malloc(sizeof(float) * k);
         if (!idx || !val) st = omni_fail(OMNI_ERR_NOMEM, "out of memory");
         else {
-            op_topk(s.logits, V, k, idx, val);
+            op_topk(lg, V, k, idx, val);
             for (int i = 0; i < k; i++) printf("%d %.6f\n", idx[i], val[i]);
         }
         free(idx);
         free(val);
     }
+    return st;
+}
+
+omni_status cmd_logits(const omni_args *a, volatile int *intr) {
+    if (!a->out && a->top_n <= 0) return omni_fail(OMNI_ERR_USAGE, "logits: give -o FILE and/or --top N");
+    omni_session s;
+    media_prompt p;
+    media_item items[2 * OMNI_MAX_MEDIA] = {{0}};
+    last_logits l = {NULL, 0, {0}};
+    omni_status st = omni_open_prompt(&s, a, 0, 1, intr, &p, items);
+    int id = 0;
+    if (!st && !(l.logits = malloc(sizeof(float) * s.cfg->vocab))) st = omni_fail(OMNI_ERR_NOMEM, "out of memory");
+    if (!st) {
+        llm_request r = llm_request_default_params();
+        media_prompt_request(&p, &r);
+        r.max_tokens = 0, r.cache = s.cache, r.conv = s.conv, r.logits = LLM_LOGITS_LAST;
+        r.cb = (llm_callbacks){NULL, keep_logits, logits_done, &l};
+        st = llm_engine_submit(s.engine, &r, &id);
+    }
+    if (!st) {
+        session_run(&s, &id, 1);
+        session_add_stats(&s, &l.st);
+        if (l.st.status) st = omni_fail(l.st.status, "%s", l.st.error);
+    }
+    if (!st && !*intr) st = l.got ? write_logits(a, l.logits, s.cfg->vocab) : omni_fail(OMNI_ERR_RUNTIME, "no logits");
     if (!st) session_print_perf(&s);
+    free(l.logits);
+    media_prompt_free(&p);
+    omni_free_items(items, a->n_images + a->n_audios);
     session_close(&s);
     return st;
 }

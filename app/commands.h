@@ -3,6 +3,7 @@
 #define OMNI_APP_COMMANDS_H
 
 #include "app/args.h"
+#include "app/media.h"
 #include "app/session.h"
 
 typedef struct {
@@ -16,11 +17,15 @@ const omni_command *omni_find_command(const char *name);
 /* Prompt text from -p, -f or the first positional argument (malloc'ed); NULL + message if none. */
 omni_status omni_args_prompt(const omni_args *a, char **out);
 
-/* Shared by generate/logits/ocr/ask: session_open, encode the args' media, tokenize the (templated) prompt,
- * create a cache big enough for the prompt + `extra` tokens (at least -c) and prefill. */
-omni_status omni_open_and_prefill(omni_session *s, const omni_args *a, int extra, volatile int *interrupted);
+/* Shared by generate/logits/ocr/ask: session_open (n_seqs sequences at once), the (templated) prompt tokenized,
+ * the args' media encoded into items[] (room for 2 * OMNI_MAX_MEDIA), the expanded prompt in *p, and the main
+ * cache made for the prompt + `extra` tokens (at least -c). The caller frees p, the items and the session. */
+omni_status omni_open_prompt(omni_session *s, const omni_args *a, int extra, int n_seqs, volatile int *interrupted,
+                             media_prompt *p, media_item *items);
+void omni_free_items(media_item *items, int n);
 
 omni_status cmd_generate(const omni_args *a, volatile int *interrupted);
+omni_status cmd_generate_compare(const omni_args *a, volatile int *interrupted); /* generate --compare MODE */
 omni_status cmd_chat(const omni_args *a, volatile int *interrupted);
 omni_status cmd_tokenize(const omni_args *a, volatile int *interrupted);
 omni_status cmd_logits(const omni_args *a, volatile int *interrupted);

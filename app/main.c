@@ -25,6 +25,7 @@ static void usage(FILE *f) {
             "\n"
             "commands:\n"
             "  generate  -m MODEL -p TEXT    generate a reply (chat template unless --raw), streamed to stdout\n"
+            "            ... --compare MODE  also answer with a MODE KV cache and compare (KV bytes, KL, top-1)\n"
             "  chat      -m MODEL            interactive multi-turn chat (/clear, /quit)\n"
             "  tokenize  -m MODEL -p TEXT    print token ids of TEXT (no template)\n"
             "  logits    -m MODEL -p TEXT -o FILE [--top N]  last-position logits as float32\n"

@@ -1,4 +1,4 @@
-/* media.c - image/audio encoding for the session (see media.h). */
+/* media.c - image/audio files -> embeddings, spans and MRoPE positions for the decoder (see media.h). */
 #include "app/media.h"
 
 #include <stdio.h>
@@ -6,58 +6,103 @@
 #include <string.h>
 
 #include "audio/audio.h"
+#include "llm/positions.h"
 #include "vision/vision.h"
+
+#define MEDIA_MAX_ITEMS 64
+
+struct media_encoder {
+    const llm_model *m;
+    const llm_config *cfg;
+    char dir[4096];
+    media_params p;
+    vision_tower *vt;       /* loaded on the first image */
+    vision_prep_params prep;
+    audio_tower *at;        /* loaded on the first audio file */
+    double ms;
+};
+
+media_params media_default_params(void) {
+    media_params p = {0, 0};
+    return p;
+}
+
+omni_status media_encoder_init(const llm_model *m, const char *model_dir, const media_params *p, media_encoder **out) {
+    *out = NULL;
+    media_encoder *e = calloc(1, sizeof *e);
+    if (!e) return omni_fail(OMNI_ERR_NOMEM, "out of memory");
+    e->m = m;
+    e->cfg = llm_model_config(m);
+    snprintf(e->dir, sizeof e->dir, "%s", model_dir);
+    e->p = p ? *p : media_default_params();
+    *out = e;
+    return OMNI_OK;
+}
+
+void media_encoder_free(media_encoder *e) {
+    if (!e) return;
+    vision_tower_free(e->vt);
+    audio_tower_free(e->at);
+    free(e);
+}
+
+double media_encoder_ms(const media_encoder *e) { return e->ms; }
 
 static const char *base_name(const char *p) {
     const char *b = strrchr(p, '/');
     return b ? b + 1 : p;
 }
 
-omni_status media_check_support(const omni_session *s, int n_images, int n_audios) {
-    if (n_images && !s->cfg->vision_json)
+omni_status media_check_support(const llm_model *m, int n_images, int n_audios) {
+    const llm_config *c = llm_model_config(m);
+    if (n_images && !c->vision_json)
         return omni_fail(OMNI_ERR_UNSUPPORTED, "this model (%s) has no vision tower: images are not supported",
-                         s->cfg->model_type);
-    if (n_audios && !s->cfg->audio_json)
+                         c->model_type);
+    if (n_audios && !c->audio_json)
         return omni_fail(OMNI_ERR_UNSUPPORTED, "this model (%s) has no audio tower: audio input needs Qwen3-Omni",
-                         s->cfg->model_type);
+                         c->model_type);
     return OMNI_OK;
 }
 
-static omni_status ensure_vision(omni_session *s) {
-    if (s->vtower) return OMNI_OK;
-    omni_status st = media_check_support(s, 1, 0);
+static omni_status ensure_vision(media_encoder *e) {
+    if (e->vt) return OMNI_OK;
+    omni_status st = media_check_support(e->m, 1, 0);
     if (st) return st;
-    s->vprep = vision_prep_default_params();
-    if (s->cfg->arch == LLM_ARCH_QWEN3_OMNI_MOE) { /* Qwen3-Omni's preprocessor_config.json values (spec §6.7) */
-        s->vprep.min_pixels = 3136;
-        s->vprep.max_pixels = 12845056;
+    e->prep = vision_prep_default_params();
+    if (e->cfg->arch == LLM_ARCH_QWEN3_OMNI_MOE) { /* Qwen3-Omni's preprocessor_config.json values (spec §6.7) */
+        e->prep.min_pixels = 3136;
+        e->prep.max_pixels = 12845056;
     }
-    st = vision_prep_load_config(s->model_dir, &s->vprep);
-    if (!st) st = vision_prep_set_token_limits(&s->vprep, s->args.image_min_tokens, s->args.image_max_tokens);
-    if (!st) st = vision_tower_load(s->model_dir, llm_model_ckpt(s->model), &s->vtower);
-    if (!st && vision_tower_config(s->vtower)->out_hidden != s->cfg->hidden)
+    st = vision_prep_load_config(e->dir, &e->prep);
+    if (!st) st = vision_prep_set_token_limits(&e->prep, e->p.image_min_tokens, e->p.image_max_tokens);
+    if (!st) st = vision_tower_load(e->dir, llm_model_ckpt(e->m), &e->vt);
+    if (!st && vision_tower_config(e->vt)->out_hidden != e->cfg->hidden)
         st = omni_fail(OMNI_ERR_MODEL, "vision out_hidden_size %d != text hidden %d",
-                       vision_tower_config(s->vtower)->out_hidden, s->cfg->hidden);
+                       vision_tower_config(e->vt)->out_hidden, e->cfg->hidden);
+    if (st) {
+        vision_tower_free(e->vt);
+        e->vt = NULL;
+    }
     return st;
 }
 
-omni_status media_encode_image(omni_session *s, const char *path, omni_media *out) {
+omni_status media_encode_image(media_encoder *e, const char *path, media_item *out) {
     memset(out, 0, sizeof *out);
-    omni_status st = ensure_vision(s);
+    omni_status st = ensure_vision(e);
     if (st) return st;
     vision_image img = {0};
     vision_patches pp = {0};
     vision_output vo = {0};
     if ((st = vision_image_load(path, 0, &img))) return st;
-    st = vision_preprocess(&img, &s->vprep, &pp);
+    st = vision_preprocess(&img, &e->prep, &pp);
     if (!st) {
         omni_log(1, "image: '%s' %dx%d -> %dx%d (%d visual tokens)\n", base_name(path), img.width, img.height,
-                 pp.resized_w, pp.resized_h, pp.n_patches / (s->vprep.merge_size * s->vprep.merge_size));
-        st = vision_tower_encode(s->vtower, &pp, &vo);
+                 pp.resized_w, pp.resized_h, pp.n_patches / (e->prep.merge_size * e->prep.merge_size));
+        st = vision_tower_encode(e->vt, &pp, &vo);
     }
     if (!st) {
         omni_log(1, "image: encoded in %.2f ms\n", vo.encode_ms);
-        s->t_encode_ms += vo.encode_ms;
+        e->ms += vo.encode_ms;
         out->n_tokens = vo.n_tokens;
         out->grid_t = vo.grid_t;
         out->grid_h = vo.grid_h;
@@ -72,25 +117,29 @@ omni_status media_encode_image(omni_session *s, const char *path, omni_media *ou
     return st;
 }
 
-static omni_status ensure_audio(omni_session *s) {
-    if (s->atower) return OMNI_OK;
-    omni_status st = media_check_support(s, 0, 1);
+static omni_status ensure_audio(media_encoder *e) {
+    if (e->at) return OMNI_OK;
+    omni_status st = media_check_support(e->m, 0, 1);
     if (st) return st;
     audio_tower_config ac;
-    st = audio_tower_config_read(s->model_dir, &ac);
-    if (!st) st = audio_tower_load(llm_model_ckpt(s->model), &ac, &s->atower);
-    if (!st && ac.out_dim != s->cfg->hidden)
-        st = omni_fail(OMNI_ERR_MODEL, "audio output_dim %d != text hidden %d", ac.out_dim, s->cfg->hidden);
+    st = audio_tower_config_read(e->dir, &ac);
+    if (!st) st = audio_tower_load(llm_model_ckpt(e->m), &ac, &e->at);
+    if (!st && ac.out_dim != e->cfg->hidden)
+        st = omni_fail(OMNI_ERR_MODEL, "audio output_dim %d != text hidden %d", ac.out_dim, e->cfg->hidden);
+    if (st) {
+        audio_tower_free(e->at);
+        e->at = NULL;
+    }
     return st;
 }
 
-omni_status media_encode_audio(omni_session *s, const char *path, omni_media *out) {
+omni_status media_encode_audio(media_encoder *e, const char *path, media_item *out) {
     memset(out, 0, sizeof *out);
-    omni_status st = ensure_audio(s);
+    omni_status st = ensure_audio(e);
     if (st) return st;
     audio_pcm pcm = {0};
     if ((st = audio_load(path, &pcm))) return st;
-    const audio_tower_config *ac = audio_tower_get_config(s->atower);
+    const audio_tower_config *ac = audio_tower_get_config(e->at);
     int64_t T = audio_mel_frames(pcm.n), n_tok = audio_token_count(T, ac->n_window);
     float *mel = malloc(sizeof(float) * (size_t)AUDIO_N_MELS * (size_t)(T > 0 ? T : 1));
     float *emb = malloc(sizeof(float) * (size_t)(n_tok > 0 ? n_tok : 1) * ac->out_dim);
@@ -100,12 +149,12 @@ omni_status media_encode_audio(omni_session *s, const char *path, omni_media *ou
     if (!st)
         omni_log(1, "audio: '%s' %d Hz %d ch %.2f s -> 16000 Hz mono (%lld samples)\n", base_name(path),
                  pcm.orig_rate, pcm.orig_channels, pcm.duration_s, (long long)pcm.n);
-    if (!st) st = audio_tower_encode(s->atower, mel, T, emb);
+    if (!st) st = audio_tower_encode(e->at, mel, T, emb);
     if (!st) {
         double ms = omni_time_ms() - t0;
         omni_log(1, "audio: %lld mel frames -> %lld audio tokens, encoded in %.2f ms\n", (long long)T,
                  (long long)n_tok, ms);
-        s->t_encode_ms += ms;
+        e->ms += ms;
         out->is_audio = 1;
         out->n_tokens = (int)n_tok;
         out->embd = emb;
@@ -117,32 +166,96 @@ omni_status media_encode_audio(omni_session *s, const char *path, omni_media *ou
     return st;
 }
 
-
-void media_free(omni_media *m, int n) {
-    if (!m) return;
-    for (int i = 0; i < n; i++) {
-        free(m[i].embd);
-        for (int d = 0; d < m[i].n_deepstack; d++) free(m[i].deepstack[d]);
-    }
-    free(m);
+void media_item_clear(media_item *it) {
+    if (!it) return;
+    free(it->embd);
+    for (int d = 0; d < it->n_deepstack; d++) free(it->deepstack[d]);
+    memset(it, 0, sizeof *it);
 }
 
-omni_status media_encode_args(omni_session *s, omni_media **out, int *n_out) {
-    int n = s->args.n_images + s->args.n_audios;
-    *out = NULL;
-    *n_out = 0;
-    if (!n) return OMNI_OK;
-    omni_media *m = calloc((size_t)n, sizeof *m);
-    if (!m) return omni_fail(OMNI_ERR_NOMEM, "out of memory");
-    omni_status st = OMNI_OK;
-    int k = 0;
-    for (int i = 0; !st && i < s->args.n_images; i++, k++) st = media_encode_image(s, s->args.images[i], &m[k]);
-    for (int i = 0; !st && i < s->args.n_audios; i++, k++) st = media_encode_audio(s, s->args.audios[i], &m[k]);
-    if (st) {
-        media_free(m, n);
-        return st;
-    }
-    *out = m;
-    *n_out = n;
+/* ---- prompts -------------------------------------------------------------------------------------------- */
+
+static int is_img_pad(const llm_config *c, int32_t id) { return id == c->image_token_id; }
+static int is_aud_pad(const llm_config *c, int32_t id) { return c->audio_token_id >= 0 && id == c->audio_token_id; }
+
+omni_status media_check_placeholders(const llm_model *m, const int32_t *ids, int n, int n_images, int n_audios) {
+    const llm_config *c = llm_model_config(m);
+    int n_img = 0, n_aud = 0;
+    for (int i = 0; i < n; i++) n_img += is_img_pad(c, ids[i]), n_aud += is_aud_pad(c, ids[i]);
+    if (n_img != n_images || n_aud != n_audios)
+        return omni_fail(OMNI_ERR_USAGE, "the prompt has %d <|image_pad|> and %d <|audio_pad|> placeholders but %d "
+                         "image(s) and %d audio file(s) were given", n_img, n_aud, n_images, n_audios);
     return OMNI_OK;
+}
+
+/* Expanded ids and spans: each placeholder becomes n_tokens copies of itself, in item order per kind. */
+static omni_status expand(const llm_config *c, const int32_t *ids, int n, const media_item *items, int n_items,
+                          media_prompt *o, llm_grid *grids, int *n_grids, int *audio_lens, int *n_audio) {
+    int total = n;
+    for (int i = 0; i < n_items; i++) total += items[i].n_tokens - 1;
+    o->tokens = malloc(sizeof(int32_t) * (size_t)total);
+    o->spans = calloc((size_t)(n_items > 0 ? n_items : 1), sizeof(llm_span));
+    if (!o->tokens || !o->spans) return omni_fail(OMNI_ERR_NOMEM, "out of memory");
+    int next_img = 0, next_aud = 0, k = 0;
+    for (int i = 0; i < n; i++) {
+        int img = is_img_pad(c, ids[i]), aud = is_aud_pad(c, ids[i]);
+        if (!img && !aud) {
+            o->tokens[k++] = ids[i];
+            continue;
+        }
+        int *next = img ? &next_img : &next_aud;
+        while (*next < n_items && items[*next].is_audio != aud) (*next)++;
+        if (*next >= n_items) return omni_fail(OMNI_ERR_RUNTIME, "internal: no media item for placeholder %d", i);
+        const media_item *it = &items[(*next)++];
+        llm_span *sp = &o->spans[o->n_spans++];
+        *sp = (llm_span){k, it->n_tokens, it->embd, it->n_deepstack, {0}};
+        for (int d = 0; d < it->n_deepstack; d++) sp->deepstack[d] = it->deepstack[d];
+        if (img) grids[(*n_grids)++] = (llm_grid){it->grid_t, it->grid_h, it->grid_w};
+        else audio_lens[(*n_audio)++] = it->n_tokens;
+        for (int t = 0; t < it->n_tokens; t++) o->tokens[k++] = ids[i];
+    }
+    o->n_tokens = k;
+    return OMNI_OK;
+}
+
+omni_status media_prompt_build(const media_encoder *e, const int32_t *ids, int n, const media_item *items,
+                               int n_items, media_prompt *out) {
+    memset(out, 0, sizeof *out);
+    if (n <= 0) return omni_fail(OMNI_ERR_USAGE, "empty prompt");
+    if (n_items > MEDIA_MAX_ITEMS) return omni_fail(OMNI_ERR_USAGE, "too many media items (%d)", n_items);
+    int n_img = 0;
+    for (int i = 0; i < n_items; i++) n_img += !items[i].is_audio;
+    omni_status st = media_check_placeholders(e->m, ids, n, n_img, n_items - n_img);
+    if (st) return st;
+    llm_grid grids[MEDIA_MAX_ITEMS];
+    int audio_lens[MEDIA_MAX_ITEMS], n_grids = 0, n_audio = 0;
+    st = expand(e->cfg, ids, n, items, n_items, out, grids, &n_grids, audio_lens, &n_audio);
+    if (!st && n_items > 0) {
+        /* merge size: the vision preprocessor's (loaded with the first image) */
+        llm_pos_config pc = {e->cfg->image_token_id, e->cfg->video_token_id, e->cfg->audio_token_id,
+                             e->vt ? e->prep.merge_size : 2};
+        out->pos = malloc(sizeof(int32_t) * 3 * (size_t)out->n_tokens);
+        if (!out->pos) st = omni_fail(OMNI_ERR_NOMEM, "out of memory");
+        if (!st) st = llm_positions_build(out->tokens, out->n_tokens, &pc, grids, n_grids, audio_lens, n_audio,
+                                          out->pos, &out->rope_delta);
+    }
+    if (st) media_prompt_free(out);
+    return st;
+}
+
+void media_prompt_free(media_prompt *p) {
+    if (!p) return;
+    free(p->tokens);
+    free(p->pos);
+    free(p->spans);
+    memset(p, 0, sizeof *p);
+}
+
+void media_prompt_request(const media_prompt *p, llm_request *r) {
+    r->tokens = p->tokens;
+    r->n_tokens = p->n_tokens;
+    r->pos = p->pos;
+    r->rope_delta = p->rope_delta;
+    r->spans = p->spans;
+    r->n_spans = p->n_spans;
 }

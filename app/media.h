@@ -1,19 +1,76 @@
-/* media.h - images and audio files -> encoder embeddings for the decoder (the glue between vision/, audio/ and
- * the session). Encoders are loaded on first use from the session's model. Each encode prints one stderr line
- * with the facts users look for (sizes, token counts, encode time). */
+/* media.h - image and audio files -> what the decoder takes: embeddings as spans, the expanded prompt and its
+ * 3-stream MRoPE positions. The one place that glues vision/ and audio/ to llm/ (DESIGN.md §1: only app/ sees
+ * all three); the CLI, `omni serve` and the demo share it. Model knowledge comes from the model: its config
+ * (placeholder token ids, which towers exist), its preprocessor_config.json (pixel limits, merge size) and the
+ * towers' own configs; nothing is hard-coded in the callers.
+ *
+ * Usage:
+ *     media_encoder *enc;  media_encoder_init(model, model_dir, &mp, &enc);   (towers load on first use)
+ *     media_item it[2];  media_encode_image(enc, "page.png", &it[0]);  media_encode_audio(enc, "q.wav", &it[1]);
+ *     media_prompt mp;  media_prompt_build(enc, ids, n, it, 2, &mp);     (ids: one pad token per item)
+ *     media_prompt_request(&mp, &request);  llm_engine_submit(...);      (the engine copies the spans)
+ *     media_prompt_free(&mp);  media_item_clear(&it[0]); ...
+ * Each encode prints one stderr line with the facts users look for (sizes, token counts, encode time).
+ * An encoder is used by one thread at a time; make one per thread to encode in parallel. */
 #ifndef OMNI_APP_MEDIA_H
 #define OMNI_APP_MEDIA_H
 
-#include "app/session.h"
+#include "llm/engine.h"
+#include "llm/model.h"
 
-/* Load, preprocess and encode an image. Token budget from --image-min-tokens/--image-max-tokens. */
-omni_status media_encode_image(omni_session *s, const char *path, omni_media *out);
+typedef struct {
+    int image_min_tokens, image_max_tokens; /* visual-token budget per image; 0: the model's pixel limits */
+} media_params;
+
+media_params media_default_params(void);
+
+typedef struct media_encoder media_encoder;
+
+/* The model (and its directory, for the preprocessor and tower configs) must outlive the encoder. */
+omni_status media_encoder_init(const llm_model *m, const char *model_dir, const media_params *p, media_encoder **out);
+void media_encoder_free(media_encoder *enc); /* NULL is a no-op */
+/* Total milliseconds spent encoding so far (for the perf block). */
+double media_encoder_ms(const media_encoder *enc);
+
+/* OMNI_ERR_UNSUPPORTED when the model lacks the tower some of the media need (checked before any work). */
+omni_status media_check_support(const llm_model *m, int n_images, int n_audios);
+
+/* One encoded image or audio file. */
+typedef struct {
+    int is_audio;
+    int n_tokens;               /* placeholder tokens it replaces */
+    int grid_t, grid_h, grid_w; /* images: patch grid (pre-merge); audio: 0 */
+    float *embd;                /* [n_tokens, hidden] (owned) */
+    int n_deepstack;
+    float *deepstack[4];        /* each [n_tokens, hidden] (owned) */
+} media_item;
+
+/* Load, preprocess and encode an image (token budget from the params). */
+omni_status media_encode_image(media_encoder *enc, const char *path, media_item *out);
 /* Decode, resample, log-mel and encode an audio file. */
-omni_status media_encode_audio(omni_session *s, const char *path, omni_media *out);
-/* Encode every --image and --audio of the args, images first then audio, in the order given. */
-omni_status media_encode_args(omni_session *s, omni_media **out, int *n_out);
-/* OMNI_ERR_UNSUPPORTED when the model lacks the encoder some of the media need (checked before any work). */
-omni_status media_check_support(const omni_session *s, int n_images, int n_audios);
-void media_free(omni_media *m, int n); /* frees the array's contents and the array; NULL is a no-op */
+omni_status media_encode_audio(media_encoder *enc, const char *path, media_item *out);
+void media_item_clear(media_item *it); /* frees the contents; NULL is a no-op */
+
+/* A prompt with its media: each <|image_pad|> / <|audio_pad|> of the token ids stands for the next item of that
+ * kind (in order) and becomes its n_tokens pads; spans point at the items' embeddings (not copied: the items must
+ * outlive the prompt); positions follow get_rope_index, from 0 (the engine continues them after a conversation's
+ * history). Text-only prompts get pos NULL and rope_delta 0. */
+typedef struct {
+    int32_t *tokens;   /* [n_tokens] expanded */
+    int n_tokens;
+    int32_t *pos;      /* [3 * n_tokens] or NULL */
+    int rope_delta;
+    llm_span *spans;   /* [n_spans] */
+    int n_spans;
+} media_prompt;
+
+/* Placeholder counts must match the items (OMNI_ERR_USAGE otherwise, checked before anything is built). */
+omni_status media_prompt_build(const media_encoder *enc, const int32_t *ids, int n, const media_item *items,
+                               int n_items, media_prompt *out);
+/* The same count check alone, before any encoder runs (n_images / n_audios the caller will give). */
+omni_status media_check_placeholders(const llm_model *m, const int32_t *ids, int n, int n_images, int n_audios);
+void media_prompt_free(media_prompt *p);
+/* Set the request's tokens, pos, rope_delta and spans from the prompt. */
+void media_prompt_request(const media_prompt *p, llm_request *r);
 
 #endif

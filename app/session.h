@@ -1,25 +1,14 @@
-/* session.h - one model + tokenizer + KV cache + sampler, and the prompt -> tokens -> stream loop that every
- * command (generate, chat, logits, ocr, ask, eval) shares. Timings are kept for the perf block. */
+/* session.h - what every CLI command shares: model + tokenizer + media encoder + one llm_engine stepped on the
+ * command's own thread, the main KV cache (--kv and friends) with a conversation in it, turns streamed to stdout,
+ * and the llama.cpp-shaped perf block. The commands are thin clients of the engine (llm/engine.h). */
 #ifndef OMNI_APP_SESSION_H
 #define OMNI_APP_SESSION_H
 
 #include "app/args.h"
-#include "audio/audio.h"
-#include "vision/vision.h"
-#include "kvcache/kvcache.h"
+#include "app/media.h"
+#include "llm/engine.h"
 #include "llm/model.h"
-#include "llm/sampler.h"
 #include "llm/tokenizer.h"
-
-/* One encoded media item (image or audio) ready for the decoder. */
-typedef struct {
-    int is_audio;
-    int n_tokens;       /* placeholder tokens it replaces */
-    int grid_t, grid_h, grid_w; /* images: patch grid (pre-merge); audio: 0 */
-    float *embd;        /* [n_tokens, hidden] (owned) */
-    int n_deepstack;
-    float *deepstack[4];/* each [n_tokens, hidden] (owned) */
-} omni_media;
 
 typedef struct {
     omni_args args;
@@ -27,46 +16,49 @@ typedef struct {
     llm_model *model;
     const llm_config *cfg;
     llm_tokenizer *tok;
-    kv_cache *kv;
-    int seq;
-    llm_sampler *sampler;
-    float *logits;       /* [vocab] logits after the last eval */
-    int64_t rope_delta;  /* decode position = kv length + rope_delta */
-    int ctx;             /* KV capacity in tokens */
-    vision_tower *vtower;      /* loaded on the first image (app/media.c) */
-    vision_prep_params vprep;
-    audio_tower *atower;       /* loaded on the first audio file */
+    media_encoder *media;
+    llm_engine *engine;
+    int cache;            /* the --kv cache (-1 until session_kv_init) */
+    int conv;             /* the conversation in it */
+    int ctx;              /* its capacity in tokens */
     /* perf */
-    double t_start, t_load_ms, t_prompt_ms, t_eval_ms, t_encode_ms;
+    double t_start, t_load_ms, t_prompt_ms, t_eval_ms, t_encode0_ms;
     int n_prompt, n_eval;
     volatile int *interrupted;
 } omni_session;
 
-/* Resolve and load model + tokenizer (+ sampler). The KV cache is created by session_kv_init. */
-omni_status session_open(omni_session *s, const omni_args *a);
-/* Create the KV cache for `ctx` tokens with the format from the args (--kv and friends). */
+/* Resolve and load model + tokenizer, make the media encoder and the engine. n_seqs: sequences the command runs
+ * at once (1 for one answer); chunk: prompt tokens per step (0: 512); logits_rows: host rows for LLM_LOGITS_ALL
+ * requests per step (0: the engine's default). */
+omni_status session_open(omni_session *s, const omni_args *a, int n_seqs, int chunk, int logits_rows);
+/* The main cache (format from --kv and friends) for one conversation of `ctx` tokens; prints the KV line. */
 omni_status session_kv_init(omni_session *s, int ctx);
+/* Another cache: `mode` overrides --kv (the other --kv-* options apply), room for n_seqs sequences of ctx. */
+omni_status session_add_cache(omni_session *s, const char *mode, int ctx, int n_seqs, int *cache);
 void session_close(omni_session *s);
-/* A separate one-sequence cache for this model; `mode` overrides --kv when non-NULL (other --kv-* options apply). */
-omni_status session_new_cache(const omni_session *s, const char *mode, int ctx, kv_cache **kv, int *seq);
 
 /* Text -> ids (special tokens recognised). Invalid UTF-8 is replaced by U+FFFD with a warning. */
 omni_status session_tokenize(omni_session *s, const char *text, int32_t **ids, int *n);
 
-/* Feed prompt tokens and leave the last logits in s->logits. Each <|image_pad|> / <|audio_pad|> in `ids` stands
- * for the next media item of that kind (in order) and is expanded to its n_tokens; the counts must match
- * (OMNI_ERR_USAGE otherwise). Positions follow get_rope_index, continuing after what the cache holds. */
-omni_status session_eval_prompt(omni_session *s, const int32_t *ids, int n, omni_media *media, int n_media);
+/* One turn of the conversation: prompt (expanded, with media), then up to n_predict tokens (-1: until EOS or
+ * the context is full) streamed to stdout. keep_eos: the final EOS stays in the history (chat). Tokens
+ * generated: *ids_out (malloc'ed, may be NULL) and *n_out; *finish how it ended. Ctrl+C (s->interrupted)
+ * cancels the turn. A prompt that does not fit the context fails with OMNI_ERR_USAGE before any work. */
+omni_status session_turn(omni_session *s, const media_prompt *p, int n_predict, int keep_eos, int32_t **ids_out,
+                         int *n_out, llm_finish *finish);
 
-/* Feed one generated token (decode step). */
-omni_status session_eval_token(omni_session *s, int32_t id);
+/* Step the engine until no request is left, cancelling `ids` when Ctrl+C is pressed. */
+void session_run(omni_session *s, const int *ids, int n_ids);
 
-/* Sample, stream text to stdout, until EOS, n_predict tokens or the context is full. Returns the number of
- * tokens generated through *n_out and optionally their ids (malloc'ed, caller frees). The final EOS (if any) is
- * evaluated into the cache only when keep_eos != 0 (chat keeps it). */
-omni_status session_generate(omni_session *s, int n_predict, int keep_eos, int32_t **ids_out, int *n_out);
+/* Add one finished request's timings to the perf block. */
+void session_add_stats(omni_session *s, const llm_request_stats *st);
+/* Zero the prompt/eval counters (omni ocr: one perf block per image). */
+void session_reset_perf(omni_session *s);
 
 /* llama.cpp-shaped perf block and the KV line on stderr. */
 void session_print_perf(const omni_session *s);
+
+/* The sampling options of the args (temp, top-k, top-p, seed). */
+llm_sampler_params session_sampling(const omni_session *s);
 
 #endif

@@ -224,6 +224,8 @@ llm_runner *llm_engine_runner(llm_engine *e) { return e->r; }
 
 /* ---- caches and budgets --------------------------------------------------------------------------------- */
 
+static void publish_one(llm_engine *e, int i);
+
 static int64_t pages_bytes(const cache_slot *c, int64_t raw, int64_t quant) {
     return raw * c->raw_pb + quant * c->quant_pb;
 }
@@ -289,6 +291,7 @@ omni_status llm_engine_add_cache(llm_engine *e, const llm_cache_params *p, int *
     pthread_mutex_lock(&e->mu);
     *cache = e->n_caches;
     e->caches[e->n_caches++] = c;
+    publish_one(e, *cache);
     pthread_mutex_unlock(&e->mu);
     return OMNI_OK;
 }
@@ -579,13 +582,14 @@ int64_t llm_engine_conv_len(llm_engine *e, int id) {
     return n;
 }
 
-/* Stepping thread: apply clear/free requests (a conversation with a running turn waits for its end). */
+/* Stepping thread: apply clear/free requests. A clear is refused while a turn runs, so a turn busy now came
+ * after it and is not admitted yet: the clear goes first. A free waits for the (cancelled) turn's end. */
 static void conv_apply(llm_engine *e) {
     pthread_mutex_lock(&e->mu);
     for (conv **pp = &e->convs; *pp;) {
         conv *c = *pp;
         cache_slot *cs = &e->caches[c->cache];
-        if ((c->clear_req || c->free_req) && !c->busy) {
+        if (c->clear_req || (c->free_req && !c->busy)) {
             if (c->seq >= 0) {
                 if (c->free_req) {
                     kv_seq_remove(cs->kv, c->seq);
@@ -930,9 +934,9 @@ static void process_batch(llm_engine *e, int n, double ms) {
     }
 }
 
-/* Snapshot of the caches for other threads. */
-static void publish(llm_engine *e) {
-    for (int i = 0; i < e->n_caches; i++) {
+/* Snapshot of cache i for other threads (under mu). */
+static void publish_one(llm_engine *e, int i) {
+    {
         cache_slot *c = &e->caches[i];
         llm_cache_stats s;
         memset(&s, 0, sizeof s);
@@ -949,6 +953,10 @@ static void publish(llm_engine *e) {
         kv_format_name(kv_layer_format(c->kv, 0), s.format, sizeof s.format);
         c->pub = s;
     }
+}
+
+static void publish(llm_engine *e) {
+    for (int i = 0; i < e->n_caches; i++) publish_one(e, i);
 }
 
 /* Start of a step: take the inbox and the cancel flags (under mu), admit in order. */
