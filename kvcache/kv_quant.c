@@ -4,44 +4,6 @@
 
 #include <math.h>
 
-uint16_t kvq_f2h(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    uint32_t sign = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
-    if (a > 0x7f800000u) return 0x7e00u;
-    if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7bffu); /* >= 65520 would round to inf: saturate */
-    if (a < 0x38800000u) {                                    /* below 2^-14: fp16 subnormal or zero */
-        float fa;
-        memcpy(&fa, &a, 4);
-        return (uint16_t)(sign | (uint32_t)rintf(fa * 16777216.0f)); /* exact scaling, RNE; 1024 = min normal */
-    }
-    uint32_t h = (((a >> 23) - 112u) << 10) | ((a & 0x7fffffu) >> 13), rem = a & 0x1fffu;
-    if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) h++;
-    return (uint16_t)(sign | h);
-}
-
-/* One fp16 step towards -inf / +inf (finite values only; saturates at +-65504). */
-static uint16_t h_step_down(uint16_t h) {
-    if ((h & 0x7fffu) == 0) return 0x8001u;
-    if (h & 0x8000u) return h == 0xfbffu ? h : (uint16_t)(h + 1);
-    return (uint16_t)(h - 1);
-}
-static uint16_t h_step_up(uint16_t h) {
-    if ((h & 0x7fffu) == 0) return 0x0001u;
-    if (h & 0x8000u) return (uint16_t)(h - 1);
-    return h == 0x7bffu ? h : (uint16_t)(h + 1);
-}
-
-uint16_t kvq_f2h_down(float x) {
-    uint16_t h = kvq_f2h(x);
-    return kvq_h2f(h) > x ? h_step_down(h) : h;
-}
-
-uint16_t kvq_f2h_up(float x) {
-    uint16_t h = kvq_f2h(x);
-    return kvq_h2f(h) < x ? h_step_up(h) : h;
-}
-
 void kvq_fwht(float *x, int d) {
     for (int h = 1; h < d; h <<= 1)
         for (int i = 0; i < d; i += 2 * h)

@@ -10,42 +10,21 @@
 #include <stdint.h>
 #include <string.h>
 
-#define KVQ_G 32
+#include "kv_fp16.h"
+#include "kv_layout.h"
+
+#define KVQ_G KV_BLOCK
 
 _Static_assert(sizeof(uint16_t) == 2 && sizeof(float) == 4, "fp16/f32 storage sizes");
 
-/* ---- fp16 (IEEE binary16) ---- */
-static inline float kvq_h2f(uint16_t h) {
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, man = h & 0x3ffu, u;
-    if (exp == 0) {
-        float f = (float)man * (1.0f / 16777216.0f); /* subnormal: man * 2^-24, exact */
-        memcpy(&u, &f, 4);
-        u |= sign;
-    } else if (exp == 31) {
-        u = sign | 0x7f800000u | (man << 13);
-    } else {
-        u = sign | ((exp + 112u) << 23) | (man << 13);
-    }
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
+/* ---- fp16 (IEEE binary16) and bf16: kv_fp16.h (shared with the device code) ---- */
+static inline float kvq_h2f(uint16_t h) { return kv_h2f(h); }
 /* Round-to-nearest-even, saturating to +-65504 (no infinities); NaN -> 0x7e00. */
-uint16_t kvq_f2h(float f);
+static inline uint16_t kvq_f2h(float f) { return kv_f2h(f); }
 /* Largest fp16 <= x / smallest fp16 >= x (finite, saturating). */
-uint16_t kvq_f2h_down(float x);
-uint16_t kvq_f2h_up(float x);
-
-static inline float kvq_bf16_round(float x) {
-    uint32_t u;
-    memcpy(&u, &x, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return x;
-    u += 0x7fffu + ((u >> 16) & 1u);
-    u &= 0xffff0000u;
-    memcpy(&x, &u, 4);
-    return x;
-}
+static inline uint16_t kvq_f2h_down(float x) { return kv_f2h_down(x); }
+static inline uint16_t kvq_f2h_up(float x) { return kv_f2h_up(x); }
+static inline float kvq_bf16_round(float x) { return kv_bf16_round(x); }
 
 /* ---- Hadamard ---- */
 /* In place x <- H x, H the normalized Sylvester Walsh-Hadamard matrix of size d (a power of two). */
@@ -62,13 +41,9 @@ static inline int kvq_code(float x, float mn, float sc, int bits) {
     return r < 0.0f ? 0 : r > (float)qmax ? qmax : (int)r;
 }
 
-/* Byte sizes of one packed block (one KV head, 32 tokens). */
-static inline size_t kvq_key_bytes(int D, int bits, int use_norm) {
-    return (size_t)D * KVQ_G * bits / 8 + (size_t)D * 4 + (use_norm ? KVQ_G * 2 : 0);
-}
-static inline size_t kvq_value_bytes(int D, int bits) {
-    return (size_t)KVQ_G * D * bits / 8 + (size_t)KVQ_G * (D / KVQ_G) * 4;
-}
+/* Byte sizes of one packed block (one KV head, 32 tokens): kv_layout.h. */
+static inline size_t kvq_key_bytes(int D, int bits, int use_norm) { return (size_t)kv_key_block_bytes(D, bits, use_norm); }
+static inline size_t kvq_value_bytes(int D, int bits) { return (size_t)kv_value_block_bytes(D, bits); }
 _Static_assert(KVQ_G * 128 * 2 / 8 + 128 * 4 + KVQ_G * 2 == 1600, "int2 key block at D=128 is 1600 bytes");
 _Static_assert(KVQ_G * 128 * 2 / 8 + KVQ_G * (128 / KVQ_G) * 4 == 1536, "int2 value block at D=128 is 1536 bytes");
 

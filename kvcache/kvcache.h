@@ -1,6 +1,11 @@
 /* kvcache.h - the KV cache of the decoder: formats (f32, bf16, OScaR int2/int4, KIVI), a page pool with exact
  * byte accounting, per-sequence page tables, and attention over the cache (CPU reference).
  *
+ * Three parts (DESIGN.md section 3): the device-agnostic page allocator (kv_pages.h: pools, free lists, tables,
+ * accounting, budget), the storage of the page bytes (host memory here: kv_cache; device memory: kv_dev.h) and the
+ * attention (CPU: kv_attn_cpu.c; CUDA: kv_cuda.h). kv_layout.h is the one description of the bytes that every
+ * reader uses: kv_cache_layer_view exports it for a layer of this cache.
+ *
  * Algorithm (spec/oscar.md): for rotating formats q, k and v are multiplied by the normalized Walsh-Hadamard
  * matrix H (d x d, Sylvester order, H = H^T = H^-1) inside the cache; keys beyond the recent window are divided
  * by their per-token per-KV-head l2 norm s (stored) and quantized per channel over groups of G = 32 tokens;
@@ -75,6 +80,7 @@
 #include <stdint.h>
 
 #include "kernels/status.h"
+#include "kvcache/kv_layout.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -182,6 +188,11 @@ typedef struct {
 omni_status kv_budget_of(const kv_params *p, int64_t n_tokens, kv_budget *b);
 /* The same for a cache's parameters; n_tokens beyond max_seq_len -> OMNI_ERR_USAGE. */
 omni_status kv_seq_budget(const kv_cache *c, int64_t n_tokens, kv_budget *b);
+
+/* The layout of one layer as stored by this cache (host pointers into its pool, its page tables and committed
+ * lengths; kv_layout.h): what tests and other attention implementations read. Valid for the cache's life; the
+ * tables and lengths change with each step. */
+omni_status kv_cache_layer_view(const kv_cache *c, int layer, kv_layer_view *v);
 
 /* The format used by a layer (after overrides). */
 const kv_format *kv_layer_format(const kv_cache *c, int layer);

@@ -2,9 +2,9 @@
  * kv_forward for one new token per sequence.
  *
  * Per configuration (format int2 / int4 / kivi2, window 0 / 128, D, heads): one batch of sequences with history
- * lengths 0, 1, 31, 33, 160, 3000 is fed to a CPU cache (prefill chunks, then kv_commit); the device pages are
- * rebuilt with the same bytes from the same inputs (kvq_fwht -> bf16 -> kvq_quant_*, as the cache stores them)
- * in shuffled page order, raw rows beyond each length poisoned with bf16 NaN; then one decode step runs on both.
+ * lengths 0, 1, 31, 33, 160, 3000 is fed to a CPU cache (prefill chunks, then kv_commit); the device gets the
+ * cache's own pages, read through its layer view (kv_cache_layer_view, kv_layout.h), in shuffled page order,
+ * raw rows beyond each length poisoned with bf16 NaN; then one decode step runs on both.
  * Tolerance: both sides compute in f32 from identical stored bytes and differ only by summation order, folded
  * scale/min (oscar.md section 5) and the split merge: |gpu - cpu| <= 1e-5 * max |cpu| per (sequence, head).
  * Output canaries must stay untouched; NaN/Inf fail.
@@ -21,7 +21,6 @@
 #include "check.h"
 #include "kernels/tensor.h"
 #include "kvcache/kv_cuda.h"
-#include "kvcache/kv_quant.h"
 #include "kvcache/kv_test_util.h"
 
 #define NSEQ 6
@@ -36,67 +35,6 @@ static const int g_lens[NSEQ] = {0, 1, 31, 33, 160, 3000};
         }                                                                                                      \
     } while (0)
 
-typedef struct {
-    int Hkv, D, kbits, vbits, rot, norm;
-    size_t kh, vh, qpage, rpage;
-} layout;
-
-static layout make_layout(const kv_format *f, int Hkv, int D) {
-    layout y = {Hkv, D, f->k_type == KV_Q2 ? 2 : 4, f->v_type == KV_Q2 ? 2 : 4, f->rotate, f->scale, 0, 0, 0, 0};
-    y.kh = kvq_key_bytes(D, y.kbits, y.norm);
-    y.vh = kvq_value_bytes(D, y.vbits);
-    y.qpage = Hkv * (y.kh + y.vh);
-    y.rpage = (size_t)2 * Hkv * 32 * D * 2;
-    return y;
-}
-
-/* Row t of head g of a sequence's k (or v) data [N][Hkv][D] as the cache stores it: rotated (if), bf16-rounded. */
-static void stored_row(const layout *y, const float *x, int64_t t, int g, float *row) {
-    memcpy(row, x + ((size_t)t * y->Hkv + g) * y->D, y->D * 4);
-    if (y->rot) kvq_fwht(row, y->D);
-    for (int c = 0; c < y->D; c++) row[c] = kvq_bf16_round(row[c]);
-}
-
-/* Fill the pages of one sequence of length L (k, v: [L][Hkv][D]); pages come from perm[*next ...]. */
-static void build_seq(const layout *y, int R, const float *k, const float *v, int64_t L, uint8_t *qpool,
-                      uint8_t *rpool, int32_t *qtab, int32_t *rtab, const int32_t *qperm, const int32_t *rperm,
-                      int *qnext, int *rnext) {
-    const int D = y->D, nb = (int)((L + 31) / 32), nq = L >= R ? (int)((L - R) / 32) : 0;
-    float *kb = malloc(32 * D * 4), *vb = malloc(32 * D * 4), *tmp = malloc(32 * D * 4);
-    for (int b = 0; b < nb; b++) {
-        if (b < nq) {
-            int pg = qperm[(*qnext)++];
-            qtab[b] = pg;
-            for (int g = 0; g < y->Hkv; g++) {
-                for (int j = 0; j < 32; j++) {
-                    stored_row(y, k, (int64_t)b * 32 + j, g, kb + j * D);
-                    stored_row(y, v, (int64_t)b * 32 + j, g, vb + j * D);
-                }
-                uint8_t *page = qpool + (size_t)pg * y->qpage;
-                kvq_quant_keys(kb, 0, D, y->kbits, y->norm, page + g * y->kh, tmp);
-                kvq_quant_values(vb, D, y->vbits, page + y->Hkv * y->kh + g * y->vh);
-            }
-        } else {
-            int pg = rperm[(*rnext)++];
-            rtab[b] = pg;
-            uint16_t *page = (uint16_t *)(rpool + (size_t)pg * y->rpage);
-            for (int g = 0; g < y->Hkv; g++)
-                for (int j = 0; j < 32; j++) {
-                    int64_t t = (int64_t)b * 32 + j;
-                    uint16_t *kr = page + ((size_t)g * 32 + j) * D, *vr = page + ((size_t)(y->Hkv + g) * 32 + j) * D;
-                    if (t >= L) { /* poison: must never be read */
-                        for (int c = 0; c < D; c++) kr[c] = vr[c] = 0x7fc0;
-                        continue;
-                    }
-                    stored_row(y, k, t, g, kb);
-                    stored_row(y, v, t, g, vb);
-                    for (int c = 0; c < D; c++) kr[c] = omni_f32_to_bf16(kb[c]), vr[c] = omni_f32_to_bf16(vb[c]);
-                }
-        }
-    }
-    free(kb), free(vb), free(tmp);
-}
-
 static void shuffle(int32_t *p, int n, rng_t *r) {
     for (int i = 0; i < n; i++) p[i] = i;
     for (int i = n - 1; i > 0; i--) {
@@ -106,12 +44,61 @@ static void shuffle(int32_t *p, int n, rng_t *r) {
     }
 }
 
+/* A copy of a cache's pools as its layer view describes them, pages permuted (page p -> perm[p], tables
+ * rewritten), raw rows of tokens >= len poisoned with bf16 NaN (they must never be read). */
+typedef struct {
+    uint8_t *raw, *quant;
+    int64_t n_raw, n_quant;
+    int32_t *rtab, *qtab, *len; /* [n_seq][tab_stride], [n_seq] in batch order */
+} pool_copy;
+
+static pool_copy copy_pools(const kv_layer_view *hv, const kv_usage *u, int n_seq, rng_t *r) {
+    pool_copy pc;
+    pc.n_raw = u->raw_pages + u->raw_pages_free, pc.n_quant = u->quant_pages + u->quant_pages_free;
+    int32_t *rperm = malloc((pc.n_raw + 1) * 4), *qperm = malloc((pc.n_quant + 1) * 4);
+    shuffle(rperm, (int)pc.n_raw, r);
+    shuffle(qperm, (int)pc.n_quant, r);
+    pc.raw = malloc(pc.n_raw * hv->raw_page_bytes + 16);
+    pc.quant = malloc(pc.n_quant * hv->quant_page_bytes + 16);
+    memset(pc.raw, 0xff, pc.n_raw * hv->raw_page_bytes);
+    memset(pc.quant, 0xff, pc.n_quant * hv->quant_page_bytes);
+    pc.rtab = malloc((size_t)n_seq * hv->tab_stride * 4), pc.qtab = malloc((size_t)n_seq * hv->tab_stride * 4);
+    pc.len = malloc((size_t)n_seq * 4);
+    for (int s = 0; s < n_seq; s++) {
+        const int64_t L = hv->len[s];
+        pc.len[s] = (int32_t)L;
+        for (int b = 0; b < hv->tab_stride; b++) {
+            int32_t rp = kv_view_raw_page(hv, s, b), qp = kv_view_quant_page(hv, s, b);
+            pc.rtab[s * hv->tab_stride + b] = rp >= 0 ? rperm[rp] : -1;
+            pc.qtab[s * hv->tab_stride + b] = qp >= 0 ? qperm[qp] : -1;
+            if (qp >= 0)
+                memcpy(pc.quant + (int64_t)qperm[qp] * hv->quant_page_bytes,
+                       hv->quant_pool + (int64_t)qp * hv->quant_page_bytes, hv->quant_page_bytes);
+            if (rp < 0) continue;
+            uint8_t *dst = pc.raw + (int64_t)rperm[rp] * hv->raw_page_bytes;
+            memcpy(dst, hv->raw_pool + (int64_t)rp * hv->raw_page_bytes, hv->raw_page_bytes);
+            kv_layer_view dv = *hv; /* the same view over the copy: rows of tokens >= L get NaN */
+            dv.raw_pool = pc.raw;
+            for (int g = 0; g < hv->n_kv_heads; g++)
+                for (int j = 0; j < 32; j++)
+                    if ((int64_t)b * 32 + j >= L)
+                        for (int isv = 0; isv < 2; isv++) {
+                            uint16_t *row = (uint16_t *)(kv_view_raw_rows(&dv, rperm[rp], g, isv) + (size_t)j * hv->head_dim * 2);
+                            for (int c = 0; c < hv->head_dim; c++) row[c] = 0x7fc0;
+                        }
+        }
+    }
+    free(rperm), free(qperm);
+    return pc;
+}
+
+static void free_pools(pool_copy *pc) { free(pc->raw), free(pc->quant), free(pc->rtab), free(pc->qtab), free(pc->len); }
+
 /* One configuration; returns the worst relative error seen (or +inf on a failure of the run). */
 static double run_case(const char *mode, int R, int Hq, int Hkv, int D, uint64_t seed) {
     kv_format f;
     if (kv_parse_mode(mode, &f)) return INFINITY;
     f.window = R;
-    const layout y = make_layout(&f, Hkv, D);
     int64_t total = 0, Lmax = 0;
     for (int s = 0; s < NSEQ; s++) total += g_lens[s], Lmax = g_lens[s] > Lmax ? g_lens[s] : Lmax;
     /* ---- CPU cache: history, then one decode step for all sequences */
@@ -126,6 +113,7 @@ static double run_case(const char *mode, int R, int Hq, int Hkv, int D, uint64_t
     for (int s = 0; s < NSEQ; s++) {
         data[s] = kvd_make(1, Hq, Hkv, D, g_lens[s] + 1, seed * 100 + s);
         kv_seq_add(c, &ids[s]);
+        CHECK(ids[s] == s, "slot %d for sequence %d (the batch order is the slot order here)", ids[s], s);
     }
     float *scratch = malloc((size_t)1024 * Hq * D * 4);
     for (int s = 0; s < NSEQ; s++)
@@ -136,6 +124,14 @@ static double run_case(const char *mode, int R, int Hq, int Hkv, int D, uint64_t
             if (!st) st = kv_commit(c, 1, &ids[s], &n);
             CHECK(st == OMNI_OK, "prefill: %s", omni_last_error());
         }
+    /* ---- the device gets the cache's own pages (through its layer view) in shuffled page order */
+    kv_layer_view hv;
+    kv_usage u;
+    CHECK(kv_cache_layer_view(c, 0, &hv) == OMNI_OK, "%s", omni_last_error());
+    kv_get_usage(c, &u);
+    rng_t r = {seed};
+    pool_copy pc = copy_pools(&hv, &u, NSEQ, &r);
+    const int tab_stride = hv.tab_stride;
     const size_t qrow = (size_t)Hq * D, krow = (size_t)Hkv * D;
     float *q = malloc(NSEQ * qrow * 4), *k = malloc(NSEQ * krow * 4), *v = malloc(NSEQ * krow * 4);
     float *ref = malloc(NSEQ * qrow * 4), *got = malloc((NSEQ * qrow + 16) * 4);
@@ -149,28 +145,11 @@ static double run_case(const char *mode, int R, int Hq, int Hkv, int D, uint64_t
     CHECK(kv_forward(c, 0, NSEQ, ids, ones, q, k, v, ref, Hq, 1.0f / sqrtf((float)D)) == OMNI_OK, "decode: %s",
           omni_last_error());
     kv_free(c);
-    /* ---- device pages with the same bytes, shuffled page order */
-    int nqp = (int)(total / 32) + NSEQ, nrp = (int)(total / 32) + 2 * NSEQ, tab_stride = (int)(Lmax / 32) + 2;
-    uint8_t *qpool = malloc((size_t)nqp * y.qpage), *rpool = malloc((size_t)nrp * y.rpage);
-    int32_t *qtab = malloc(NSEQ * tab_stride * 4), *rtab = malloc(NSEQ * tab_stride * 4);
-    int32_t *qperm = malloc(nqp * 4), *rperm = malloc(nrp * 4), lens[NSEQ];
-    memset(qpool, 0xff, (size_t)nqp * y.qpage);
-    memset(rpool, 0xff, (size_t)nrp * y.rpage);
-    for (int i = 0; i < NSEQ * tab_stride; i++) qtab[i] = rtab[i] = -1;
-    rng_t r = {seed};
-    shuffle(qperm, nqp, &r);
-    shuffle(rperm, nrp, &r);
-    int qnext = 0, rnext = 0;
-    for (int s = 0; s < NSEQ; s++) {
-        lens[s] = g_lens[s];
-        build_seq(&y, R, data[s].k, data[s].v, g_lens[s], qpool, rpool, qtab + s * tab_stride, rtab + s * tab_stride,
-                  qperm, rperm, &qnext, &rnext);
-    }
     uint8_t *dq, *dr;
     int32_t *dqt, *drt, *dlen;
     float *dqv, *dk, *dv, *dout;
-    CU(cudaMalloc((void **)&dq, (size_t)nqp * y.qpage));
-    CU(cudaMalloc((void **)&dr, (size_t)nrp * y.rpage));
+    CU(cudaMalloc((void **)&dq, pc.n_quant * hv.quant_page_bytes + 16));
+    CU(cudaMalloc((void **)&dr, pc.n_raw * hv.raw_page_bytes + 16));
     CU(cudaMalloc((void **)&dqt, NSEQ * tab_stride * 4));
     CU(cudaMalloc((void **)&drt, NSEQ * tab_stride * 4));
     CU(cudaMalloc((void **)&dlen, NSEQ * 4));
@@ -178,18 +157,18 @@ static double run_case(const char *mode, int R, int Hq, int Hkv, int D, uint64_t
     CU(cudaMalloc((void **)&dk, NSEQ * krow * 4));
     CU(cudaMalloc((void **)&dv, NSEQ * krow * 4));
     CU(cudaMalloc((void **)&dout, (NSEQ * qrow + 16) * 4));
-    CU(cudaMemcpy(dq, qpool, (size_t)nqp * y.qpage, cudaMemcpyHostToDevice));
-    CU(cudaMemcpy(dr, rpool, (size_t)nrp * y.rpage, cudaMemcpyHostToDevice));
-    CU(cudaMemcpy(dqt, qtab, NSEQ * tab_stride * 4, cudaMemcpyHostToDevice));
-    CU(cudaMemcpy(drt, rtab, NSEQ * tab_stride * 4, cudaMemcpyHostToDevice));
-    CU(cudaMemcpy(dlen, lens, NSEQ * 4, cudaMemcpyHostToDevice));
+    CU(cudaMemcpy(dq, pc.quant, pc.n_quant * hv.quant_page_bytes, cudaMemcpyHostToDevice));
+    CU(cudaMemcpy(dr, pc.raw, pc.n_raw * hv.raw_page_bytes, cudaMemcpyHostToDevice));
+    CU(cudaMemcpy(dqt, pc.qtab, NSEQ * tab_stride * 4, cudaMemcpyHostToDevice));
+    CU(cudaMemcpy(drt, pc.rtab, NSEQ * tab_stride * 4, cudaMemcpyHostToDevice));
+    CU(cudaMemcpy(dlen, pc.len, NSEQ * 4, cudaMemcpyHostToDevice));
     CU(cudaMemcpy(dqv, q, NSEQ * qrow * 4, cudaMemcpyHostToDevice));
     CU(cudaMemcpy(dk, k, NSEQ * krow * 4, cudaMemcpyHostToDevice));
     CU(cudaMemcpy(dv, v, NSEQ * krow * 4, cudaMemcpyHostToDevice));
     CU(cudaMemset(dout, 0x7f, (NSEQ * qrow + 16) * 4)); /* 0x7f7f7f7f: poison + canary */
-    kvc_layer_view view = {Hkv, D, y.kbits, y.vbits, f.rotate, f.scale, R, dq, (int64_t)y.qpage, 0,
-                           (int64_t)(Hkv * y.kh), dr, (int64_t)y.rpage, 0, (int64_t)Hkv * 32 * D * 2, dqt, drt,
-                           tab_stride, dlen};
+    kvc_layer_view view = {Hkv, D, hv.kbits, hv.vbits, hv.rotate, hv.scale, hv.window, dq, hv.quant_page_bytes,
+                           hv.q_k, hv.q_v, dr, hv.raw_page_bytes, hv.raw_k, hv.raw_v, dqt, drt, tab_stride, dlen};
+    free_pools(&pc);
     kvc_attn *a = NULL;
     CHECK(kvc_attn_init(NSEQ, Hq, Hkv, D, &a) == OMNI_OK, "attn init: %s", omni_last_error());
     omni_status st = kvc_decode(a, &view, NSEQ, Lmax, dqv, dk, dv, dout, Hq, 1.0f / sqrtf((float)D), NULL);
@@ -227,8 +206,7 @@ static double run_case(const char *mode, int R, int Hq, int Hkv, int D, uint64_t
     cudaFree(dq), cudaFree(dr), cudaFree(dqt), cudaFree(drt), cudaFree(dlen), cudaFree(dqv), cudaFree(dk), cudaFree(dv);
     cudaFree(dout);
     for (int s = 0; s < NSEQ; s++) kvd_free(&data[s]);
-    free(scratch), free(q), free(k), free(v), free(ref), free(got), free(qpool), free(rpool), free(qtab), free(rtab);
-    free(qperm), free(rperm);
+    free(scratch), free(q), free(k), free(v), free(ref), free(got);
     return worst;
 }
 

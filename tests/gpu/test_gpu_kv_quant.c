@@ -14,6 +14,7 @@
 #include "check.h"
 #include "kernels/tensor.h"
 #include "kvcache/kv_cuda.h"
+#include "kvcache/kv_layout.h"
 #include "kvcache/kv_quant.h"
 #include "kvcache/kv_test_util.h"
 
@@ -53,7 +54,7 @@ static int fp16_fields_finite(const uint8_t *blk, size_t off, int n) {
 static int run_case(int D, int bits, int keys, int use_norm, int rotate, int round_bf16, int src_bf16, int pad,
                     int t0, uint64_t seed) {
     const int64_t rs = D + pad, bs = 32 * rs, n = (int64_t)NBLK * bs;
-    const size_t bb = keys ? kvq_key_bytes(D, bits, use_norm) : kvq_value_bytes(D, bits), stride = bb + 12;
+    const size_t bb = (size_t)(keys ? kv_key_block_bytes(D, bits, use_norm) : kv_value_block_bytes(D, bits)), stride = bb + 12;
     rng_t r = {seed};
     float *x = malloc(n * 4), *rows = malloc(32 * D * 4), *tmp = malloc(32 * D * 4);
     uint16_t *xb = malloc(n * 2);
@@ -92,8 +93,9 @@ static int run_case(int D, int bits, int keys, int use_norm, int rotate, int rou
     cudaError_t ce = cudaDeviceSynchronize();
     CHECK(ce == cudaSuccess, "kernel: %s", cudaGetErrorString(ce));
     cudaMemcpy(got, ddst, dst_bytes, cudaMemcpyDeviceToHost);
-    int nhalf = keys ? 2 * D + (use_norm ? 32 : 0) : 2 * 32 * (D / 32);
-    size_t hoff = keys ? (size_t)D * 32 * bits / 8 : (size_t)32 * D * bits / 8;
+    /* fp16 fields (scale, min, norms) from the first one to the end of the block (kv_layout.h) */
+    size_t hoff = (size_t)(keys ? kv_key_scale_off(D, bits) : kv_value_scale_off(D, bits));
+    int nhalf = (int)((bb - hoff) / 2);
     for (int b = 0; b < NBLK; b++) {
         const uint8_t *g = got + b * stride, *e = ref + b * stride;
         if (memcmp(g, e, bb)) {
