@@ -6,6 +6,10 @@
 #include "kv_append.h"
 #include "kv_pages.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* Layout of the step record of a cache (capacities from its parameters and its table log); returns its bytes. */
 int64_t kvd_step_init(kvd_step *s, const kv_pages *a);
 /* Most blocks a step of t_cap tokens can flush: t_cap / 32 + min(t_cap, max_seqs). */
@@ -17,4 +21,7 @@ omni_status kvd_step_fill(kvd_step *s, kv_pages *a, int n_seq, const int *ids, c
 void kvd_append_setup(kvd_append_args *x, const kv_layer_view *v, const kvd_step *dev_step, const void *k,
                       const void *vv, int t_cap, int f_cap);
 
+#ifdef __cplusplus
+}
+#endif
 #endif

@@ -18,6 +18,10 @@
 #include "kv_layout.h"
 #include "kvcache.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct kv_pages kv_pages;
 
 omni_status kv_pages_init(const kv_params *p, kv_pages **out); /* validates p (messages as kv_init) */
@@ -64,4 +68,7 @@ void kv_pages_log_take(kv_pages *a, kv_pages_log *log);
 /* Most entries / resets / lengths a log can hold (sizes of a mirror's staging buffer). */
 void kv_pages_log_caps(const kv_pages *a, int *max_entry, int *max_reset, int *max_len);
 
+#ifdef __cplusplus
+}
+#endif
 #endif
