@@ -212,8 +212,7 @@ omni_status bench_write_csv(const char *path, const bench_results *r) {
 
 /* ---- chart ----------------------------------------------------------------------------------------------- */
 
-/* KV formats in order of first appearance (points, then fits): their index picks the colour. */
-static int format_list(const bench_results *r, const char **names) {
+int bench_formats(const bench_results *r, const char **names) {
     int n = 0;
     for (int i = 0; i < r->n_points + r->n_fits; i++) {
         const char *k = i < r->n_points ? r->points[i].kv : r->fits[i - r->n_points].kv;
@@ -278,7 +277,7 @@ typedef struct {
 
 static omni_status make_panel(const bench_results *r, const panel *pn, plot_chart **out) {
     const char *names[BENCH_MAX_LIST];
-    int nf = format_list(r, names);
+    int nf = bench_formats(r, names);
     plot_params p = plot_default_params();
     p.title = pn->title;
     p.x_label = pn->ax == BY_CTX ? "context (tokens)" : "batch (sequences)";

@@ -85,6 +85,10 @@ omni_status bench_add_point(bench_results *r, const bench_point *p);
 omni_status bench_add_fit(bench_results *r, const bench_fit *f);
 void bench_results_free(bench_results *r);
 
+/* KV formats in order of first appearance (points, then fits), at most BENCH_MAX_LIST; returns the count. The
+ * index of a format picks its colour in the chart and its row in the report. */
+int bench_formats(const bench_results *r, const char **names);
+
 /* The table (markdown, readable as text) on f: header line, points, fits. */
 void bench_print_table(FILE *f, const bench_results *r);
 /* The CSV described above. */
@@ -94,6 +98,34 @@ omni_status bench_write_csv(const char *path, const bench_results *r);
  * batch) and vs batch (smallest context) with dashed rooflines, sequences that fit vs context, KV MiB vs context
  * and vs batch, step latency p50 vs context (smallest batch). One colour per KV format (plot_palette(index in
  * the run's order of formats)). charts[] receives the panels (caller frees each with plot_free). */
+/* ---- REPORT.md (bench/report.sh): the paper's efficiency table from one run ----
+ * A baseline row comes from bench/hf_generate.py (transformers' generate on random weights of the same config):
+ * CSV with the header "kind,batch,ctx,steps,decode_tok_s,step_ms,prefill_tok_s,ttft_ms,peak_mib,note", kind
+ * "baseline"; a point that failed has empty numbers and a note. */
+typedef struct {
+    int batch, ctx, steps;
+    double decode_tok_s, step_ms, prefill_tok_s, ttft_ms, peak_mib; /* NaN when not measured */
+    char note[160];
+} bench_baseline;
+
+typedef struct {
+    const char *command;   /* the command line of the run (shown) */
+    const char *version;   /* omni version */
+    const char *device_name; /* e.g. the GPU's name; NULL = device kind only */
+    const char *png, *csv; /* file names of the chart and CSV next to the report (NULL: not linked) */
+    const bench_baseline *baseline;
+    int n_baseline;
+    const char *baseline_label; /* e.g. "transformers 5.17 generate (BF16, sdpa)" */
+    const char *baseline_error; /* the baseline could not run: why (shown instead of its numbers) */
+} bench_report_info;
+
+/* Reads a baseline CSV (OMNI_ERR_INPUT with a message for a missing or malformed file). *rows is malloc'ed. */
+omni_status bench_read_baseline(const char *path, bench_baseline **rows, int *n);
+/* Writes the markdown report: the throughput point (largest batch, smallest context) and the latency point
+ * (smallest batch, largest context) of every format with % of roofline and ratios to the first format, the
+ * paper's H20 ratios beside them, the baseline row, KV memory and sequences that fit, all points, the chart. */
+omni_status bench_write_report(const char *path, const bench_results *r, const bench_report_info *info);
+
 #define BENCH_CHARTS 6
 #define BENCH_CHART_COLS 3
 omni_status bench_make_charts(const bench_results *r, plot_chart **charts);

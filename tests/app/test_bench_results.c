@@ -133,6 +133,67 @@ static void test_outputs(const char *dir) {
     bench_results_free(&other);
 }
 
+static int write_text(const char *path, const char *text) {
+    FILE *f = fopen(path, "w");
+    if (!f) return -1;
+    fputs(text, f);
+    return fclose(f);
+}
+
+static void test_report(const char *dir) {
+    bench_results r;
+    synthetic(&r);
+    char base[256], rep[256];
+    snprintf(base, sizeof base, "%s/hf.csv", dir);
+    snprintf(rep, sizeof rep, "%s/REPORT.md", dir);
+    write_text(base, "kind,batch,ctx,steps,decode_tok_s,step_ms,prefill_tok_s,ttft_ms,peak_mib,note\n"
+                     "baseline,16,256,8,40.5,395.1,900,4500,2048,\n"
+                     "baseline,1,4096,8,,,,,,error: CUDA out of memory, tried to allocate 2 GiB\n");
+    bench_baseline *b = NULL;
+    int nb = 0;
+    CHECK(bench_read_baseline(base, &b, &nb) == OMNI_OK && nb == 2, "baseline: %s", omni_last_error());
+    if (nb == 2) {
+        CHECK(b[0].batch == 16 && b[0].ctx == 256 && b[0].decode_tok_s == 40.5 && isnan(b[1].step_ms), "baseline values");
+        CHECK(strstr(b[1].note, "out of memory, tried") != NULL, "note with a comma: '%s'", b[1].note);
+    }
+    bench_report_info in = {"omni bench --kv bf16,int2", "0.1.0", "test device", "b.png", "b.csv", b, nb,
+                            "transformers generate", NULL};
+    CHECK(bench_write_report(rep, &r, &in) == OMNI_OK, "report: %s", omni_last_error());
+    char *t = omni_read_file(rep, NULL);
+    CHECK(t != NULL, "no report");
+    if (t) {
+        /* throughput point: batch 16 / 256; latency point: batch 1 / 4096 */
+        const bench_point *t0 = &r.points[2], *t1 = &r.points[9 + 2], *l0 = &r.points[6], *l1 = &r.points[9 + 6];
+        CHECK(t0->batch == 16 && t0->ctx == 256 && t1->batch == 16 && l0->batch == 1 && l0->ctx == 4096, "picks");
+        char want[128];
+        snprintf(want, sizeof want, "**%.2fx**", t1->decode_tok_s / t0->decode_tok_s);
+        CHECK(strstr(t, want) != NULL, "throughput ratio %s missing", want);
+        snprintf(want, sizeof want, "**%.2fx** faster", l0->step_ms_p50 / l1->step_ms_p50);
+        CHECK(strstr(t, want) != NULL, "latency ratio %s missing", want);
+        snprintf(want, sizeof want, "| omni int2 | %.1f | %.0f%% |", t1->decode_tok_s, t1->roofline_pct);
+        CHECK(strstr(t, want) != NULL, "int2 throughput row '%s' missing", want);
+        snprintf(want, sizeof want, "| transformers generate | 40.5 | %.0f%% |", 100 * 40.5 / t0->roofline_tok_s);
+        CHECK(strstr(t, want) != NULL, "baseline row '%s' missing:\n%s", want, t);
+        CHECK(strstr(t, "error: CUDA out of memory") != NULL, "baseline failure note missing");
+        CHECK(strstr(t, "**5.00x** smaller") != NULL && strstr(t, "4.1x") && strstr(t, "5.3x") && strstr(t, "3.0x"),
+              "memory ratio / paper numbers missing");
+        CHECK(strstr(t, "![omni bench chart](b.png)") != NULL && strstr(t, "10.5 GB/s") != NULL, "chart/bandwidth");
+        free(t);
+    }
+    in.baseline_error = "python3 has no torch";
+    CHECK(bench_write_report(rep, &r, &in) == OMNI_OK, "report 2");
+    t = omni_read_file(rep, NULL);
+    CHECK(t && strstr(t, "not run: python3 has no torch") != NULL, "baseline error not shown");
+    free(t);
+    free(b);
+    write_text(base, "kind,batch\nbaseline,1\n");
+    CHECK(bench_read_baseline(base, &b, &nb) == OMNI_ERR_INPUT && b == NULL, "bad header accepted");
+    write_text(base, "kind,batch,ctx,steps,decode_tok_s,step_ms,prefill_tok_s,ttft_ms,peak_mib,note\npoint,1,2\n");
+    CHECK(bench_read_baseline(base, &b, &nb) == OMNI_ERR_INPUT, "bad row accepted");
+    CHECK(bench_read_baseline("/nonexistent.csv", &b, &nb) == OMNI_ERR_INPUT, "missing file");
+    bench_results_free(&r);
+}
+
 static void test_random_model(void) {
     char cfg[512];
     snprintf(cfg, sizeof cfg, "%s/text/qvl-h64-hd128-gqa2-tied/config.json", OMNI_FIXTURES);
@@ -175,6 +236,7 @@ int main(void) {
     test_lists();
     test_numbers();
     test_outputs(dir);
+    test_report(dir);
     test_random_model();
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
