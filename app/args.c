@@ -123,6 +123,9 @@ static int value_opt(omni_args *a, const char *o, const char *v, omni_status *st
     else if (!strcmp(o, "--png-size")) *st = to_size(v, o, &a->png_w, &a->png_h);
     else if (!strcmp(o, "--kv-mem")) *st = to_double(v, o, 1e-6, 1e6, &a->kv_mem_gib);
     else if (!strcmp(o, "--bw-mib")) *st = to_int(v, o, 1, 1 << 16, &a->bw_mib);
+    else if (!strcmp(o, "--report")) a->report = v;
+    else if (!strcmp(o, "--baseline")) a->baseline = v;
+    else if (!strcmp(o, "--device-name")) a->device_name = v;
     else if (!strcmp(o, "--image")) *st = add_media(a->images, &a->n_images, v, "images");
     else if (!strcmp(o, "--audio")) *st = add_media(a->audios, &a->n_audios, v, "audio files");
     else return 0;

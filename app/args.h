@@ -49,6 +49,10 @@ typedef struct {
     int png_w, png_h;       /* --png-size WxH */
     double kv_mem_gib;      /* --kv-mem GiB (0 = command default) */
     int bw_mib;             /* --bw-mib N: memory-copy buffer of the bandwidth measurement */
+    const char *report;     /* --report FILE (REPORT.md) */
+    const char *baseline;   /* --baseline FILE (bench/hf_generate.py's CSV) */
+    const char *device_name;/* --device-name TEXT (shown in the report) */
+    const char *command_line; /* set by main: the whole command line (shown in the report) */
 } omni_args;
 
 /* Defaults: temp 0.7 top-k 20 top-p 0.8 (Qwen3-VL Instruct recommendation), -n 256, -c 4096, kv f32. */

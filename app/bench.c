@@ -10,6 +10,9 @@
 
 #include "kernels/status.h"
 #include "kvcache/kvcache.h"
+#ifdef OMNI_HAVE_CUDA
+#include "kernels/ops_cuda.h"
+#endif
 
 /* ---- options --------------------------------------------------------------------------------------------- */
 
@@ -119,6 +122,32 @@ omni_status bench_copy_bandwidth(size_t bytes, int threads, double *gb_s) {
     return OMNI_OK;
 }
 
+#ifdef OMNI_HAVE_CUDA
+omni_status bench_cuda_copy_bandwidth(size_t bytes, double *gb_s) {
+    void *a = NULL, *b = NULL;
+    double t[5];
+    omni_status st = omni_cuda_malloc(&a, bytes);
+    if (!st) st = omni_cuda_malloc(&b, bytes);
+    if (!st) st = omni_cuda_memset(a, 1, bytes, NULL);
+    for (int r = -1; r < 5 && !st; r++) { /* r = -1: warm-up */
+        if ((st = omni_cuda_sync(NULL))) break;
+        double t0 = omni_time_ms();
+        for (int k = 0; k < 10 && !st; k++) st = omni_cuda_d2d(k & 1 ? a : b, k & 1 ? b : a, bytes, NULL);
+        if (!st) st = omni_cuda_sync(NULL);
+        if (r >= 0) t[r] = (omni_time_ms() - t0) / 10;
+    }
+    omni_cuda_free(a);
+    omni_cuda_free(b);
+    if (!st) *gb_s = 2.0 * (double)bytes / (bench_percentile(t, 5, 50) * 1e-3) / 1e9;
+    return st;
+}
+#else
+omni_status bench_cuda_copy_bandwidth(size_t bytes, double *gb_s) {
+    (void)bytes, (void)gb_s;
+    return omni_fail(OMNI_ERR_UNSUPPORTED, "--device cuda: this omni was built without CUDA");
+}
+#endif
+
 void bench_roofline(bench_point *p, double kv_mib_decode, double bw_gb_s) {
     p->step_mib = p->weights_mib + kv_mib_decode;
     double step_s = p->step_mib * 1048576.0 / (bw_gb_s * 1e9);
@@ -189,20 +218,30 @@ void bench_print_table(FILE *f, const bench_results *r) {
     "kind,model,device,kv,batch,ctx,steps,decode_tok_s,step_ms_p50,step_ms_p99,prefill_tok_s,ttft_ms,kv_mib,"  \
     "weights_mib,step_mib,bw_gb_s,roofline_tok_s,roofline_pct,kv_mem_gib,seq_kv_mib,fits,fits_budget\n"
 
+/* A text field without commas or line breaks (replaced by ';' and ' '). */
+static const char *csv_text(const char *s, char *buf, size_t cap) {
+    size_t i = 0;
+    for (; s[i] && i + 1 < cap; i++) buf[i] = s[i] == ',' ? ';' : (s[i] == '\n' || s[i] == '\r') ? ' ' : s[i];
+    buf[i] = 0;
+    return buf;
+}
+
 omni_status bench_write_csv(const char *path, const bench_results *r) {
     FILE *f = fopen(path, "w");
     if (!f) return omni_fail(OMNI_ERR_INPUT, "cannot write %s: %s", path, strerror(errno));
+    char model[sizeof r->model];
+    csv_text(r->model, model, sizeof model);
     fputs(CSV_HEADER, f);
     for (int i = 0; i < r->n_points; i++) {
         const bench_point *p = &r->points[i];
-        fprintf(f, "point,%s,%s,%s,%d,%d,%d,%.4f,%.5f,%.5f,%.3f,%.4f,%.4f,%.4f,%.4f,%.3f,%.4f,%.3f,,,,\n", r->model,
+        fprintf(f, "point,%s,%s,%s,%d,%d,%d,%.4f,%.5f,%.5f,%.3f,%.4f,%.4f,%.4f,%.4f,%.3f,%.4f,%.3f,,,,\n", model,
                 r->device, p->kv, p->batch, p->ctx, p->steps, p->decode_tok_s, p->step_ms_p50, p->step_ms_p99,
                 p->prefill_tok_s, p->ttft_ms, p->kv_mib, p->weights_mib, p->step_mib, r->bw_gb_s, p->roofline_tok_s,
                 p->roofline_pct);
     }
     for (int i = 0; i < r->n_fits; i++) {
         const bench_fit *x = &r->fits[i];
-        fprintf(f, "fit,%s,%s,%s,,%d,,,,,,,,,,%.3f,,,%.4f,%.5f,%d,%d\n", r->model, r->device, x->kv, x->ctx, r->bw_gb_s,
+        fprintf(f, "fit,%s,%s,%s,,%d,,,,,,,,,,%.3f,,,%.4f,%.5f,%d,%d\n", model, r->device, x->kv, x->ctx, r->bw_gb_s,
                 x->kv_mem_gib, x->seq_kv_mib, x->fits, x->fits_budget);
     }
     int bad = ferror(f);
@@ -275,7 +314,7 @@ typedef struct {
     int roofline;
 } panel;
 
-static omni_status make_panel(const bench_results *r, const panel *pn, plot_chart **out) {
+static omni_status make_panel(const bench_results *r, const panel *pn, const char *font, plot_chart **out) {
     const char *names[BENCH_MAX_LIST];
     int nf = bench_formats(r, names);
     plot_params p = plot_default_params();
@@ -285,6 +324,7 @@ static omni_status make_panel(const bench_results *r, const panel *pn, plot_char
     p.x_scale = PLOT_LOG2;
     p.x_format = pn->ax == BY_CTX ? PLOT_FMT_BINARY : PLOT_FMT_AUTO;
     p.y_scale = pn->y_scale;
+    p.font_file = font;
     omni_status st = plot_init(&p, out);
     xy *d = malloc(sizeof *d);
     if (!st && !d) st = omni_fail(OMNI_ERR_NOMEM, "out of memory");
@@ -308,7 +348,7 @@ static omni_status make_panel(const bench_results *r, const panel *pn, plot_char
     return st;
 }
 
-omni_status bench_make_charts(const bench_results *r, plot_chart **charts) {
+omni_status bench_make_charts(const bench_results *r, const char *font, plot_chart **charts) {
     int bmax = 0, bmin = 0, cmin = 0;
     for (int i = 0; i < r->n_points; i++) {
         const bench_point *p = &r->points[i];
@@ -334,7 +374,7 @@ omni_status bench_make_charts(const bench_results *r, plot_chart **charts) {
     };
     for (int i = 0; i < BENCH_CHARTS; i++) charts[i] = NULL;
     for (int i = 0; i < BENCH_CHARTS; i++) {
-        omni_status st = make_panel(r, &pn[i], &charts[i]);
+        omni_status st = make_panel(r, &pn[i], font, &charts[i]);
         if (st) {
             for (int j = 0; j < i; j++) plot_free(charts[j]);
             return st;
@@ -343,9 +383,9 @@ omni_status bench_make_charts(const bench_results *r, plot_chart **charts) {
     return OMNI_OK;
 }
 
-omni_status bench_write_png(const char *path, const bench_results *r, int width, int height) {
+omni_status bench_write_png(const char *path, const bench_results *r, int width, int height, const char *font) {
     plot_chart *c[BENCH_CHARTS];
-    omni_status st = bench_make_charts(r, c);
+    omni_status st = bench_make_charts(r, font, c);
     if (st) return st;
     st = plot_write_png_grid((const plot_chart *const *)c, BENCH_CHARTS, BENCH_CHART_COLS, width, height, path);
     for (int i = 0; i < BENCH_CHARTS; i++) plot_free(c[i]);

@@ -75,6 +75,9 @@ double bench_percentile(const double *v, int n, double q);
  * median of 5), counting read + write: 2 * bytes / time, in 1e9 B/s. OMNI_ERR_NOMEM when the buffers cannot be
  * allocated. */
 omni_status bench_copy_bandwidth(size_t bytes, int threads, double *gb_s);
+/* The same on CUDA device 0: device-to-device copies of `bytes` (batches of 10 between synchronisations, median of
+ * 5 batches after a warm-up). OMNI_ERR_UNSUPPORTED in a build without CUDA. */
+omni_status bench_cuda_copy_bandwidth(size_t bytes, double *gb_s);
 
 /* Roofline of a point: decode steps cannot be faster than step_bytes / bandwidth. Fills step_mib, roofline_tok_s
  * and roofline_pct from weights_mib, the mean KV MiB during the decode, decode_tok_s and bw_gb_s. */
@@ -97,7 +100,8 @@ omni_status bench_write_csv(const char *path, const bench_results *r);
 /* The chart: BENCH_CHARTS panels in a grid of BENCH_CHART_COLS columns: decode tokens/s vs context (largest
  * batch) and vs batch (smallest context) with dashed rooflines, sequences that fit vs context, KV MiB vs context
  * and vs batch, step latency p50 vs context (smallest batch). One colour per KV format (plot_palette(index in
- * the run's order of formats)). charts[] receives the panels (caller frees each with plot_free). */
+ * the run's order of formats)). font: a TrueType file or NULL (plot.h's default). charts[] receives the panels
+ * (caller frees each with plot_free). */
 /* ---- REPORT.md (bench/report.sh): the paper's efficiency table from one run ----
  * A baseline row comes from bench/hf_generate.py (transformers' generate on random weights of the same config):
  * CSV with the header "kind,batch,ctx,steps,decode_tok_s,step_ms,prefill_tok_s,ttft_ms,peak_mib,note", kind
@@ -128,7 +132,7 @@ omni_status bench_write_report(const char *path, const bench_results *r, const b
 
 #define BENCH_CHARTS 6
 #define BENCH_CHART_COLS 3
-omni_status bench_make_charts(const bench_results *r, plot_chart **charts);
-omni_status bench_write_png(const char *path, const bench_results *r, int width, int height);
+omni_status bench_make_charts(const bench_results *r, const char *font, plot_chart **charts);
+omni_status bench_write_png(const char *path, const bench_results *r, int width, int height, const char *font);
 
 #endif

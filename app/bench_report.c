@@ -188,7 +188,7 @@ static void memory_table(FILE *f, const bench_results *r, const char **kv, int n
         fprintf(f, "\n");
     }
     for (int k = 1; k < nk; k++) {
-        fprintf(f, "| %s / %s (omni, this run) |", kv[0], kv[k]);
+        fprintf(f, "| %s vs %s (omni, this run) |", kv[k], kv[0]);
         for (int j = 0; j < nc; j++) {
             const bench_fit *a = find_fit(r, kv[0], ctxs[j]), *b = find_fit(r, kv[k], ctxs[j]);
             if (a && b && b->seq_kv_mib > 0 && a->fits > 0)
@@ -198,7 +198,7 @@ static void memory_table(FILE *f, const bench_results *r, const char **kv, int n
         }
         fprintf(f, "\n");
     }
-    fprintf(f, "| paper (H20): BF16 / INT2 |");
+    fprintf(f, "| paper (H20): INT2 vs BF16 |");
     for (int j = 0; j < nc; j++) fprintf(f, " %.1fx smaller | |", PAPER_MEMORY);
     fprintf(f, "\n\n");
 }

@@ -14,6 +14,7 @@ static void generate_defaults(omni_args *a) { (void)a; }
 
 void ocr_defaults(omni_args *a);
 void ask_defaults(omni_args *a);
+void bench_defaults(omni_args *a);
 
 static const omni_command g_commands[] = {
     {"generate", generate_defaults, cmd_generate},
@@ -23,6 +24,7 @@ static const omni_command g_commands[] = {
     {"eval", no_defaults, cmd_eval},
     {"ocr", ocr_defaults, cmd_ocr},
     {"ask", ask_defaults, cmd_ask},
+    {"bench", bench_defaults, cmd_bench},
 };
 
 const omni_command *omni_find_command(const char *name) {

@@ -33,6 +33,9 @@ static void usage(FILE *f) {
             "  ask       -m MODEL --audio FILE \"question\"  answer a question about an audio file (Qwen3-Omni)\n"
             "  eval kl   -m MODEL --kv MODE --text FILE [--ctx N] [--chunk N] [--json]\n"
             "                                KL of a KV format's next-token distributions vs a BF16 cache\n"
+            "  bench     -m MODEL | --random CONFIG [--kv bf16,int2] [--batch 1,8,48] [--ctx 4K,32K,128K]\n"
+            "            [--kv-mem GiB] [-n STEPS] [--csv F] [--png F] [--png-size WxH] [--report F] [--baseline F]\n"
+            "                                decode/prefill speed, KV memory, %% of roofline, sequences that fit\n"
             "\n"
             "options:\n"
             "  -m, --model M      model directory, models--Org--Name cache dir, or Org/Name in the HF cache\n"
@@ -88,6 +91,12 @@ int main(int argc, char **argv) {
     omni_args a;
     omni_args_defaults(&a);
     cmd->defaults(&a);
+    char cmdline[4096] = "omni"; /* the whole command line, for reports (cut at 4 KiB) */
+    for (int i = 1; i < argc; i++) {
+        size_t used = strlen(cmdline);
+        snprintf(cmdline + used, sizeof cmdline - used, " %s", argv[i]);
+    }
+    a.command_line = cmdline;
     omni_status st = omni_args_parse(&a, argc, argv, 2);
     if (st) {
         fprintf(stderr, "error: %s\n", omni_last_error());

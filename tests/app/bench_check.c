@@ -161,7 +161,7 @@ int bench_png_check(const char *path, const bench_results *r, int width, int hei
     if (!rc && ink < w * h / 50) rc = -1, snprintf(err, cap, "PNG nearly blank (%d inked pixels)", ink);
     plot_chart *charts[BENCH_CHARTS];
     int made = 0, verified = 0;
-    if (!rc && bench_make_charts(r, charts)) rc = -1, snprintf(err, cap, "charts: %s", omni_last_error());
+    if (!rc && bench_make_charts(r, NULL, charts)) rc = -1, snprintf(err, cap, "charts: %s", omni_last_error());
     else made = !rc;
     for (int i = 0; !rc && i < BENCH_CHARTS; i++) {
         int cx, cy, cw, ch;

@@ -103,7 +103,7 @@ static void test_outputs(const char *dir) {
         CHECK(back.fits[i].fits == r.fits[i].fits && back.fits[i].ctx == r.fits[i].ctx, "fit row %d", i);
     CHECK(fabs(back.bw_gb_s - 10.5) < 1e-9 && !strcmp(back.model, "synthetic"), "run fields");
 
-    CHECK(bench_write_png(png, &r, 1200, 700) == OMNI_OK, "png: %s", omni_last_error());
+    CHECK(bench_write_png(png, &r, 1200, 700, NULL) == OMNI_OK, "png: %s", omni_last_error());
     int v = bench_png_check(png, &back, 1200, 700, err, sizeof err);
     CHECK(v >= 2 * 3 * 3, "png check: %d markers verified: %s", v, v < 0 ? err : "");
 
@@ -112,7 +112,7 @@ static void test_outputs(const char *dir) {
     synthetic(&other);
     for (int i = 0; i < other.n_points; i++) other.points[i].decode_tok_s *= 1.6;
     snprintf(png, sizeof png, "%s/other.png", dir);
-    CHECK(bench_write_png(png, &other, 1200, 700) == OMNI_OK, "png 2");
+    CHECK(bench_write_png(png, &other, 1200, 700, NULL) == OMNI_OK, "png 2");
     CHECK(bench_png_check(png, &back, 1200, 700, err, sizeof err) < 0, "a chart of other numbers passed");
     CHECK(bench_png_check(png, &back, 1200, 701, err, sizeof err) < 0, "wrong size passed");
 

@@ -1,0 +1,153 @@
+/* test_cli_bench.c - `omni bench` on a fixture model (CPU, seconds): the CSV has the documented columns and one
+ * row per point and per fits-count; every fits-count equals the page allocator's budget arithmetic, computed here
+ * with kv_budget_of; the PNG has the asked size, is not blank and shows the CSV's numbers (bench_png_check); the
+ * table and the report are written; --random works on a small config; bad arguments give one line and exit 1. */
+#define _DEFAULT_SOURCE
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench_check.h"
+#include "check.h"
+#include "cli_util.h"
+#include "kvcache/kvcache.h"
+#include "llm/model.h"
+
+static char g_model[1024];
+static const double KV_MEM_GIB = 0.01;
+
+static void expect_usage(const char *args, int code, const char *needle) {
+    cli_result r = cli_run("bench %s", args);
+    CHECK(r.code == code, "'%s': exit %d, want %d (stderr: %s)", args, r.code, code, r.err);
+    CHECK(cli_lines(r.err) == 1, "'%s': %d stderr lines, want 1:\n%s", args, cli_lines(r.err), r.err);
+    CHECK(strstr(r.err, needle) != NULL, "'%s': stderr lacks '%s': %s", args, needle, r.err);
+    CHECK(r.out[0] == 0, "'%s': stdout: %s", args, r.out);
+    cli_free(&r);
+}
+
+static void test_bad_args(const char *dir) {
+    char a[4096];
+    expect_usage("", 1, "-m MODEL or --random");
+    snprintf(a, sizeof a, "-m %s --random %s/config.json", g_model, g_model);
+    expect_usage(a, 1, "either -m MODEL or --random");
+    struct { const char *opt, *needle; } bad[] = { /* list syntax in detail: test_bench_results */
+        {"--kv bf16,int3", "--kv"},      {"--batch 0", "--batch"},         {"--batch 1,1", "twice"},
+        {"--ctx 4Q", "--ctx"},           {"--kv-mem -1", "--kv-mem"},      {"--png-size 10x10", "--png-size"},
+        {"-n 0", "-n"},                  {"--device tpu", "tpu"},          {"--frobnicate 3", "unknown option"},
+        {"extra", "unexpected argument"}, {"--batch", "needs a value"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(a, sizeof a, "-m %s %s", g_model, bad[i].opt);
+        expect_usage(a, 1, bad[i].needle);
+    }
+    expect_usage("--random /nonexistent/config.json --batch 1 --ctx 8", 2, "/nonexistent/config.json");
+    snprintf(a, sizeof a, "-m %s --csv %s/no/such/dir/b.csv", g_model, dir);
+    expect_usage(a, 2, "cannot write");
+    expect_usage("-m /nonexistent/model", 3, "/nonexistent/model");
+}
+
+/* Every fits-count against kv_budget_of for the same format, computed here. */
+static void check_fits(const bench_results *r) {
+    llm_model *m = NULL;
+    CHECK(llm_model_load(g_model, &m) == OMNI_OK, "load: %s", omni_last_error());
+    if (!m) return;
+    for (int i = 0; i < r->n_fits; i++) {
+        const bench_fit *x = &r->fits[i];
+        kv_params kp = llm_model_kv_params(m);
+        kv_budget kb;
+        CHECK(kv_parse_mode(x->kv, &kp.fmt) == OMNI_OK, "mode %s", x->kv);
+        kp.fmt.window = 32; /* --kv-window 32 below */
+        kp.max_tokens = kp.max_seq_len = x->ctx;
+        CHECK(kv_budget_of(&kp, x->ctx, &kb) == OMNI_OK, "budget: %s", omni_last_error());
+        int want = (int)((int64_t)(KV_MEM_GIB * 1073741824.0) / kb.bytes);
+        CHECK(fabs(x->seq_kv_mib - kb.bytes / 1048576.0) < 1e-4, "%s ctx %d: seq_kv_mib %g, allocator %g", x->kv,
+              x->ctx, x->seq_kv_mib, kb.bytes / 1048576.0);
+        CHECK(x->fits_budget == want && x->fits == want, "%s ctx %d: engine admitted %d, CSV budget %d, allocator %d",
+              x->kv, x->ctx, x->fits, x->fits_budget, want);
+        CHECK(want >= 2 && want < 1023, "%s ctx %d: %d sequences (pick another --kv-mem)", x->kv, x->ctx, want);
+        CHECK(x->kv_mem_gib == KV_MEM_GIB, "kv_mem_gib %g", x->kv_mem_gib);
+    }
+    llm_model_free(m);
+}
+
+static void check_points(const bench_results *r) {
+    for (int i = 0; i < r->n_points; i++) {
+        const bench_point *p = &r->points[i];
+        CHECK(p->steps == 4 && p->decode_tok_s > 0 && p->step_ms_p50 > 0 && p->step_ms_p99 >= p->step_ms_p50 &&
+                  p->prefill_tok_s > 0 && p->ttft_ms > 0 && p->kv_mib > 0,
+              "%s b%d c%d: implausible numbers", p->kv, p->batch, p->ctx);
+        CHECK(isfinite(p->roofline_pct) && p->roofline_pct > 0 && p->roofline_tok_s > 0, "roofline %g", p->roofline_pct);
+        CHECK(fabs(p->step_mib - p->weights_mib - p->kv_mib) < 0.5 * p->kv_mib + 0.01, "step_mib %g", p->step_mib);
+        /* roofline_tok_s = batch / (step bytes / bandwidth), from the CSV's own columns */
+        double want = p->batch / (p->step_mib * 1048576.0 / (r->bw_gb_s * 1e9));
+        CHECK(fabs(p->roofline_tok_s - want) < 1e-3 * want, "roofline_tok_s %g, want %g", p->roofline_tok_s, want);
+        /* decode tok/s agrees with the step times: batch / mean step <= ... the p50 is a step time */
+        CHECK(p->decode_tok_s > 0.2 * 1e3 * p->batch / p->step_ms_p99, "tok/s vs step times");
+    }
+    for (int i = 0; i < r->n_points; i++) /* int2 keeps less than bf16 beyond its window */
+        for (int j = 0; j < r->n_points; j++) {
+            const bench_point *a = &r->points[i], *b = &r->points[j];
+            if (!strcmp(a->kv, "bf16") && !strcmp(b->kv, "int2") && a->batch == b->batch && a->ctx == b->ctx &&
+                a->ctx >= 160)
+                CHECK(b->kv_mib < 0.6 * a->kv_mib, "b%d c%d: int2 %g MiB vs bf16 %g", a->batch, a->ctx, b->kv_mib,
+                      a->kv_mib);
+        }
+}
+
+static void test_run(const char *dir) {
+    char csv[512], png[512], rep[512], err[512];
+    snprintf(csv, sizeof csv, "%s/b.csv", dir);
+    snprintf(png, sizeof png, "%s/b.png", dir);
+    snprintf(rep, sizeof rep, "%s/REPORT.md", dir);
+    cli_result r = cli_run("bench -m %s --kv bf16,int2 --batch 1,2 --ctx 48,160 --kv-window 32 -n 4 --kv-mem %g "
+                           "--bw-mib 8 -t 2 --csv %s --png %s --png-size 900x600 --report %s",
+                           g_model, KV_MEM_GIB, csv, png, rep);
+    CHECK(r.code == 0, "exit %d: %s", r.code, r.err);
+    int rows = 0;
+    for (const char *p = r.out; (p = strstr(p, "\n| ")); p++) rows++;
+    CHECK(rows == 1 + 8 + 1 + 4, "stdout has %d table rows, want 14:\n%s", rows, r.out);
+    CHECK(strstr(r.out, "GB/s") != NULL && strstr(r.err, "bench:") != NULL, "bandwidth / progress lines");
+    bench_results res;
+    CHECK(bench_csv_read(csv, &res, err, sizeof err) == 0, "csv: %s", err);
+    CHECK(res.n_points == 8 && res.n_fits == 4, "%d points, %d fits", res.n_points, res.n_fits);
+    CHECK(!strcmp(res.device, "cpu") && res.bw_gb_s > 0, "device %s bw %g", res.device, res.bw_gb_s);
+    check_points(&res);
+    check_fits(&res);
+    int v = bench_png_check(png, &res, 900, 600, err, sizeof err);
+    CHECK(v >= 8, "png: %d markers verified: %s", v, v < 0 ? err : "");
+    char *t = omni_read_file(rep, NULL);
+    CHECK(t && strstr(t, "int2 / bf16") && strstr(t, "![omni bench chart](b.png)"), "report");
+    free(t);
+    bench_results_free(&res);
+    cli_free(&r);
+}
+
+static void test_random(const char *dir) {
+    char csv[512], err[512];
+    snprintf(csv, sizeof csv, "%s/r.csv", dir);
+    cli_result r = cli_run("bench --random %s/config.json --kv int2 --batch 2 --ctx 40 -n 2 --kv-mem 0.01 --bw-mib 4 "
+                           "--csv %s", g_model, csv);
+    CHECK(r.code == 0, "--random: exit %d: %s", r.code, r.err);
+    bench_results res;
+    CHECK(bench_csv_read(csv, &res, err, sizeof err) == 0, "csv: %s", err);
+    CHECK(res.n_points == 1 && strstr(res.model, "random:") == res.model, "random run: %d points, model %s",
+          res.n_points, res.model);
+    bench_results_free(&res);
+    cli_free(&r);
+}
+
+int main(void) {
+    snprintf(g_model, sizeof g_model, "%s/text/qvl-h64-hd128-gqa2-tied", OMNI_FIXTURES);
+    char *dir = make_tmpdir();
+    if (!dir) return 1;
+    test_bad_args(dir);
+    test_run(dir);
+    test_random(dir);
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (getenv("OMNI_TEST_KEEP")) printf("files kept in %s\n", dir);
+    else if (system(cmd)) {}
+    free(dir);
+    return check_exit();
+}
