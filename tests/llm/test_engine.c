@@ -274,8 +274,18 @@ static void test_conversation(const llm_model *m) {
     while (left) llm_engine_step(e, &left);
     CHECK(b.n_tok == 6 && !memcmp(b.toks, one.toks, sizeof(int32_t) * 6), "turn 2 != one-shot of both turns");
     CHECK(llm_engine_conv_clear(e, conv) == OMNI_OK && llm_engine_conv_len(e, conv) == 0, "clear");
+    logit_sink c3 = a;
+    r.tokens = t1, r.n_tokens = 10, r.max_tokens = 100, r.cb.user = &c3; /* freed while its turn runs */
+    CHECK(llm_engine_submit(e, &r, &id) == OMNI_OK, "turn 3: %s", omni_last_error());
+    for (int i = 0; i < 3; i++) llm_engine_step(e, &left);
+    CHECK(llm_engine_conv_clear(e, conv) != OMNI_OK, "clear refused while a turn runs");
     llm_engine_conv_free(e, conv);
+    left = 1;
+    while (left) llm_engine_step(e, &left);
     llm_engine_step(e, &left);
+    CHECK(c3.st.finish == LLM_FINISH_CANCELLED && c3.n_tok >= 2 && c3.n_tok < 100, "turn of a freed conversation: %s "
+          "after %d tokens", llm_finish_name(c3.st.finish), c3.n_tok);
+    CHECK(llm_engine_conv_len(e, conv) == -1, "freed conversation is gone");
     llm_cache_stats s;
     llm_engine_cache_stats(e, c, &s);
     CHECK(s.used_bytes == 0 && s.n_seqs == 0 && s.reserved_bytes == 0, "conversation freed: %lld bytes %d seqs",
