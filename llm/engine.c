@@ -377,12 +377,13 @@ static omni_status copy_inputs(llm_engine *e, rq *r, const llm_request *q) {
 static omni_status check_request(llm_engine *e, const llm_request *q) {
     const llm_config *c = llm_model_config(e->m);
     if (q->n_tokens <= 0 || !q->tokens) return omni_fail(OMNI_ERR_USAGE, "empty prompt");
+    if (q->n_spans < 0 || (q->n_spans > 0 && !q->spans)) return omni_fail(OMNI_ERR_USAGE, "request: bad span list");
     for (int i = 0; i < q->n_tokens; i++)
         if (q->tokens[i] < 0 || q->tokens[i] >= c->vocab)
             return omni_fail(OMNI_ERR_USAGE, "token id %d out of range (vocab %d)", q->tokens[i], c->vocab);
     for (int s = 0; s < q->n_spans; s++) {
         const llm_span *sp = &q->spans[s];
-        if (!q->spans || sp->start < 0 || sp->len <= 0 || sp->start + sp->len > q->n_tokens || !sp->embd ||
+        if (sp->start < 0 || sp->len <= 0 || sp->start + sp->len > q->n_tokens || !sp->embd ||
             sp->n_deepstack < 0 || sp->n_deepstack > 4)
             return omni_fail(OMNI_ERR_USAGE, "embedding span %d [%d, +%d) outside the prompt", s, sp->start, sp->len);
     }

@@ -138,8 +138,8 @@ typedef struct {
     llm_callbacks cb;
 } llm_request;
 
-/* Greedy-free defaults: sampling = llm_sampler_default_params(), max_tokens 256, cache 0, no conversation,
- * no teacher, no logits, no callbacks. */
+/* Defaults: sampling = llm_sampler_default_params() (temperature 0.7; temp 0 is greedy), max_tokens 256,
+ * cache 0, no conversation, no teacher, no logits, no callbacks. */
 llm_request llm_request_default_params(void);
 
 typedef struct {

@@ -3,6 +3,7 @@
  * logits, and an engine decoding 8 requests. malloc/calloc/realloc/aligned_alloc/posix_memalign of the test and
  * the static omni libraries are wrapped at link time (-Wl,--wrap) and counted while the steps run (as
  * test_kv_noalloc does); the counter is shown to work on the init calls. */
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,6 +73,16 @@ static void test_runner(const llm_model *m) {
         for (int j = 0; j < 4; j++) tok[i0 + j] = b[j].token;
     }
     int prefill_allocs = n_alloc;
+    counting = 0;
+    int saved = omp_get_max_threads(); /* a runner's thread count is its own: the caller's setting is restored */
+    omp_set_num_threads(rp.n_threads + 2);
+    b[0] = (llm_batch_entry){kv[0], seq[0], {1, &tok[0], NULL, 0, NULL}, NULL, 0, smp[0], -1};
+    CHECK(llm_runner_step(r, 1, b) == OMNI_OK && omp_get_max_threads() == rp.n_threads + 2 &&
+              llm_runner_get_params(r)->n_threads >= 1,
+          "caller's OpenMP threads changed by a step: %d", omp_get_max_threads());
+    tok[0] = b[0].token;
+    omp_set_num_threads(saved);
+    counting = 1;
     n_alloc = 0;
     for (int s = 0; s < 5; s++) { /* decode, 8 sequences */
         for (int i = 0; i < 8; i++)
