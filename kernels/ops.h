@@ -73,7 +73,8 @@ void op_attention(float *out, int64_t ldo, const float *q, int64_t ldq, const fl
                   const float *v, int64_t ldv, int Tq, int Tk, int Hq, int Hkv, int D, float scale,
                   int causal_offset);
 
-/* Threads used by ops (OpenMP and OpenBLAS). n <= 0: leave the default. */
+/* Threads used by ops called from the calling thread (its OpenMP thread count; other threads keep theirs).
+ * n <= 0: leave it. */
 void op_set_threads(int n);
 int op_get_threads(void);
 

@@ -40,7 +40,11 @@
  * library-wide state is touched. Several runners may share one model and run at the same time.
  *
  * Plugging in a device (CUDA): runner.c dispatches through an ops table (llm/runner_impl.h): init, free,
- * cache_init, cache_free, step. A device runner fills that table; validation of the batch is shared. */
+ * cache_init, cache_free, step. A device runner fills that table; validation of the batch is shared.
+ * The kv_cache handle is the cache's bookkeeping (page allocator, tables, lengths, budget); on a device the page
+ * bytes may live in device memory (the runner reserves pages with the host bookkeeping and keeps the data on the
+ * device). Callers of a runner (the engine) only use kv_seq_add/remove/clear/len, kv_get_usage, kv_seq_budget,
+ * kv_format_line and kv_layer_format on it, never kv_forward. */
 #ifndef OMNI_LLM_RUNNER_H
 #define OMNI_LLM_RUNNER_H
 

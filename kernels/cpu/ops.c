@@ -11,15 +11,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int g_threads = 0;
-
+/* The calling thread's OpenMP thread count (an ICV of that thread, not library-wide state); OpenBLAS stays
+ * single-threaded (see ops_init). */
 void op_set_threads(int n) {
-    if (n <= 0) return;
-    g_threads = n;
-    omp_set_num_threads(n); /* OpenBLAS stays single-threaded (see ops_init) */
+    if (n > 0) omp_set_num_threads(n);
 }
 
-int op_get_threads(void) { return g_threads > 0 ? g_threads : omp_get_max_threads(); }
+int op_get_threads(void) { return omp_get_max_threads(); }
 
 /* ---- GEMM ---------------------------------------------------------------------------------------------- */
 /* OpenBLAS runs single-threaded: its pthreads busy-wait and fight OpenMP's threads on small machines (measured
