@@ -126,6 +126,17 @@ static int value_opt(omni_args *a, const char *o, const char *v, omni_status *st
     else if (!strcmp(o, "--report")) a->report = v;
     else if (!strcmp(o, "--baseline")) a->baseline = v;
     else if (!strcmp(o, "--device-name")) a->device_name = v;
+    else if (!strcmp(o, "--host")) a->host = v;
+    else if (!strcmp(o, "--port")) *st = to_int(v, o, 0, 65535, &a->port);
+    else if (!strcmp(o, "--api-key")) a->api_key = v;
+    else if (!strcmp(o, "--alias")) a->alias = v;
+    else if (!strcmp(o, "--max-seqs")) *st = to_int(v, o, 1, 1024, &a->max_seqs);
+    else if (!strcmp(o, "--max-queue")) *st = to_int(v, o, 0, 1 << 20, &a->max_queue);
+    else if (!strcmp(o, "--max-tokens")) *st = to_int(v, o, 1, 1 << 24, &a->max_tokens);
+    else if (!strcmp(o, "--max-body")) *st = to_double(v, o, 1.0 / 1024, 4096, &a->max_body_mib);
+    else if (!strcmp(o, "--timeout")) *st = to_double(v, o, 0.01, 1e7, &a->timeout_s);
+    else if (!strcmp(o, "--max-audio-seconds")) *st = to_double(v, o, 0.01, 1e6, &a->max_audio_s);
+    else if (!strcmp(o, "--max-image-mpixels")) *st = to_double(v, o, 1e-6, 1e5, &a->max_image_mpix);
     else if (!strcmp(o, "--image")) *st = add_media(a->images, &a->n_images, v, "images");
     else if (!strcmp(o, "--audio")) *st = add_media(a->audios, &a->n_audios, v, "audio files");
     else return 0;
@@ -137,6 +148,7 @@ omni_status omni_args_parse(omni_args *a, int argc, char **argv, int first) {
         const char *o = argv[i];
         omni_status st = OMNI_OK;
         if (!strcmp(o, "--raw")) a->raw = 1;
+        else if (!strcmp(o, "--allow-files")) a->allow_files = 1;
         else if (!strcmp(o, "--json")) a->json = 1;
         else if (!strcmp(o, "--no-perf")) a->no_perf = 1;
         else if (!strcmp(o, "-v") || !strcmp(o, "--verbose")) a->verbose = 1;

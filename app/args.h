@@ -53,6 +53,12 @@ typedef struct {
     const char *baseline;   /* --baseline FILE (bench/hf_generate.py's CSV) */
     const char *device_name;/* --device-name TEXT (shown in the report) */
     const char *command_line; /* set by main: the whole command line (shown in the report) */
+    /* omni serve */
+    const char *host, *api_key, *alias; /* --host, --api-key, --alias */
+    int port, allow_files;  /* --port, --allow-files */
+    int max_seqs, max_queue, max_tokens; /* --max-seqs, --max-queue, --max-tokens */
+    double max_body_mib, timeout_s, max_audio_s; /* --max-body MiB, --timeout s, --max-audio-seconds s */
+    double max_image_mpix;  /* --max-image-mpixels (million pixels) */
 } omni_args;
 
 /* Defaults: temp 0.7 top-k 20 top-p 0.8 (Qwen3-VL Instruct recommendation), -n 256, -c 4096, kv f32. */

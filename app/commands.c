@@ -15,6 +15,7 @@ static void generate_defaults(omni_args *a) { (void)a; }
 void ocr_defaults(omni_args *a);
 void ask_defaults(omni_args *a);
 void bench_defaults(omni_args *a);
+void serve_defaults(omni_args *a);
 
 static const omni_command g_commands[] = {
     {"generate", generate_defaults, cmd_generate},
@@ -25,6 +26,7 @@ static const omni_command g_commands[] = {
     {"ocr", ocr_defaults, cmd_ocr},
     {"ask", ask_defaults, cmd_ask},
     {"bench", bench_defaults, cmd_bench},
+    {"serve", serve_defaults, cmd_serve},
 };
 
 const omni_command *omni_find_command(const char *name) {

@@ -33,5 +33,6 @@ omni_status cmd_eval(const omni_args *a, volatile int *interrupted);
 omni_status cmd_ocr(const omni_args *a, volatile int *interrupted);
 omni_status cmd_ask(const omni_args *a, volatile int *interrupted);
 omni_status cmd_bench(const omni_args *a, volatile int *interrupted);
+omni_status cmd_serve(const omni_args *a, volatile int *interrupted);
 
 #endif

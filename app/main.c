@@ -36,6 +36,8 @@ static void usage(FILE *f) {
             "  bench     -m MODEL | --random CONFIG [--kv bf16,int2] [--batch 1,8,48] [--ctx 4K,32K,128K]\n"
             "            [--kv-mem GiB] [-n STEPS] [--csv F] [--png F] [--png-size WxH] [--report F] [--baseline F]\n"
             "                                decode/prefill speed, KV memory, %% of roofline, sequences that fit\n"
+            "  serve     -m MODEL [--host H] [--port N] [--api-key K] [--max-seqs N] [--kv-mem GiB]\n"
+            "                                OpenAI-compatible HTTP server (see README: limits, --allow-files)\n"
             "\n"
             "options:\n"
             "  -m, --model M      model directory, models--Org--Name cache dir, or Org/Name in the HF cache\n"

@@ -23,7 +23,7 @@ struct media_encoder {
 };
 
 media_params media_default_params(void) {
-    media_params p = {0, 0};
+    media_params p = {0, 0, 0};
     return p;
 }
 
@@ -86,18 +86,14 @@ static omni_status ensure_vision(media_encoder *e) {
     return st;
 }
 
-omni_status media_encode_image(media_encoder *e, const char *path, media_item *out) {
-    memset(out, 0, sizeof *out);
-    omni_status st = ensure_vision(e);
-    if (st) return st;
-    vision_image img = {0};
+/* Preprocess and encode a loaded image. */
+static omni_status encode_rgb(media_encoder *e, const vision_image *img, const char *name, media_item *out) {
     vision_patches pp = {0};
     vision_output vo = {0};
-    if ((st = vision_image_load(path, 0, &img))) return st;
-    st = vision_preprocess(&img, &e->prep, &pp);
+    omni_status st = vision_preprocess(img, &e->prep, &pp);
     if (!st) {
-        omni_log(1, "image: '%s' %dx%d -> %dx%d (%d visual tokens)\n", base_name(path), img.width, img.height,
-                 pp.resized_w, pp.resized_h, pp.n_patches / (e->prep.merge_size * e->prep.merge_size));
+        omni_log(1, "image: '%s' %dx%d -> %dx%d (%d visual tokens)\n", name, img->width, img->height, pp.resized_w,
+                 pp.resized_h, pp.n_patches / (e->prep.merge_size * e->prep.merge_size));
         st = vision_tower_encode(e->vt, &pp, &vo);
     }
     if (!st) {
@@ -113,6 +109,28 @@ omni_status media_encode_image(media_encoder *e, const char *path, media_item *o
         for (int i = out->n_deepstack; i < VISION_MAX_DEEPSTACK; i++) free(vo.deepstack[i]);
     }
     vision_patches_free(&pp);
+    return st;
+}
+
+omni_status media_encode_image(media_encoder *e, const char *path, media_item *out) {
+    memset(out, 0, sizeof *out);
+    omni_status st = ensure_vision(e);
+    if (st) return st;
+    vision_image img = {0};
+    if ((st = vision_image_load(path, e->p.max_image_pixels, &img))) return st;
+    st = encode_rgb(e, &img, base_name(path), out);
+    vision_image_free(&img);
+    return st;
+}
+
+omni_status media_encode_image_data(media_encoder *e, const uint8_t *data, size_t size, const char *name,
+                                    media_item *out) {
+    memset(out, 0, sizeof *out);
+    omni_status st = ensure_vision(e);
+    if (st) return st;
+    vision_image img = {0};
+    if ((st = vision_image_load_memory(data, size, name, e->p.max_image_pixels, &img))) return st;
+    st = encode_rgb(e, &img, name, out);
     vision_image_free(&img);
     return st;
 }
@@ -133,22 +151,20 @@ static omni_status ensure_audio(media_encoder *e) {
     return st;
 }
 
-omni_status media_encode_audio(media_encoder *e, const char *path, media_item *out) {
+omni_status media_encode_pcm(media_encoder *e, const audio_pcm *pcm, const char *name, media_item *out) {
     memset(out, 0, sizeof *out);
     omni_status st = ensure_audio(e);
     if (st) return st;
-    audio_pcm pcm = {0};
-    if ((st = audio_load(path, &pcm))) return st;
     const audio_tower_config *ac = audio_tower_get_config(e->at);
-    int64_t T = audio_mel_frames(pcm.n), n_tok = audio_token_count(T, ac->n_window);
+    int64_t T = audio_mel_frames(pcm->n), n_tok = audio_token_count(T, ac->n_window);
     float *mel = malloc(sizeof(float) * (size_t)AUDIO_N_MELS * (size_t)(T > 0 ? T : 1));
     float *emb = malloc(sizeof(float) * (size_t)(n_tok > 0 ? n_tok : 1) * ac->out_dim);
-    if (!mel || !emb) st = omni_fail(OMNI_ERR_NOMEM, "out of memory for %.0f s of audio", pcm.duration_s);
+    if (!mel || !emb) st = omni_fail(OMNI_ERR_NOMEM, "out of memory for %.0f s of audio", pcm->duration_s);
     double t0 = omni_time_ms();
-    if (!st) st = audio_log_mel(pcm.samples, pcm.n, mel); /* refuses too-short or non-finite audio first */
+    if (!st) st = audio_log_mel(pcm->samples, pcm->n, mel); /* refuses too-short or non-finite audio first */
     if (!st)
-        omni_log(1, "audio: '%s' %d Hz %d ch %.2f s -> 16000 Hz mono (%lld samples)\n", base_name(path),
-                 pcm.orig_rate, pcm.orig_channels, pcm.duration_s, (long long)pcm.n);
+        omni_log(1, "audio: '%s' %d Hz %d ch %.2f s -> 16000 Hz mono (%lld samples)\n", name, pcm->orig_rate,
+                 pcm->orig_channels, pcm->duration_s, (long long)pcm->n);
     if (!st) st = audio_tower_encode(e->at, mel, T, emb);
     if (!st) {
         double ms = omni_time_ms() - t0;
@@ -162,6 +178,16 @@ omni_status media_encode_audio(media_encoder *e, const char *path, media_item *o
     }
     free(emb);
     free(mel);
+    return st;
+}
+
+omni_status media_encode_audio(media_encoder *e, const char *path, media_item *out) {
+    memset(out, 0, sizeof *out);
+    omni_status st = ensure_audio(e); /* a model without an audio tower is refused before the file is read */
+    if (st) return st;
+    audio_pcm pcm = {0};
+    if ((st = audio_load(path, &pcm))) return st;
+    st = media_encode_pcm(e, &pcm, base_name(path), out);
     audio_pcm_free(&pcm);
     return st;
 }

@@ -15,11 +15,13 @@
 #ifndef OMNI_APP_MEDIA_H
 #define OMNI_APP_MEDIA_H
 
+#include "audio/audio.h"
 #include "llm/engine.h"
 #include "llm/model.h"
 
 typedef struct {
     int image_min_tokens, image_max_tokens; /* visual-token budget per image; 0: the model's pixel limits */
+    int64_t max_image_pixels;               /* width*height refused from the header; 0: the vision default */
 } media_params;
 
 media_params media_default_params(void);
@@ -47,8 +49,13 @@ typedef struct {
 
 /* Load, preprocess and encode an image (token budget from the params). */
 omni_status media_encode_image(media_encoder *enc, const char *path, media_item *out);
+/* The same from an image file's bytes (`name` in messages; omni serve). */
+omni_status media_encode_image_data(media_encoder *enc, const uint8_t *data, size_t size, const char *name,
+                                    media_item *out);
 /* Decode, resample, log-mel and encode an audio file. */
 omni_status media_encode_audio(media_encoder *enc, const char *path, media_item *out);
+/* Log-mel and encode decoded audio (16 kHz mono, audio_load's output). */
+omni_status media_encode_pcm(media_encoder *enc, const audio_pcm *pcm, const char *name, media_item *out);
 void media_item_clear(media_item *it); /* frees the contents; NULL is a no-op */
 
 /* A prompt with its media: each <|image_pad|> / <|audio_pad|> of the token ids stands for the next item of that

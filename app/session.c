@@ -31,7 +31,9 @@ omni_status session_open(omni_session *s, const omni_args *a, int n_seqs, int ch
     char path[4200];
     snprintf(path, sizeof path, "%s/tokenizer.json", s->model_dir);
     if ((st = llm_tokenizer_load(path, &s->tok))) return st;
-    media_params mp = {a->image_min_tokens, a->image_max_tokens};
+    media_params mp = media_default_params();
+    mp.image_min_tokens = a->image_min_tokens;
+    mp.image_max_tokens = a->image_max_tokens;
     if ((st = media_encoder_init(s->model, s->model_dir, &mp, &s->media))) return st;
     ep.runner.n_threads = a->threads;
     ep.runner.max_seqs = n_seqs;

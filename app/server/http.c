@@ -179,10 +179,10 @@ static void job_fail_locked(srv_job *j, int status, const char *type, const char
     j->failed = j->finished = 1;
 }
 
-void srv_job_token(srv_job *j, const char *text, size_t len) {
+static void job_text(srv_job *j, const char *text, size_t len, int is_token) {
     pthread_mutex_lock(&j->mu);
     if (!j->finished) {
-        j->n_tokens++;
+        j->n_tokens += is_token;
         char *out = NULL;
         size_t n = 0;
         int rc = srv_stopper_feed(&j->stopper, text, len, &out, &n);
@@ -197,8 +197,14 @@ void srv_job_token(srv_job *j, const char *text, size_t len) {
         pthread_cond_broadcast(&j->cv);
     }
     pthread_mutex_unlock(&j->mu);
+}
+
+void srv_job_token(srv_job *j, const char *text, size_t len) {
+    job_text(j, text, len, 1);
     count_token(j->srv);
 }
+
+void srv_job_text(srv_job *j, const char *text, size_t len) { job_text(j, text, len, 0); }
 
 void srv_job_done(srv_job *j, const srv_job_end *end) {
     pthread_mutex_lock(&j->mu);

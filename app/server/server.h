@@ -45,6 +45,8 @@ void srv_job_set_backend_data(srv_job *j, void *data);
 void *srv_job_backend_data(const srv_job *j);
 /* One generated token and its text (len may be 0 while a UTF-8 character is incomplete). */
 void srv_job_token(srv_job *j, const char *text, size_t len);
+/* Text that belongs to no new token (e.g. held-back bytes released at the end). */
+void srv_job_text(srv_job *j, const char *text, size_t len);
 /* The end of the job; the backend must not touch `j` afterwards. */
 void srv_job_done(srv_job *j, const srv_job_end *end);
 

@@ -1,0 +1,300 @@
+"""test_serve_openai.py - `omni serve` driven by the official `openai` Python client (and raw HTTP for what the
+client cannot send), on the fixture models, no GPU:
+  - chat (non-streamed and streamed), a system message and /v1/completions give exactly `omni generate`'s greedy
+    text; usage counts; /v1/models;
+  - an image request (vision fixture), an audio request and an audio+image request (Qwen3-Omni fixtures) equal
+    their CLI counterparts; a local image path only with --allow-files;
+  - 16 concurrent streaming clients all get their exact answers; a client that disconnects mid-stream has its
+    job cancelled and its KV pages back in /metrics;
+  - bad requests (invalid JSON, wrong types, unknown model, body over the limit, corrupt base64 image, an image
+    that is not one, media over the limits, missing or wrong API key) get the right status and the OpenAI error
+    JSON, and the server keeps serving right answers; SIGTERM stops it with exit code 0.
+Usage: python test_serve_openai.py OMNI_BIN FIXTURES_DIR"""
+import http.client
+import json
+import os
+import threading
+import time
+
+import openai
+
+from serve_util import (FIXTURES, KEY, Server, b64, check, data_url, finish, generate, model_with_tokenizer)
+
+TEXT = os.path.join(FIXTURES, "text", "qvl-h64-hd128-gqa2-tied")
+N = 16
+PROMPTS = ["Hello! Who are you?", "Write a haiku about the sea.", "1, 2, 3, 4,", "Qu'est-ce que c'est ?"]
+
+
+def client(s, key=KEY):
+    return openai.OpenAI(base_url=s.base, api_key=key, timeout=60, max_retries=0)
+
+
+def user(text):
+    return [{"role": "user", "content": text}]
+
+
+def chat(cl, messages, n=N, **kw):
+    r = cl.chat.completions.create(model=MODEL, messages=messages, temperature=0, max_tokens=n, **kw)
+    return r
+
+
+def stream_text(cl, messages, n=N, **kw):
+    """Concatenated deltas, the finish reason and the usage chunk (if any)."""
+    text, fin, usage = "", None, None
+    for ch in cl.chat.completions.create(model=MODEL, messages=messages, temperature=0, max_tokens=n, stream=True,
+                                         **kw):
+        if ch.usage:
+            usage = ch.usage
+        for c in ch.choices:
+            text += c.delta.content or ""
+            fin = c.finish_reason or fin
+    return text, fin, usage
+
+
+def error_shape(status, body, want_status, what):
+    ok = check(status == want_status, f"{what}: status {status}, want {want_status}: {body[:300]!r}")
+    try:
+        e = json.loads(body)["error"]
+        ok &= check(isinstance(e["message"], str) and e["message"] and isinstance(e["type"], str)
+                    and "param" in e and "code" in e, f"{what}: error JSON shape: {body[:300]!r}")
+    except (ValueError, KeyError, TypeError):
+        ok &= check(False, f"{what}: not an OpenAI error JSON: {body[:300]!r}")
+    return ok
+
+
+def still_serving(s, cl, ref, what):
+    status, _ = s.request("GET", "/health")
+    check(status == 200 and s.alive(), f"health after {what}")
+    check(chat(cl, user(PROMPTS[0])).choices[0].message.content == ref, f"right answer after {what}")
+
+
+def test_text(s, refs):
+    cl = client(s)
+    models = cl.models.list()
+    check([m.id for m in models.data] == [MODEL], f"models: {[m.id for m in models.data]}")
+    for p in PROMPTS:
+        r = chat(cl, user(p))
+        c = r.choices[0]
+        check(c.message.content == refs[p], f"chat {p!r}: {c.message.content!r} != {refs[p]!r}")
+        check(c.finish_reason in ("length", "stop") and 0 < r.usage.completion_tokens <= N
+              and r.usage.prompt_tokens > 0
+              and r.usage.total_tokens == r.usage.prompt_tokens + r.usage.completion_tokens,
+              f"usage {r.usage} finish {c.finish_reason}")
+        text, fin, usage = stream_text(cl, user(p), stream_options={"include_usage": True})
+        check(text == refs[p], f"stream {p!r}: {text!r} != {refs[p]!r}")
+        check(fin == c.finish_reason and usage is not None and usage.completion_tokens == r.usage.completion_tokens
+              and usage.prompt_tokens == r.usage.prompt_tokens, f"stream finish {fin} usage {usage}")
+    sys_ref = generate(TEXT, PROMPTS[1], N, "--system", "You are a pirate.")
+    r = chat(cl, [{"role": "system", "content": "You are a pirate."}] + user(PROMPTS[1]))
+    check(r.choices[0].message.content == sys_ref, f"system: {r.choices[0].message.content!r} != {sys_ref!r}")
+    raw_ref = generate(TEXT, "The capital of France is", N, "--raw")
+    r = cl.completions.create(model=MODEL, prompt="The capital of France is", temperature=0, max_tokens=N)
+    check(r.choices[0].text == raw_ref, f"completions: {r.choices[0].text!r} != {raw_ref!r}")
+    text = "".join(c.choices[0].text for c in cl.completions.create(
+        model=MODEL, prompt="The capital of France is", temperature=0, max_tokens=N, stream=True) if c.choices)
+    check(text == raw_ref, f"completions stream: {text!r} != {raw_ref!r}")
+    # a stop sequence cuts the answer before it
+    ref = refs[PROMPTS[0]]
+    if len(ref) > 4:
+        stop = ref[3:5]
+        r = chat(cl, user(PROMPTS[0]), stop=[stop])
+        want = ref[:ref.index(stop)]
+        check(r.choices[0].message.content == want and r.choices[0].finish_reason == "stop",
+              f"stop {stop!r}: {r.choices[0].message.content!r} != {want!r}")
+
+
+def test_concurrent(s, refs):
+    results = [None] * 16
+
+    def run(i):
+        try:
+            results[i] = stream_text(client(s), user(PROMPTS[i % 4]))[0]
+        except Exception as e:  # noqa: BLE001 - reported as a failed check
+            results[i] = f"exception: {e}"
+
+    th = [threading.Thread(target=run, args=(i,)) for i in range(16)]
+    t0 = time.time()
+    for t in th:
+        t.start()
+    for t in th:
+        t.join(120)
+    ok = sum(results[i] == refs[PROMPTS[i % 4]] for i in range(16))
+    check(ok == 16, f"{ok} of 16 concurrent streams exact: {results}")
+    print(f"16 concurrent streams: {time.time() - t0:.2f} s", flush=True)
+
+
+def test_disconnect(s):
+    m0 = s.metrics()
+    c = http.client.HTTPConnection("127.0.0.1", s.port, timeout=30)
+    body = json.dumps({"model": MODEL, "messages": user("Hello there"), "temperature": 0,  # no early EOS
+                       "max_tokens": 7000, "stream": True})
+    c.request("POST", "/v1/chat/completions", body=body,
+              headers={"Content-Type": "application/json", "Authorization": "Bearer " + KEY})
+    r = c.getresponse()
+    first = r.readline()
+    check(r.status == 200 and first.startswith(b"data: "), f"stream start: {r.status} {first[:80]!r}")
+    used = s.pages_used()
+    check(used > 0, f"pages in use while streaming: {used}")
+    c.sock.close()
+    c.close()
+    t0 = time.time()
+    while time.time() - t0 < 5 and s.pages_used() != 0:
+        time.sleep(0.02)
+    dt = time.time() - t0
+    m = s.metrics()
+    check(s.pages_used() == 0, f"pages back after a disconnect: {s.pages_used()}")
+    cancelled = m.get('omni_requests_total{outcome="cancelled"}', 0) - m0.get('omni_requests_total{outcome="cancelled"}', 0)
+    check(cancelled == 1, f"one cancelled request in /metrics: {cancelled}")
+    check(m["omni_generated_tokens_total"] - m0["omni_generated_tokens_total"] < 7000, "the job did not run to the end")
+    print(f"disconnect: pages back in {dt * 1e3:.0f} ms", flush=True)
+
+
+def test_bad(s, refs):
+    cl = client(s)
+    ref = refs[PROMPTS[0]]
+    good = {"model": MODEL, "messages": user(PROMPTS[0]), "temperature": 0, "max_tokens": N}
+    cases = [
+        ("invalid JSON", b'{"messages": [', 400),
+        ("not an object", b"[1, 2]", 400),
+        ("messages not a list", dict(good, messages="hi"), 400),
+        ("content a number", dict(good, messages=[{"role": "user", "content": 5}]), 400),
+        ("temperature a string", dict(good, temperature="hot"), 400),
+        ("max_tokens negative", dict(good, max_tokens=-5), 400),
+        ("max_tokens over the limit", dict(good, max_tokens=10 ** 7), 400),
+        ("stream not a bool", dict(good, stream="yes"), 400),
+        ("unknown role", dict(good, messages=[{"role": "wizard", "content": "x"}]), 400),
+        ("unknown model", dict(good, model="gpt-4o"), 404),
+        ("corrupt base64 image", dict(good, messages=[{"role": "user", "content": [
+            {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0K!!!!"}}]}]), 400),
+        ("remote image URL", dict(good, messages=[{"role": "user", "content": [
+            {"type": "image_url", "image_url": {"url": "http://example.com/a.png"}}]}]), 400),
+        ("body over the limit", json.dumps(dict(good, messages=user("x" * 100000))), 413),
+    ]
+    for what, body, want in cases:
+        status, data = s.request("POST", "/v1/chat/completions", body)
+        error_shape(status, data, want, what)
+        still_serving(s, cl, ref, what)
+    status, data = s.request("POST", "/v1/chat/completions", good, key=None)
+    error_shape(status, data, 401, "missing API key")
+    status, data = s.request("POST", "/v1/chat/completions", good, key="wrong")
+    error_shape(status, data, 401, "wrong API key")
+    status, data = s.request("GET", "/v1/nothing")
+    error_shape(status, data, 404, "unknown path")
+    try:
+        chat(client(s, key="wrong"), user(PROMPTS[0]))
+        check(False, "wrong key accepted by the openai client")
+    except openai.AuthenticationError as e:
+        check(e.status_code == 401, f"openai client: {e}")
+    try:
+        client(s).chat.completions.create(model="no-such-model", messages=user("x"), max_tokens=2)
+        check(False, "unknown model accepted")
+    except openai.NotFoundError as e:
+        check(e.status_code == 404, f"openai client: {e}")
+    try:
+        client(s).chat.completions.create(model=MODEL, messages=user("x"), max_tokens=2, temperature=7)
+        check(False, "temperature 7 accepted")
+    except openai.BadRequestError as e:
+        check(e.status_code == 400, f"openai client: {e}")
+    still_serving(s, cl, ref, "the bad requests")
+
+
+def test_vision():
+    vdir = model_with_tokenizer(os.path.join(FIXTURES, "vision", "vl-h64"))
+    img = os.path.join(FIXTURES, "vision", "a_exact.png")
+    q = "What is in the image?"
+    ref = generate(vdir, q, 12, "--image", img)
+    s = Server(vdir, "--allow-files", "--max-image-mpixels", "0.02")
+    try:
+        cl = client(s)
+        parts = [{"type": "image_url", "image_url": {"url": data_url(img, "image/png")}}, {"type": "text", "text": q}]
+        r = cl.chat.completions.create(model="vl-h64", messages=[{"role": "user", "content": parts}], temperature=0,
+                                       max_tokens=12)
+        check(r.choices[0].message.content == ref, f"image: {r.choices[0].message.content!r} != {ref!r}")
+        check(r.usage.prompt_tokens > 12, f"image tokens counted in usage: {r.usage}")
+        parts[0] = {"type": "image_url", "image_url": {"url": "file://" + os.path.abspath(img)}}
+        r = cl.chat.completions.create(model="vl-h64", messages=[{"role": "user", "content": parts}], temperature=0,
+                                       max_tokens=12)
+        check(r.choices[0].message.content == ref, f"image file (--allow-files): {r.choices[0].message.content!r}")
+        bad = [("not an image", "data:image/png;base64," + b64(os.path.join(FIXTURES, "tok-small", "tokenizer_config.json"))),
+               ("truncated PNG", data_url(img, "image/png")[:200]),
+               ("over the pixel limit", data_url(os.path.join(FIXTURES, "vision", "b_down.png"), "image/png")),  # 30000 px
+               ("missing file", "file:///nonexistent/x.png")]
+        for what, url in bad:
+            body = {"model": "vl-h64", "messages": [{"role": "user", "content": [
+                {"type": "image_url", "image_url": {"url": url}}, {"type": "text", "text": q}]}], "max_tokens": 4}
+            status, data = s.request("POST", "/v1/chat/completions", body)
+            error_shape(status, data, 400, what)
+        r = cl.chat.completions.create(model="vl-h64", messages=[{"role": "user", "content": parts}], temperature=0,
+                                       max_tokens=12)
+        check(r.choices[0].message.content == ref, "image answer after the bad images")
+    finally:
+        check(s.stop() == 0, "vision server exit code")
+
+
+def test_audio():
+    adir = os.path.join(FIXTURES, "audio", "omni-b")
+    clip = os.path.join(FIXTURES, "audio", "clips", "tone_1s.wav")
+    img = os.path.join(FIXTURES, "audio", "clips", "pattern_64x96.png")
+    q = "What do you hear?"
+    ref = generate(adir, q, 12, "--audio", clip)
+    ref_ai = generate(adir, q, 12, "--audio", clip, "--image", img)
+    s = Server(adir, "--max-audio-seconds", "5")
+    try:
+        cl = client(s)
+        audio = {"type": "input_audio", "input_audio": {"data": b64(clip), "format": "wav"}}
+        r = cl.chat.completions.create(model="omni-b", messages=[{"role": "user", "content": [
+            audio, {"type": "text", "text": q}]}], temperature=0, max_tokens=12)
+        check(r.choices[0].message.content == ref, f"audio: {r.choices[0].message.content!r} != {ref!r}")
+        text, _, _ = stream_text_model(cl, "omni-b", [{"role": "user", "content": [
+            audio, {"type": "image_url", "image_url": {"url": data_url(img, "image/png")}},
+            {"type": "text", "text": q}]}], 12)
+        check(text == ref_ai, f"audio + image stream: {text!r} != {ref_ai!r}")
+        long_clip = os.path.join(FIXTURES, "audio", "clips", "tone_9s.wav")
+        bad = [("audio over the duration limit", {"data": b64(long_clip), "format": "wav"}),
+               ("audio that is not audio", {"data": b64(img), "format": "wav"}),
+               ("corrupt base64 audio", {"data": "UklGR!!!", "format": "wav"})]
+        for what, ia in bad:
+            body = {"messages": [{"role": "user", "content": [{"type": "input_audio", "input_audio": ia}]}],
+                    "max_tokens": 4}
+            status, data = s.request("POST", "/v1/chat/completions", body)
+            error_shape(status, data, 400, what)
+        body = {"messages": [{"role": "user", "content": [
+            {"type": "image_url", "image_url": {"url": "file://" + os.path.abspath(img)}}]}], "max_tokens": 4}
+        status, data = s.request("POST", "/v1/chat/completions", body)
+        error_shape(status, data, 400, "local path without --allow-files")
+        r = cl.chat.completions.create(model="omni-b", messages=[{"role": "user", "content": [
+            audio, {"type": "text", "text": q}]}], temperature=0, max_tokens=12)
+        check(r.choices[0].message.content == ref, "audio answer after the bad requests")
+    finally:
+        check(s.stop() == 0, "audio server exit code")
+
+
+def stream_text_model(cl, model, messages, n):
+    global MODEL
+    saved, MODEL = MODEL, model
+    try:
+        return stream_text(cl, messages, n)
+    finally:
+        MODEL = saved
+
+
+MODEL = os.path.basename(TEXT)
+
+
+def main():
+    refs = {p: generate(TEXT, p, N) for p in PROMPTS}
+    s = Server(TEXT, "--max-seqs", "16", "-c", "8192", "--max-tokens", "7000", "--max-body", "0.0625")
+    try:
+        test_text(s, refs)
+        test_concurrent(s, refs)
+        test_disconnect(s)
+        test_bad(s, refs)
+    finally:
+        check(s.stop() == 0, "text server exit code after SIGTERM")
+    test_vision()
+    test_audio()
+    finish()
+
+
+if __name__ == "__main__":
+    main()
