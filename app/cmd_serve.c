@@ -124,6 +124,9 @@ static omni_status serve(const omni_args *a, serve_state *s, srv_engine_backend 
     p.model_id = a->alias ? a->alias : s->name;
     p.model_alias = a->alias ? s->name : NULL;
     p.parse.max_tokens = a->max_tokens;
+    p.parse.temperature = a->temp; /* defaults of requests that give none: --temp, --top-p, --top-k */
+    p.parse.top_p = a->top_p;
+    p.parse.top_k = a->top_k;
     p.parse.allow_files = a->allow_files;
     p.max_body = (size_t)(a->max_body_mib * 1048576.0);
     p.timeout_s = a->timeout_s;
