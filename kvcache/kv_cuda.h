@@ -1,6 +1,6 @@
-/* kv_cuda.h - the OScaR / KIVI KV cache on the GPU (library omni_kvcache_cuda): block quantizer kernels that
- * produce bytes identical to the CPU reference (kvcache/kv_quant.c), and decode attention (one query token per
- * sequence) over a sequence's history stored in the page layout documented in kvcache/kvcache.h.
+/* kv_cuda.h - the KV cache on the GPU (library omni_kvcache_cuda): block quantizer kernels that produce bytes
+ * identical to the CPU reference (kvcache/kv_quant.c), and attention over the paged cache (bf16 and OScaR/KIVI
+ * layers) in the page layout documented in kvcache/kvcache.h.
  *
  * No CUDA types here: device pointers are plain pointers (they must point to device memory), a stream is passed
  * as void * (a cudaStream_t, NULL = the default stream). Every call only enqueues work on the stream (no
@@ -13,15 +13,9 @@
  * kvcache.h. The packed block b is written at dst + b * dst_stride (bytes: kvq_key_bytes / kvq_value_bytes).
  * A bf16 source (src_bf16 = 1) is a raw page region as the cache stores it (already rotated and rounded).
  *
- * Decode attention: kvc_decode computes, for each sequence s and query head h, softmax(scale q~ . k~_j) over the
- * sequence's L committed tokens (quantized blocks b < nq = max(0, (L - R) / 32) from the quant pages, the rest
- * bf16 from the raw pages), plus optionally the new token itself in f32 (k_new / v_new, as kv_forward does for a
- * chunk of one token), and writes o = H o~ (un-rotated when the format rotates). Rotation of q, k_new, v_new
- * happens inside. GQA: q head h uses KV head h / (Hq / Hkv); all query heads of a KV head share one pass over its
- * bytes; the history is split across CTAs (flash-decoding) and the parts are merged with log-sum-exp.
- * Quantized blocks use tensor cores (bf16 MMA with an exact 3-term split of the f32 operands: f32-level accuracy)
- * for up to 4 query heads per pass; OMNI_KVC_SIMT=1 in the environment (read at kvc_attn_init) forces the
- * plain-FMA path. Not supported yet: n_sink > 0, non-quantized layers (f32/bf16 formats).
+ * Attention: kvc_decode (one new token per sequence, split-K flash decoding over the paged history on tensor
+ * cores, bf16 in and out, graph capturable); layer views describe where a layer's pages are. The full contract
+ * of each call is at its declaration. Kernel sources: kvcache/cuda/kvc_attn.cu (design notes at its top).
  */
 #ifndef OMNI_KV_CUDA_H
 #define OMNI_KV_CUDA_H
@@ -30,6 +24,7 @@
 #include <stdint.h>
 
 #include "kernels/status.h"
+#include "kvcache/kv_layout.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -52,35 +47,43 @@ typedef struct {
 omni_status kvc_quant_keys(const kvc_quant_desc *d, const void *src, int n_blk, int t0, uint8_t *dst, void *stream);
 omni_status kvc_quant_values(const kvc_quant_desc *d, const void *src, int n_blk, uint8_t *dst, void *stream);
 
-/* One layer of a quantizing cache as stored on the device (mirror of the CPU pools; see kvcache.h). */
-typedef struct {
-    int n_kv_heads, head_dim; /* Hkv, D (64 or 128) */
-    int kbits, vbits;         /* 2 or 4 */
-    int rotate, scale;        /* OScaR 1/1, KIVI 0/0 */
-    int window;               /* R (multiple of 32, 0..256): nq = max(0, (L - R) / 32) */
-    const uint8_t *qpool;     /* quant pages: page p at qpool + p * qpage_bytes */
-    int64_t qpage_bytes, q_k, q_v; /* this layer's K blocks at +q_k ([Hkv] key blocks), V blocks at +q_v */
-    const uint8_t *rpool;     /* raw pages: page p at rpool + p * rpage_bytes */
-    int64_t rpage_bytes, r_k, r_v; /* this layer's bf16 K [Hkv][32][D] at +r_k, V [Hkv][32][D] at +r_v */
-    const int32_t *qtab, *rtab; /* device [n_seq][tab_stride]: block -> quant / raw page (any value when unused) */
-    int tab_stride;
-    const int32_t *len;       /* device [n_seq]: committed history length L of each sequence */
-} kvc_layer_view;
-
+/* ---------------------------------------------------------------- attention
+ * Pages are read through a layer view (kvcache/kv_layout.h, device pointers: kv_dev_layer_view) whose tables and
+ * lengths are indexed by sequence slot; a call processes a batch of slots (slots[i], or i when slots is NULL).
+ * Requirements: raw elements bf16 (k_esz = v_esz = 2), head_dim 64 or 128, quantized layers 2 or 4 bits each,
+ * pools, page sizes and every offset / per-head stride multiples of 16 bytes. */
 typedef struct kvc_attn kvc_attn;
 
-/* Workspace for up to max_seqs sequences of n_q_heads x head_dim (device memory, allocated once). */
+#define KVC_MAX_SEQS 256 /* sequences per call */
+
+/* Workspace for calls of up to max_seqs (1..256) sequences with n_q_heads / n_kv_heads heads of head_dim (64 or
+ * 128): split partials (~(max(4 SMs, max_seqs * heads rows) + max_seqs * rows) * 8 * D * 4 bytes, rows = Hkv *
+ * ceil(group / 8)), allocated once; kernel attributes are set here (nothing is set or allocated per call). */
 omni_status kvc_attn_init(int max_seqs, int n_q_heads, int n_kv_heads, int head_dim, kvc_attn **out);
 void kvc_attn_free(kvc_attn *a); /* NULL is a no-op */
 
-/* Splits of the history for max_len tokens (the split kernel's occupancy is measured at the first kvc_decode of a
- * format; diagnostics / benchmarks). */
-int kvc_attn_splits(const kvc_attn *a, int n_seq, int64_t max_len);
+/* Decode attention (one query token per sequence): for each batch entry i (slot s = slots[i]) and query head h,
+ *     out[i][h] = softmax_j(scale * q~[i][h] . k~_j) v~_j   over the L = len[s] tokens of slot s,
+ * un-rotated (out = H o~) when the layer rotates; q~ = H q when rotating. GQA: head h reads KV head
+ * h / (Hq / Hkv); the query heads of one KV head (up to 8 per pass) share every K/V load. The new token must
+ * already be in the cache (append first, then attend over L including it); L = 0 gives zeros.
+ * slots: device [n_seq] slot ids (distinct) or NULL (slot i); q: device [n_seq][Hq][D] bf16 (post-RoPE,
+ * unrotated); out: device [n_seq][Hq][D] bf16.
+ * Computes like FlashAttention in bf16 (bf16 / f16 operands, f32 accumulation and softmax): within 1e-2 of
+ * max |out| (RMS 3e-3) of an f64 evaluation over the same stored history (performance.md section 4).
+ * Two kernels on `stream` (the split pass and the merge, the second with programmatic dependent launch); the
+ * launch shapes depend only on n_seq and the layer's format (never on lengths, which are read on the device),
+ * so a decode step can be captured in a CUDA graph per batch size. Returns before launching on bad arguments. */
+omni_status kvc_decode(kvc_attn *a, const kv_layer_view *v, int n_seq, const int32_t *slots, const uint16_t *q,
+                       uint16_t *out, float scale, void *stream);
 
-/* q: device [n_seq][Hq][D] f32 (post-RoPE, unrotated); k_new, v_new: device [n_seq][Hkv][D] f32 or both NULL;
- * out: device [n_seq][Hq][D] f32. max_len >= every len[s] (sizes the split). scale: softmax scale. */
-omni_status kvc_decode(kvc_attn *a, const kvc_layer_view *v, int n_seq, int64_t max_len, const float *q,
-                       const float *k_new, const float *v_new, float *out, int n_q_heads, float scale, void *stream);
+/* The same result from a plain SIMT kernel (f32 throughout, one CTA per (sequence, head)): the permanent oracle
+ * of the tests and a fallback; slow (no K/V sharing across heads, no split of the history). */
+omni_status kvc_decode_ref(kvc_attn *a, const kv_layer_view *v, int n_seq, const int32_t *slots, const uint16_t *q,
+                           uint16_t *out, float scale, void *stream);
+
+/* CTAs of the split pass of kvc_decode for n_seq sequences of the view's format (diagnostics, benchmarks). */
+int kvc_decode_ctas(const kvc_attn *a, const kv_layer_view *v, int n_seq);
 
 #ifdef __cplusplus
 }

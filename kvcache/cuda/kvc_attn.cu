@@ -1,25 +1,39 @@
-/* kvc_attn.cu - decode attention (one query token per sequence) over the paged OScaR/KIVI history on the GPU.
- * Quantized blocks run on tensor cores (mma.sync bf16, exact hi/mid/lo split of the folded f32 operand, see the
- * "tensor-core path" section) when a pass has <= 4 query heads, else (or with OMNI_KVC_SIMT=1) on the SIMT path
- * described below; the bf16 window always takes the SIMT path. Both paths keep f32-level accuracy.
+/* kvc_attn.cu - decode attention (one query token per sequence) over the paged KV cache on the GPU: bf16 layers
+ * and OScaR/KIVI quantized layers (int2/int4, any K/V mix) with their bf16 window and sinks, a batch of 1..256
+ * sequences of different lengths, bf16 in and out (API and contract: kvcache/kv_cuda.h).
  *
- * Three kernels per call (all on the caller's stream; split and combine use programmatic dependent launch, so
- * each is scheduled while the one before it finishes):
- *   prep    grid (n_seq, Hq [+ 2 Hkv]), D threads: q~ = scale * H q (H only when rotating), k~_new = H k_new,
- *           v~_new = H v_new into the workspace.
- *   split   grid (n_split, Hkv * n_pass, n_seq), 4 warps: the GP query heads of one pass of a GQA group walk the
- *           blocks [b0, b1) of their KV head, warp w taking blocks b0 + w, b0 + w + 4, ... Quantized block: the
- *           packed key+value bytes are copied to shared memory (16-byte loads); per-channel scale folded into q
- *           (qsc[c][h] = q~_h[c] * sc_c), the min into a bias (q~_h . mn), lane j scores token j:
- *           s_hj = norm_j * (sum_c qsc[c][h] code_cj + bias_h) (oscar.md section 5); online softmax per warp;
- *           lane i accumulates channels [i*D/32, (i+1)*D/32) of sum_j p_hj (sc_jg code_jc + mn_jg). Raw (bf16
- *           window) block: plain dot products / axpy from global memory, rows beyond L skipped. The 4 warps'
- *           (m, l, acc) are merged in shared memory and written as one partial per (seq, head, split).
- *   combine grid (n_seq, Hq), D threads: log-sum-exp merge of the splits (+ the new token itself), o = acc / l,
- *           un-rotated with the FWHT, written to out.
- * Workspace (kvc_attn_init): q~ [S][Hq][D], k~/v~_new [S][Hkv][D], partials ml [S][Hq][KVC_MAX_SPLIT][2] and
- * acc [S][Hq][KVC_MAX_SPLIT][D] (f32). */
+ * Two kernels per call:
+ *   split    grid (B * HP) CTAs of 4 warps, HP = Hkv * ceil(group / 8) "head rows" (a KV head and up to 8 of
+ *            its query heads), B CTAs per head row (one full wave, at least one per sequence). Per sequence and
+ *            head row the work is a list of items: raw half-blocks (16 bf16 tokens: sinks, then the window)
+ *            followed by quantized blocks (32 tokens); sequences get splits in proportion to their cost (raw
+ *            item = KVC_RAW_COST, quant block = 1), each CTA one contiguous range of one list, its warps taking
+ *            every 4th item. Each warp streams its items through a private ring of shared-memory stages filled
+ *            by bulk async copies (cp.async.bulk + mbarrier), runs online softmax on tensor cores, and the
+ *            4 warps are merged into one partial (m, l, acc[8][D], log2 domain) per CTA.
+ *   combine  grid (Hq, n_seq), D threads, programmatic dependent launch: log-sum-exp merge of a sequence's
+ *            partials, 1/l, un-rotation (FWHT) when the layer rotates, bf16 out.
+ * Launch shapes depend on n_seq and the format only (lengths are read on the device): graph capturable.
+ *
+ * Tensor-core mapping (mma.m16n8k16, f32 accumulators; up to 8 query heads of a KV head in N):
+ *   scores  S^T[token][head] = K[token][channel] . Q~[channel][head]: 32 tokens = 2 M tiles, D / 16 k-steps.
+ *   values  O^T[channel][head] += V^T[channel][token] . P^T[token][head]: D / 16 M tiles, 2 k-steps; P^T comes
+ *           from the score accumulators by movmatrix (C fragments of 16 tokens x 8 heads -> B fragments).
+ * Quantized blocks (spec/oscar.md section 5): codes enter the MMA as exact f16 subnormals: one PRMT gathers the
+ * byte holding this lane's code from two words, one LOP3 masks it, so the f16 value is code * 4^f * 2^-24 (16^f
+ * for 4-bit codes) with f fixed per lane; 2^24 / 4^f is applied per score / output channel. The per-channel
+ * key scale is folded into the query (B = f16(q~ * sc), one HMUL2 per register), the key minimum enters as a
+ * bias MMA (A = min broadcast over rows, B = q~), the per-token norm multiplies the score; the per-token value
+ * scale multiplies P before the transpose (per group of 32 channels), the value minimum is one MMA per k-step
+ * (A = min^T [group][token], B = P^T). Score rows are permuted (row 2t + e + 8u <-> token t + 4e + 8u) so that
+ * the value-code rows a lane reads hit distinct shared-memory banks. q~ carries softmax scale * log2(e) and a
+ * power of two per head (f16 range); raw (bf16) items use bf16 MMAs with ldmatrix from padded rows, q~ and P
+ * split into bf16 hi + lo (two MMAs each: raw items are memory-bound).
+ * Accuracy: f16 operands for quantized blocks (codes exact, 11-bit roundings of q~ sc and p sc), 16-bit q~ and
+ * P for raw rows, f32 accumulation: the error is dominated by the bf16 rounding of the output itself
+ * (RMS ~1.6e-3 of RMS out; policy: 3e-3, performance.md section 4). */
 #include "kvc_common.cuh"
+#include "kvc_ptx.cuh"
 
 #include <stdlib.h>
 
@@ -27,20 +41,71 @@ extern "C" {
 #include "kvcache/kv_cuda.h"
 }
 
-#define KVC_NW 4           /* warps per split CTA */
-#define KVC_MAX_SPLIT 256  /* most splits of one sequence */
-#ifndef KVC_MMA_CTAS
-#define KVC_MMA_CTAS 2     /* resident CTAs per SM of the tensor-core split kernel (register cap; 3 spills and was slower) */
-#endif
+#define KVC_NW 4        /* warps per split CTA */
+#define KVC_NT (KVC_NW * 32)
+#define KVC_NCOL 8      /* query heads per head row (MMA N) */
+#define KVC_RAW_COST 4  /* cost of a raw half-block item in quantized-block units (bytes 2.8x, single-buffered) */
+#define KVC_LOG2E 1.4426950408889634f
 
-struct kvc_attn {
-    int max_seqs, Hq, Hkv, D, n_sm;
-    int ctas_per_sm, n_split; /* occupancy of the last split kernel launched; splits it used */
-    int simt;                 /* OMNI_KVC_SIMT=1: no tensor cores (comparison / fallback) */
-    float *qr, *kn, *vn, *ml, *acc;
+/* ---------------------------------------------------------------- formats */
+
+/* D head dim; KB / VB key / value bits (2, 4) or both 16 (bf16 layer). Shared memory per warp: a ring of NSQ
+ * quantized stages or NSR raw stages (the same bytes). */
+template <int D, int KB, int VB> struct kvc_fmt {
+    static constexpr bool Q = KB != 16;
+    static constexpr int NG = D / 32;                              /* value groups per token */
+    static constexpr int KCODE = Q ? D * 32 * KB / 8 : 0;          /* key code bytes */
+    static constexpr int KMAX = Q ? KCODE + 4 * D + 64 : 0;        /* key block bytes with norms */
+    static constexpr int VCODE = Q ? 32 * D * VB / 8 : 0;
+    static constexpr int VBYTES = Q ? VCODE + 4 * D : 0;           /* value block bytes */
+    static constexpr int QSTAGE = (KMAX + VBYTES + 127) / 128 * 128;
+    static constexpr int RS = 2 * D + 16;                          /* padded bf16 row (ldmatrix: no conflicts) */
+    static constexpr int RSTAGE = 32 * RS;                         /* 16 K rows + 16 V rows */
+    static constexpr int NSQ = Q ? (D == 128 ? (KB + VB == 4 ? 4 : 3) : 5) : 0;
+    static constexpr int RING0 = Q ? NSQ * QSTAGE : 3 * RSTAGE;
+    static constexpr int RING = RING0 > RSTAGE ? RING0 : RSTAGE;
+    static constexpr int NSR = RING / RSTAGE;
+    static constexpr int NBAR = NSQ > NSR ? NSQ : NSR;
 };
 
-/* ---------------------------------------------------------------- warp helpers */
+/* Shared memory of a split CTA besides the warps' rings (which the final merge reuses): q~, schedule. */
+template <int D> struct kvc_cta_smem {
+    float qs[KVC_NCOL][D]; /* q~ of the head row (zeros for absent heads) */
+    int qexp[KVC_NCOL];    /* power-of-two exponent per head (quantized path) */
+    int nsplit[KVC_MAX_SEQS], first[KVC_MAX_SEQS];
+    long long wcost[KVC_NW];
+    int wne[KVC_NW], found;
+};
+
+struct kvc_split_args {
+    kv_layer_view v;
+    const int32_t *slots; /* [n_seq] or NULL (identity) */
+    const uint16_t *q;    /* [n_seq][Hq][D] bf16 */
+    float *part;          /* [slots][8][D] */
+    float2 *ml;           /* [slots][8] (m, l) */
+    int2 *seqinfo;        /* [n_seq] (first slot, splits) */
+    int n_seq, Hq, gs, n_pass, HP, B;
+    float qscale;         /* softmax scale * log2(e) */
+};
+
+struct kvc_combine_args {
+    const float *part;
+    const float2 *ml;
+    const int2 *seqinfo;
+    uint16_t *out;
+    int Hq, gs, n_pass, B, rotate;
+};
+
+struct kvc_attn {
+    int max_seqs, Hq, Hkv, D, n_sm, n_pass, HP;
+    int occ[5];     /* resident split CTAs per SM: bf16, q22, q24, q42, q44 */
+    int max_slots;  /* partial slots in the workspace */
+    float *part;
+    float2 *ml;
+    int2 *seqinfo;
+};
+
+/* ---------------------------------------------------------------- small helpers */
 
 __device__ __forceinline__ float kvc_warp_max(float x) {
     for (int o = 16; o; o >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
@@ -50,709 +115,783 @@ __device__ __forceinline__ float kvc_warp_sum(float x) {
     for (int o = 16; o; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
     return x;
 }
+template <int I> __device__ __forceinline__ uint32_t kvc_u4(const uint4 &u) {
+    return I == 0 ? u.x : I == 1 ? u.y : I == 2 ? u.z : u.w;
+}
+__device__ __forceinline__ int kvc_nq(const kv_layer_view &v, int64_t L) { return kv_view_nq(&v, L); }
+__device__ __forceinline__ int kvc_slot(const int32_t *slots, int i) { return slots ? slots[i] : i; }
 
-/* Programmatic dependent launch (sm_90): kernels launched with the programmatic-serialization attribute start
- * while the kernel before them runs; kvc_pdl_wait blocks until that kernel has completed and its writes are
- * visible (a no-op when launched normally), kvc_pdl_launch lets the next kernel start early. */
-__device__ __forceinline__ void kvc_pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
-__device__ __forceinline__ void kvc_pdl_launch() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
+/* ---------------------------------------------------------------- schedule
+ * Items of one (sequence, head row): raw half-blocks first (sinks: ceil(S / 16) when S > 0 and block 0 is
+ * quantized; then ceil((L - 32 nq) / 16) window half-blocks), then nq quantized blocks. A bf16 layer has only
+ * raw items: ceil(L / 16) half-blocks of the whole sequence. */
+struct kvc_items {
+    int nsink, nraw, nq; /* raw items (sinks included), quantized items */
+};
 
-/* ---------------------------------------------------------------- prep */
-
-__global__ void kvc_prep_kernel(const float *q, const float *kn, const float *vn, float *qr, float *knr, float *vnr,
-                                int Hq, int Hkv, int D, int rotate, float scale) {
-    extern __shared__ float x[];
-    const int s = blockIdx.x, r = blockIdx.y, c = threadIdx.x;
-    kvc_pdl_launch();
-    const float *src;
-    float *dst, mul = 1.0f;
-    if (r < Hq) {
-        src = q + ((size_t)s * Hq + r) * D, dst = qr + ((size_t)s * Hq + r) * D, mul = scale;
-    } else if (r < Hq + Hkv) {
-        src = kn + ((size_t)s * Hkv + r - Hq) * D, dst = knr + ((size_t)s * Hkv + r - Hq) * D;
-    } else {
-        src = vn + ((size_t)s * Hkv + r - Hq - Hkv) * D, dst = vnr + ((size_t)s * Hkv + r - Hq - Hkv) * D;
+template <bool Q> __device__ __forceinline__ kvc_items kvc_seq_items(const kv_layer_view &v, int64_t L) {
+    kvc_items it;
+    if (!Q) {
+        it.nsink = 0, it.nq = 0, it.nraw = (int)((L + 15) / 16);
+        return it;
     }
-    x[c] = src[c];
-    if (rotate) kvc_fwht_rows(x, 1, D, D, c, D);
-    dst[c] = x[c] * mul;
+    it.nq = kvc_nq(v, L);
+    it.nsink = it.nq > 0 && v.n_sink > 0 ? (v.n_sink + 15) / 16 : 0;
+    it.nraw = it.nsink + (int)((L - (int64_t)KVC_G * it.nq + 15) / 16);
+    return it;
+}
+template <bool Q> __device__ __forceinline__ int64_t kvc_cost(const kvc_items &it) {
+    return Q ? (int64_t)KVC_RAW_COST * it.nraw + it.nq : it.nraw;
+}
+/* First item of the part [k / n, (k + 1) / n) of the cost of a list (raw items cost KVC_RAW_COST). */
+template <bool Q> __device__ __forceinline__ int kvc_item_at(const kvc_items &it, int k, int n) {
+    const int64_t c = kvc_cost<Q>(it) * k / n;
+    if (!Q) return (int)c;
+    const int64_t craw = (int64_t)KVC_RAW_COST * it.nraw;
+    return c <= craw ? (int)((c + KVC_RAW_COST - 1) / KVC_RAW_COST) : it.nraw + (int)(c - craw);
 }
 
-/* ---------------------------------------------------------------- split */
-
-template <int D, int GP, int KB, int VB> struct kvc_cfg {
-    static constexpr int KV4 = (D * KVC_G * KB / 8 + D * 4 + KVC_G * 2) / 16; /* key block in uint4 (with norms) */
-    static constexpr int VV4 = (KVC_G * D * VB / 8 + D * 4) / 16;
-    static constexpr int KREG = (KV4 + 31) / 32, VREG = (VV4 + 31) / 32; /* prefetch registers per lane */
-    static constexpr int CPL = D / 32, NG = D / KVC_G;
+struct kvc_role {
+    int seq, slot, hr, i0, i1; /* seq (batch index) < 0: idle */
+    kvc_items it;
+    int64_t L;
 };
 
-template <int D, int GP, int KB, int VB> struct kvc_warp_smem {
-    uint4 kb[2][kvc_cfg<D, GP, KB, VB>::KV4]; /* double buffer: block being computed / block being copied */
-    uint4 vb[2][kvc_cfg<D, GP, KB, VB>::VV4];
-    float qsc[D * GP];         /* folded q [c][h]; at the end this warp's acc [h][c] */
-    float p[KVC_G * GP];       /* softmax weights [j][h]; at the end m [h], l [h] */
-    float vsf[KVC_G * (D / KVC_G)], vmf[KVC_G * (D / KVC_G)]; /* value scale/min of the block as f32 [j][g] */
-    float acc2[GP <= 4 ? D * GP : 1]; /* the tensor-core path's partial acc [h][c] */
-    float ml2[2 * GP];         /* its m [h], l [h] */
-};
-
-/* The split kernel's shared memory: q~ of the pass's heads [GP][D], then one kvc_warp_smem per warp. */
-template <int D, int GP, int KB, int VB> struct kvc_split_smem {
-    float qs[GP * D];
-    kvc_warp_smem<D, GP, KB, VB> ws[KVC_NW];
-};
-
-/* 16-byte global -> shared copy that bypasses the registers (and L1); commit / wait for all but the newest group. */
-__device__ __forceinline__ void kvc_cp_async16(void *dst, const void *src) {
-    const unsigned sa = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(sa), "l"(src) : "memory");
-}
-__device__ __forceinline__ void kvc_cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-__device__ __forceinline__ void kvc_cp_async_wait1() { asm volatile("cp.async.wait_group 1;" ::: "memory"); }
-
-struct kvc_split_args {
-    kvc_layer_view v;
-    const float *qr;
-    float *ml, *acc;
-    int Hq, gs, n_pass, n_split;
-};
-
-/* Exact small unsigned integer -> float without I2F: 2^23 + x as a float, minus 2^23. */
-__device__ __forceinline__ float kvc_u2f(uint32_t x) { return __uint_as_float(x | 0x4b000000u) - 8388608.0f; }
-
-__device__ __forceinline__ float kvc_hw_h2f(uint16_t h) { /* hardware fp16 -> f32 (exact) */
-    float f;
-    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
-    return f;
-}
-
-/* Per-warp running state of GP heads: max m, per-lane partial sum l, lane's output channels o, min term ob. */
-template <int D, int GP> struct kvc_state {
-    float m[GP], l[GP], o[GP][D / 32], ob[GP];
-};
-
-/* Online-softmax step for lane j's scores s[h] (-inf when invalid): rescales the state, writes p to ps [j][h]. */
-template <int D, int GP>
-__device__ __forceinline__ void kvc_softmax_step(const float *s, kvc_state<D, GP> &st, float *ps, int lane) {
-#pragma unroll
-    for (int h = 0; h < GP; h++) {
-        float mb = kvc_warp_max(s[h]), mn = fmaxf(st.m[h], mb);
-        float corr = expf(st.m[h] - mn); /* 0 on the first block (m = -inf) */
-        float p = s[h] == -INFINITY ? 0.0f : expf(s[h] - mn);
-        st.l[h] = st.l[h] * corr + p; /* per-lane partial sum, summed over the warp at the end */
-        st.m[h] = mn;
-        st.ob[h] *= corr;
-#pragma unroll
-        for (int i = 0; i < D / 32; i++) st.o[h][i] *= corr;
-        ps[lane * GP + h] = p;
+/* Splits per sequence (in proportion to cost, >= 1 when it has work, <= ceil(items / 4)), their prefix sums,
+ * and this CTA's role. All threads of the CTA call it. CTA c < n_seq also records sequence c's (first, splits)
+ * for the combine kernel. */
+template <int D, bool Q> __device__ kvc_role kvc_schedule(const kvc_split_args &a, kvc_cta_smem<D> &sm) {
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, n = a.n_seq;
+    long long cost = 0;
+    int ne = 0;
+    for (int s = tid; s < n; s += KVC_NT) {
+        const int64_t c = kvc_cost<Q>(kvc_seq_items<Q>(a.v, a.v.len[kvc_slot(a.slots, s)]));
+        cost += c, ne += c > 0;
     }
-}
-
-/* GP consecutive floats from shared memory (vector loads when GP is a multiple of 4). */
-template <int GP> __device__ __forceinline__ void kvc_ld(const float *src, float *dst) {
-    if constexpr (GP % 4 == 0) {
-#pragma unroll
-        for (int h = 0; h < GP; h += 4) {
-            float4 t = *(const float4 *)(src + h);
-            dst[h] = t.x, dst[h + 1] = t.y, dst[h + 2] = t.z, dst[h + 3] = t.w;
+    for (int o = 16; o; o >>= 1) {
+        cost += __shfl_xor_sync(0xffffffffu, cost, o);
+        ne += __shfl_xor_sync(0xffffffffu, ne, o);
+    }
+    if (lane == 0) sm.wcost[warp] = cost, sm.wne[warp] = ne;
+    __syncthreads();
+    long long ctot = 0;
+    int NE = 0;
+    for (int w = 0; w < KVC_NW; w++) ctot += sm.wcost[w], NE += sm.wne[w];
+    for (int s = tid; s < n; s += KVC_NT) {
+        const kvc_items it = kvc_seq_items<Q>(a.v, a.v.len[kvc_slot(a.slots, s)]);
+        const int64_t c = kvc_cost<Q>(it);
+        int ns = 0;
+        if (c > 0) {
+            const int64_t prop = 1 + (int64_t)(a.B - NE) * c / ctot, most = (it.nraw + it.nq + KVC_NW - 1) / KVC_NW;
+            ns = (int)(prop < most ? prop : most);
         }
-    } else {
-#pragma unroll
-        for (int h = 0; h < GP; h++) dst[h] = src[h];
+        sm.nsplit[s] = ns;
     }
-}
-
-/* One quantized block whose bytes are in the warp's shared memory (oscar.md section 5 folding). */
-template <int D, int GP, int KB, int VB>
-__device__ __forceinline__ void kvc_quant_compute(kvc_warp_smem<D, GP, KB, VB> &w, int buf, const float *qs, int use_norm,
-                                                  kvc_state<D, GP> &st, int lane) {
-    using C = kvc_cfg<D, GP, KB, VB>;
-    const uint8_t *kbuf = (const uint8_t *)w.kb[buf], *vbuf = (const uint8_t *)w.vb[buf];
-    const uint16_t *ksc = (const uint16_t *)(kbuf + D * KVC_G * KB / 8), *kmn = ksc + D, *knorm = kmn + D;
-    const uint16_t *vsc = (const uint16_t *)(vbuf + KVC_G * D * VB / 8), *vmn = vsc + KVC_G * C::NG;
-    float bias[GP];
-#pragma unroll
-    for (int h = 0; h < GP; h++) bias[h] = 0.0f;
-#pragma unroll
-    for (int i = 0; i < D / 32; i++) {
-        const int c = lane + 32 * i;
-        const float sc = kvc_hw_h2f(ksc[c]), mn = kvc_hw_h2f(kmn[c]);
-#pragma unroll
-        for (int h = 0; h < GP; h++) {
-            float qv = qs[h * D + c];
-            w.qsc[c * GP + h] = qv * sc;
-            bias[h] += qv * mn;
+    __syncthreads();
+    if (warp == 0) { /* exclusive prefix sums, 32 entries per step */
+        int carry = 0;
+        for (int base = 0; base < n; base += 32) {
+            const int s = base + lane, x = s < n ? sm.nsplit[s] : 0;
+            int incl = x;
+            for (int o = 1; o < 32; o <<= 1) {
+                const int y = __shfl_up_sync(0xffffffffu, incl, o);
+                if (lane >= o) incl += y;
+            }
+            if (s < n) sm.first[s] = carry + incl - x;
+            carry += __shfl_sync(0xffffffffu, incl, 31);
         }
     }
-#pragma unroll
-    for (int i = 0; i < C::NG; i++) {
-        w.vsf[lane + 32 * i] = kvc_hw_h2f(vsc[lane + 32 * i]);
-        w.vmf[lane + 32 * i] = kvc_hw_h2f(vmn[lane + 32 * i]);
-    }
-#pragma unroll
-    for (int h = 0; h < GP; h++) bias[h] = kvc_warp_sum(bias[h]);
-    __syncwarp();
-    /* scores of token j = lane: s = norm_j * (sum_c qsc[c] code_cj + bias) */
-    constexpr int PER = 32 / KB;
-    const uint32_t *kc = (const uint32_t *)kbuf;
-    const int wj = lane / PER, sh = (lane % PER) * KB;
-    float acc[GP];
-#pragma unroll
-    for (int h = 0; h < GP; h++) acc[h] = 0.0f;
-#pragma unroll 8
-    for (int c = 0; c < D; c++) {
-        const float cf = kvc_u2f((kc[c * KB + wj] >> sh) & ((1u << KB) - 1u));
-        float qv[GP];
-        kvc_ld<GP>(w.qsc + c * GP, qv);
-#pragma unroll
-        for (int h = 0; h < GP; h++) acc[h] = fmaf(qv[h], cf, acc[h]);
-    }
-    const float nrm = use_norm ? kvc_hw_h2f(knorm[lane]) : 1.0f;
-    float s[GP];
-#pragma unroll
-    for (int h = 0; h < GP; h++) s[h] = (acc[h] + bias[h]) * nrm;
-    kvc_softmax_step<D, GP>(s, st, w.p, lane);
-    __syncwarp();
-    /* values: lane owns channels c0 .. c0 + CPL - 1 (one group g) */
-    constexpr int CPL = C::CPL, WPR = D * VB / 32; /* words per token row */
-    const int c0 = lane * CPL, g = c0 / KVC_G, wv = (c0 * VB) / 32, shv = (c0 * VB) % 32;
-    const uint32_t *vc = (const uint32_t *)vbuf;
-#pragma unroll 4
-    for (int j = 0; j < KVC_G; j++) {
-        const uint32_t word = vc[j * WPR + wv] >> shv;
-        const float sc = w.vsf[j * C::NG + g], mn = w.vmf[j * C::NG + g];
-        float cf[CPL], p[GP];
-#pragma unroll
-        for (int i = 0; i < CPL; i++) cf[i] = kvc_u2f((word >> (i * VB)) & ((1u << VB) - 1u));
-        kvc_ld<GP>(w.p + j * GP, p);
-#pragma unroll
-        for (int h = 0; h < GP; h++) {
-            const float pa = p[h] * sc;
-            st.ob[h] = fmaf(p[h], mn, st.ob[h]);
-#pragma unroll
-            for (int i = 0; i < CPL; i++) st.o[h][i] = fmaf(pa, cf[i], st.o[h][i]);
-        }
-    }
-}
-
-/* ---------------------------------------------------------------- tensor-core path (GP <= 4)
- * Both products run on mma.sync m16n8k16 (bf16 operands, f32 accumulate) with the GQA heads in M. The folded f32
- * operand x (q~ * key scale per channel; p * value scale per group) is split exactly into three bf16 terms
- * x = hi + mid + lo (|x - sum| <= 2^-24 |x|) stacked in M: row h = hi, row 4 + h = mid, row 8 + h = lo of head h,
- * so one MMA gives f32-level accuracy; codes are exact in bf16. Fragment roles (gid = lane / 4, tig = lane % 4):
- * lane gid < 4 supplies rows gid (hi) and gid + 8 (lo) of head gid, lane gid >= 4 row gid (mid of head gid - 4)
- * and row gid + 8 (zero); both hold the same head hh = gid % 4. The score accumulators of n-tile nt (tokens
- * 8 nt + 2 tig + {0, 1}) are exactly the A layout the value MMA needs (k-step ks = nt / 2), as in FlashAttention. */
-template <int D> struct kvc_mstate {
-    float m, l;            /* head hh: running max, lane-partial sum over its 8 tokens of each block */
-    float o[D / 8][4];     /* value accumulators: n-tile nt (channels 8 nt + 2 tig + {0,1}), rows gid / gid + 8 */
-    float ob[D / KVC_G];   /* lane-partial sum_j p_j * mn_jg per group */
-};
-
-__device__ __forceinline__ void kvc_mma(float *d, const uint32_t *a, uint32_t b0, uint32_t b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%0,%1,%2,%3};"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-/* bf16x2 of two floats (x0 in the low half), RNE; and back. */
-__device__ __forceinline__ uint32_t kvc_bf2(float x0, float x1) {
-    uint32_t r;
-    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(x1), "f"(x0));
-    return r;
-}
-__device__ __forceinline__ float kvc_bflo(uint32_t u) { return __uint_as_float(u << 16); }
-__device__ __forceinline__ float kvc_bfhi(uint32_t u) { return __uint_as_float(u & 0xffff0000u); }
-
-/* A fragment registers (r0: row gid, r1: row gid + 8) for the pair (x0, x1) of this lane's head:
- * part 0 lanes take hi / lo, part 1 lanes mid / 0. */
-__device__ __forceinline__ void kvc_split_pair(float x0, float x1, int part, uint32_t &r0, uint32_t &r1) {
-    uint32_t hi = kvc_bf2(x0, x1);
-    float y0 = x0 - kvc_bflo(hi), y1 = x1 - kvc_bfhi(hi);
-    uint32_t mid = kvc_bf2(y0, y1);
-    uint32_t lo = kvc_bf2(y0 - kvc_bflo(mid), y1 - kvc_bfhi(mid));
-    r0 = part ? mid : hi;
-    r1 = part ? 0u : lo;
-}
-
-/* 2-bit codes, two per instruction chain: x and y are code words already shifted right by 2 gid, so that this
- * lane's code of each 16-code half sits at bits 0-1 (half 0) and 16-17 (half 1). Returns bf16x2 {code of x,
- * code of y} of the chosen half: one PRMT (the two halves side by side), one LOP3 (mask + exponent of 128), one
- * bf16x2 subtraction of 128 (exact). Same values as kvc_codes_bf2 of the separately extracted codes. */
-template <int HALF> __device__ __forceinline__ uint32_t kvc_codes2_bf2(uint32_t x, uint32_t y) {
-    const uint32_t u = (__byte_perm(x, y, HALF ? 0x7632 : 0x5410) & 0x00030003u) | 0x43004300u;
-    uint32_t r;
-    asm("sub.rn.bf16x2 %0, %1, %2;" : "=r"(r) : "r"(u), "r"(0x43004300u));
+    if (tid == 0) sm.found = -1;
+    __syncthreads();
+    kvc_role r;
+    r.seq = -1, r.slot = 0, r.hr = 0, r.i0 = r.i1 = 0, r.L = 0;
+    r.it.nsink = r.it.nraw = r.it.nq = 0;
+    const int c = blockIdx.x, hr = c / a.B, j = c % a.B;
+    if (c < n && tid == 0) a.seqinfo[c] = make_int2(sm.first[c], sm.nsplit[c]);
+    for (int s = tid; s < n; s += KVC_NT)
+        if (sm.nsplit[s] > 0 && sm.first[s] <= j && j < sm.first[s] + sm.nsplit[s]) sm.found = s;
+    __syncthreads();
+    const int s = sm.found;
+    if (s < 0 || hr >= a.HP) return r;
+    r.seq = s, r.slot = kvc_slot(a.slots, s), r.hr = hr, r.L = a.v.len[r.slot];
+    r.it = kvc_seq_items<Q>(a.v, r.L);
+    const int k = j - sm.first[s], ns = sm.nsplit[s];
+    r.i0 = kvc_item_at<Q>(r.it, k, ns);
+    r.i1 = k + 1 == ns ? r.it.nraw + r.it.nq : kvc_item_at<Q>(r.it, k + 1, ns);
     return r;
 }
 
-/* Two codes (c0 low, c1 high) as exact bf16x2: 128 + c via the exponent of 128, minus 128. */
-__device__ __forceinline__ uint32_t kvc_codes_bf2(uint32_t c0, uint32_t c1) {
-    uint32_t u = c0 | (c1 << 16) | 0x43004300u, r;
-    asm("sub.rn.bf16x2 %0, %1, %2;" : "=r"(r) : "r"(u), "r"(0x43004300u));
-    return r;
+/* ---------------------------------------------------------------- per-warp state and lane constants */
+
+/* Online-softmax state of one warp for the 8 heads of its head row; lane (g, t) holds heads 2t, 2t+1. */
+template <int D> struct kvc_wst {
+    float o[D / 16][4]; /* O^T: M tile mt, rows channel 16 mt + g (c0, c1) and + 8 (c2, c3), cols heads 2t, 2t+1 */
+    float mn[4];        /* quantized: sum_j p_j min_jg, row g = value group (c0, c1), rows 8+ unused */
+    float m[2], l[2];   /* running max (log2 domain), lane-partial sum of p */
+};
+
+/* This lane's code positions (see the file comment): keys by score row (token), values by output channel. */
+struct kvc_lane {
+    int g, t, ktok;              /* lane / 4, lane % 4, token of score row g within an M tile */
+    uint32_t ksel0, ksel1, kmask; /* PRMT selectors for rows g / g+8 and the LOP3 mask */
+    float kinv;                  /* 2^24 / key code factor */
+    uint32_t vsel0, vsel1, vmask;
+    float vinv;                  /* 2^24 / value code factor */
+};
+
+template <int KB, int VB> __device__ __forceinline__ kvc_lane kvc_lane_consts(int lane) {
+    kvc_lane c;
+    c.g = lane >> 2, c.t = lane & 3;
+    const int e = c.g & 1, tt = c.g >> 1;
+    c.ktok = tt + 4 * e;
+    if (KB == 2) { /* token tt + 4e (+8) of a 16-token word: byte e (+2), bits 2 tt */
+        c.ksel0 = (uint32_t)(e | ((4 + e) << 8)), c.ksel1 = (uint32_t)((2 + e) | ((6 + e) << 8));
+        c.kmask = 0x00030003u << (2 * tt), c.kinv = 16777216.0f / (float)(1 << (2 * tt));
+    } else { /* token tt + 4e of an 8-token word (rows g+8: the next word): byte 2e + tt/2, nibble tt & 1 */
+        const int b = 2 * e + (tt >> 1);
+        c.ksel0 = c.ksel1 = (uint32_t)(b | ((4 + b) << 8));
+        c.kmask = 0x000f000fu << (4 * (tt & 1)), c.kinv = 16777216.0f / (float)(1 << (4 * (tt & 1)));
+    }
+    if (VB == 2) { /* channel 16 mt + g (+8) of word mt: byte g/4 (+2), bits 2 (g % 4) */
+        const int b = c.g >> 2;
+        c.vsel0 = (uint32_t)(b | ((4 + b) << 8)), c.vsel1 = (uint32_t)((2 + b) | ((6 + b) << 8));
+        c.vmask = 0x00030003u << (2 * (c.g & 3)), c.vinv = 16777216.0f / (float)(1 << (2 * (c.g & 3)));
+    } else { /* channel 16 mt + g of word 2 mt (rows g+8: word 2 mt + 1): byte g/2, nibble g & 1 */
+        const int b = c.g >> 1;
+        c.vsel0 = c.vsel1 = (uint32_t)(b | ((4 + b) << 8));
+        c.vmask = 0x000f000fu << (4 * (c.g & 1)), c.vinv = 16777216.0f / (float)(1 << (4 * (c.g & 1)));
+    }
+    return c;
 }
 
-template <int D, int GP, int KB, int VB>
-__device__ __forceinline__ void kvc_quant_compute_mma(kvc_warp_smem<D, GP, KB, VB> &w, int buf, const float *qs,
-                                                      int use_norm, kvc_mstate<D> &st, int lane) {
-    using C = kvc_cfg<D, GP, KB, VB>;
-    const int gid = lane >> 2, tig = lane & 3, hh = gid & 3, part = gid >> 2, valid = hh < GP;
-    const uint8_t *kbuf = (const uint8_t *)w.kb[buf], *vbuf = (const uint8_t *)w.vb[buf];
-    const uint16_t *ksc = (const uint16_t *)(kbuf + D * KVC_G * KB / 8), *kmn = ksc + D, *knorm = kmn + D;
-    const uint16_t *vsc = (const uint16_t *)(vbuf + KVC_G * D * VB / 8), *vmn = vsc + KVC_G * C::NG;
-    /* bias_h = q~_h . mn (f32, lane-parallel over channels), value scales/mins to f32 in smem */
-    float bias[GP];
+template <int D> __device__ __forceinline__ void kvc_wst_init(kvc_wst<D> &w) {
 #pragma unroll
-    for (int h = 0; h < GP; h++) bias[h] = 0.0f;
+    for (int mt = 0; mt < D / 16; mt++)
 #pragma unroll
-    for (int i = 0; i < D / 32; i++) {
-        const int c = lane + 32 * i;
-        const float mn = kvc_hw_h2f(kmn[c]);
+        for (int i = 0; i < 4; i++) w.o[mt][i] = 0.0f;
 #pragma unroll
-        for (int h = 0; h < GP; h++) bias[h] = fmaf(qs[h * D + c], mn, bias[h]);
+    for (int i = 0; i < 4; i++) w.mn[i] = 0.0f;
+    w.m[0] = w.m[1] = -INFINITY;
+    w.l[0] = w.l[1] = 0.0f;
+}
+
+/* Online softmax over this lane's R score rows x 2 heads (log2 domain, -inf = masked): rescales the state when
+ * a head's maximum grows (warp-uniform branch), replaces s by p = 2^(s - m), adds p to l. */
+template <int D, int R> __device__ __forceinline__ void kvc_softmax(float (&s)[R][2], kvc_wst<D> &w) {
+    float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int r = 0; r < R; r++) mx[0] = fmaxf(mx[0], s[r][0]), mx[1] = fmaxf(mx[1], s[r][1]);
+#pragma unroll
+    for (int o = 4; o < 32; o <<= 1) {
+        mx[0] = fmaxf(mx[0], __shfl_xor_sync(0xffffffffu, mx[0], o));
+        mx[1] = fmaxf(mx[1], __shfl_xor_sync(0xffffffffu, mx[1], o));
     }
+    const float mn0 = fmaxf(w.m[0], mx[0]), mn1 = fmaxf(w.m[1], mx[1]);
+    if (__any_sync(0xffffffffu, mn0 > w.m[0] || mn1 > w.m[1])) {
+        const float c0 = w.m[0] == -INFINITY ? 0.0f : kvc_ex2(w.m[0] - mn0);
+        const float c1 = w.m[1] == -INFINITY ? 0.0f : kvc_ex2(w.m[1] - mn1);
 #pragma unroll
-    for (int i = 0; i < C::NG; i++) {
-        w.vsf[lane + 32 * i] = kvc_hw_h2f(vsc[lane + 32 * i]);
-        w.vmf[lane + 32 * i] = kvc_hw_h2f(vmn[lane + 32 * i]);
+        for (int mt = 0; mt < D / 16; mt++)
+            w.o[mt][0] *= c0, w.o[mt][1] *= c1, w.o[mt][2] *= c0, w.o[mt][3] *= c1;
+        w.mn[0] *= c0, w.mn[1] *= c1, w.mn[2] *= c0, w.mn[3] *= c1;
+        w.l[0] *= c0, w.l[1] *= c1;
+        w.m[0] = mn0, w.m[1] = mn1;
     }
-    float bh = 0.0f;
+    const float b0 = w.m[0] == -INFINITY ? 0.0f : w.m[0], b1 = w.m[1] == -INFINITY ? 0.0f : w.m[1];
 #pragma unroll
-    for (int h = 0; h < GP; h++) {
-        float t = kvc_warp_sum(bias[h]);
-        bh = h == hh ? t : bh;
+    for (int r = 0; r < R; r++) {
+        s[r][0] = kvc_ex2(s[r][0] - b0), s[r][1] = kvc_ex2(s[r][1] - b1);
+        w.l[0] += s[r][0], w.l[1] += s[r][1];
     }
-    __syncwarp();
-    /* scores: S[h][j] = sum_c (q~_hc sc_c) code_cj over k-steps of 16 channels, n-tiles of 8 tokens */
-    float sacc[4][4];
+}
+
+/* ---------------------------------------------------------------- raw (bf16) half-block: 16 tokens */
+
+/* q~ as bf16 B fragments of the score MMA: b[ks] = (channels 16 ks + 2t, +1 | +8, +9) of head g, split exactly
+ * into hi + lo (16 significant bits: raw items are memory-bound, so the second MMA costs no time and keeps the
+ * error at the output's own bf16 rounding). */
+template <int D> struct kvc_qraw {
+    uint32_t b[D / 16][2], lo[D / 16][2];
+};
+
+/* bf16x2 hi = RNE(x), lo = RNE(x - hi) of a pair of floats. */
+__device__ __forceinline__ void kvc_bf16x2_split(float x0, float x1, uint32_t &hi, uint32_t &lo) {
+    hi = kvc_bf16x2(x0, x1);
+    lo = kvc_bf16x2(x0 - __uint_as_float(hi << 16), x1 - __uint_as_float(hi & 0xffff0000u));
+}
+/* q~ as f16 B fragments for quantized blocks (channels 16 ks + 4t + {0, 1} | {2, 3} of head g, times 2^-e_g),
+ * plus per lane: score factor and bias factor of its heads 2t, 2t+1. */
+template <int D> struct kvc_qq {
+    uint32_t b[D / 16][2];
+    float kf[2], bf[2];
+};
+
+/* Scores and values of one staged raw half-block (K rows [16][RS] at st, V rows after; rows >= n invalid). */
+template <int D, int KB, int VB>
+__device__ __forceinline__ void kvc_raw_item(uint8_t *st, int n, const kvc_qraw<D> &q, kvc_wst<D> &w, int lane) {
+    using F = kvc_fmt<D, KB, VB>;
+    const int g = lane >> 2;
+    uint8_t *kr = st, *vr = st + 16 * F::RS;
+    if (n < 16) { /* rows beyond the sequence: zero V (0 * garbage could be NaN in the MMA); K is masked */
+        for (int i = lane; i < (16 - n) * (D / 8); i += 32)
+            *(uint4 *)(vr + (n + i / (D / 8)) * F::RS + (i % (D / 8)) * 16) = make_uint4(0, 0, 0, 0);
+        kvc_fence_proxy_async(); /* the stage is refilled by bulk copies later */
+        __syncwarp();
+    }
+    float sacc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    const int lrow = (lane & 7) + 8 * ((lane >> 3) & 1), lcol = 8 * (lane >> 4);
 #pragma unroll
-    for (int nt = 0; nt < 4; nt++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) sacc[nt][e] = 0.0f;
-    const uint32_t *kc = (const uint32_t *)kbuf;
-    constexpr int KPW = 32 / KB; /* key codes per word */
-    const float *qh = qs + (valid ? hh : 0) * D;
-#pragma unroll 2
     for (int ks = 0; ks < D / 16; ks++) {
-        const int c = 16 * ks + 2 * tig;
-        float x[4];
-        const int cc[4] = {c, c + 1, c + 8, c + 9};
-#pragma unroll
-        for (int i = 0; i < 4; i++) x[i] = valid ? qh[cc[i]] * kvc_hw_h2f(ksc[cc[i]]) : 0.0f;
         uint32_t a[4];
-        kvc_split_pair(x[0], x[1], part, a[0], a[1]);
-        kvc_split_pair(x[2], x[3], part, a[2], a[3]);
-        if constexpr (KB == 2) { /* channel ch: words 2 ch (tokens 0-15), 2 ch + 1 (16-31); token 8 nt + gid */
-            uint32_t u[4][2];
-#pragma unroll
-            for (int i = 0; i < 4; i++) {
-                const uint2 wd = *(const uint2 *)(kc + 2 * cc[i]);
-                u[i][0] = wd.x >> (2 * gid), u[i][1] = wd.y >> (2 * gid);
-            }
-#pragma unroll
-            for (int nt = 0; nt < 4; nt++) {
-                const int wj = nt >> 1;
-                uint32_t b0, b1;
-                if (nt & 1) b0 = kvc_codes2_bf2<1>(u[0][wj], u[1][wj]), b1 = kvc_codes2_bf2<1>(u[2][wj], u[3][wj]);
-                else b0 = kvc_codes2_bf2<0>(u[0][wj], u[1][wj]), b1 = kvc_codes2_bf2<0>(u[2][wj], u[3][wj]);
-                kvc_mma(sacc[nt], a, b0, b1);
-            }
-        } else {
-#pragma unroll
-            for (int nt = 0; nt < 4; nt++) {
-                const int j = 8 * nt + gid, wj = j / KPW, sh = (j % KPW) * KB;
-                const uint32_t m = (1u << KB) - 1u;
-                uint32_t b0 = kvc_codes_bf2((kc[cc[0] * KB + wj] >> sh) & m, (kc[cc[1] * KB + wj] >> sh) & m);
-                uint32_t b1 = kvc_codes_bf2((kc[cc[2] * KB + wj] >> sh) & m, (kc[cc[3] * KB + wj] >> sh) & m);
-                kvc_mma(sacc[nt], a, b0, b1);
-            }
-        }
+        kvc_ldsm4(a, kr + lrow * F::RS + (16 * ks + lcol) * 2);
+        kvc_mma_bf16(sacc, a, q.b[ks][0], q.b[ks][1]);
+        kvc_mma_bf16(sacc, a, q.lo[ks][0], q.lo[ks][1]);
     }
-    /* this lane's 8 scores of head hh: tokens 8 nt + 2 tig + e; hi + lo here, mid in lane ^ 16 */
-    float sc[4][2], mb = -INFINITY;
+    float s[2][2];
 #pragma unroll
-    for (int nt = 0; nt < 4; nt++)
+    for (int u = 0; u < 2; u++)
 #pragma unroll
-        for (int e = 0; e < 2; e++) {
-            float t = sacc[nt][e] + sacc[nt][2 + e];
-            t += __shfl_xor_sync(0xffffffffu, t, 16);
-            const int j = 8 * nt + 2 * tig + e;
-            t = (t + bh) * (use_norm ? kvc_hw_h2f(knorm[j]) : 1.0f);
-            sc[nt][e] = t;
-            mb = fmaxf(mb, t);
-        }
-    mb = fmaxf(mb, __shfl_xor_sync(0xffffffffu, mb, 1));
-    mb = fmaxf(mb, __shfl_xor_sync(0xffffffffu, mb, 2));
-    const float mnew = fmaxf(st.m, mb), corr = expf(st.m - mnew);
-    st.m = mnew;
-    float psum = 0.0f;
+        for (int e = 0; e < 2; e++) s[u][e] = g + 8 * u < n ? sacc[2 * u + e] : -INFINITY;
+    kvc_softmax<D, 2>(s, w);
+    uint32_t ph[2], pl[2]; /* P = hi + lo in bf16, C layout rows u */
+    kvc_bf16x2_split(s[0][0], s[0][1], ph[0], pl[0]);
+    kvc_bf16x2_split(s[1][0], s[1][1], ph[1], pl[1]);
+    const uint32_t b0 = kvc_movm(ph[0]), b1 = kvc_movm(ph[1]), l0 = kvc_movm(pl[0]), l1 = kvc_movm(pl[1]);
+    const int vtok = (lane & 7) + 8 * (lane >> 4), vcol = 8 * ((lane >> 3) & 1);
 #pragma unroll
-    for (int nt = 0; nt < 4; nt++)
+    for (int mt = 0; mt < D / 16; mt++) {
+        uint32_t a[4];
+        kvc_ldsm4_t(a, vr + vtok * F::RS + (16 * mt + vcol) * 2);
+        kvc_mma_bf16(w.o[mt], a, b0, b1);
+        kvc_mma_bf16(w.o[mt], a, l0, l1);
+    }
+}
+
+/* ---------------------------------------------------------------- quantized block: 32 tokens */
+
+/* Scores and values of one staged quantized block (key block at st, value block at st + KMAX); tokens < s0 are
+ * masked (sinks, read from their raw rows instead). */
+template <int D, int KB, int VB>
+__device__ __forceinline__ void kvc_quant_item(const uint8_t *st, int s0, int use_norm, const kvc_qq<D> &q,
+                                               const kvc_lane &c, kvc_wst<D> &w) {
+    using F = kvc_fmt<D, KB, VB>;
+    constexpr int NG = F::NG;
+    const uint8_t *kc = st;
+    const uint16_t *ksc = (const uint16_t *)(st + F::KCODE), *kmn = ksc + D, *knorm = kmn + D;
+    /* ---- scores S^T[token][head] (2 M tiles) and bias[head] = sum_c min_c q~_c */
+    float sacc[2][4], bacc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
-        for (int e = 0; e < 2; e++) {
-            sc[nt][e] = expf(sc[nt][e] - mnew);
-            psum += sc[nt][e];
-        }
-    st.l = st.l * corr + psum;
-    /* values: O[h][c] += sum_j (p_hj sc_jg) code_jc per group g (4 n-tiles), k-steps of 16 tokens. Each block's
-     * product is accumulated from zero in the tensor core and added to the running state with one IEEE FFMA
-     * (o = o * corr + block), so the MMA's internal accumulation never runs over more than 32 tokens. */
-    const uint32_t *vc = (const uint32_t *)vbuf;
-    constexpr int WPR = D * VB / 32; /* words per token row */
+    for (int mt = 0; mt < 2; mt++)
 #pragma unroll
-    for (int g = 0; g < C::NG; g++) {
-        st.ob[g] *= corr;
-        uint32_t a[2][4];
+        for (int i = 0; i < 4; i++) sacc[mt][i] = 0.0f;
 #pragma unroll
-        for (int ks = 0; ks < 2; ks++) {
-            const int j = 16 * ks + 2 * tig;
-            const int jj[4] = {j, j + 1, j + 8, j + 9};
-            const float pp[4] = {sc[2 * ks][0], sc[2 * ks][1], sc[2 * ks + 1][0], sc[2 * ks + 1][1]};
-            float x[4];
+    for (int ks = 0; ks < D / 16; ks++) {
+        const int c0 = 16 * ks + 4 * c.t;
+        const uint2 sc = *(const uint2 *)(ksc + c0), mn = *(const uint2 *)(kmn + c0);
+        const uint32_t b0 = kvc_hmul2(q.b[ks][0], sc.x), b1 = kvc_hmul2(q.b[ks][1], sc.y);
+        if (KB == 2) { /* channel c: words (tokens 0-15, 16-31) */
+            const uint4 u0 = *(const uint4 *)(kc + c0 * 8), u1 = *(const uint4 *)(kc + c0 * 8 + 16);
 #pragma unroll
-            for (int i = 0; i < 4; i++) {
-                x[i] = pp[i] * w.vsf[jj[i] * C::NG + g];
-                st.ob[g] = fmaf(pp[i], w.vmf[jj[i] * C::NG + g], st.ob[g]);
+            for (int mt = 0; mt < 2; mt++) {
+                const uint32_t wa = mt ? u0.y : u0.x, wb = mt ? u0.w : u0.z, wc = mt ? u1.y : u1.x,
+                               wd = mt ? u1.w : u1.z;
+                uint32_t a[4];
+                a[0] = __byte_perm(wa, wb, c.ksel0) & c.kmask;
+                a[1] = __byte_perm(wa, wb, c.ksel1) & c.kmask;
+                a[2] = __byte_perm(wc, wd, c.ksel0) & c.kmask;
+                a[3] = __byte_perm(wc, wd, c.ksel1) & c.kmask;
+                kvc_mma_f16(sacc[mt], a, b0, b1);
             }
-            kvc_split_pair(x[0], x[1], part, a[ks][0], a[ks][1]);
-            kvc_split_pair(x[2], x[3], part, a[ks][2], a[ks][3]);
+        } else { /* channel c: words (tokens 0-7, 8-15, 16-23, 24-31) */
+            const uint4 u0 = *(const uint4 *)(kc + c0 * 16), u1 = *(const uint4 *)(kc + c0 * 16 + 16);
+            const uint4 u2 = *(const uint4 *)(kc + c0 * 16 + 32), u3 = *(const uint4 *)(kc + c0 * 16 + 48);
+#pragma unroll
+            for (int mt = 0; mt < 2; mt++) {
+                uint32_t a[4];
+                a[0] = __byte_perm(mt ? u0.z : u0.x, mt ? u1.z : u1.x, c.ksel0) & c.kmask;
+                a[1] = __byte_perm(mt ? u0.w : u0.y, mt ? u1.w : u1.y, c.ksel1) & c.kmask;
+                a[2] = __byte_perm(mt ? u2.z : u2.x, mt ? u3.z : u3.x, c.ksel0) & c.kmask;
+                a[3] = __byte_perm(mt ? u2.w : u2.y, mt ? u3.w : u3.y, c.ksel1) & c.kmask;
+                kvc_mma_f16(sacc[mt], a, b0, b1);
+            }
         }
-        if constexpr (VB == 2) { /* token row j: word w holds channels 16 w .. 16 w + 15; channel 8 nt + gid */
-            uint32_t u[2][4][2]; /* [ks][token j, j + 1, j + 8, j + 9][word 2 g, 2 g + 1] */
+        const uint32_t am[4] = {mn.x, mn.x, mn.y, mn.y};
+        kvc_mma_f16(bacc, am, q.b[ks][0], q.b[ks][1]);
+    }
+    /* s = (acc 2^24 / 4^f + bias) 2^e_h norm_token; rows (mt, u) = token 16 mt + ktok + 8 u */
+    const float bb0 = bacc[0] * q.bf[0], bb1 = bacc[1] * q.bf[1];
+    float s[4][2];
 #pragma unroll
-            for (int ks = 0; ks < 2; ks++) {
-                const int j = 16 * ks + 2 * tig;
-                const int jj[4] = {j, j + 1, j + 8, j + 9};
+    for (int mt = 0; mt < 2; mt++)
 #pragma unroll
-                for (int i = 0; i < 4; i++) {
-                    const uint2 wd = *(const uint2 *)(vc + jj[i] * WPR + 2 * g);
-                    u[ks][i][0] = wd.x >> (2 * gid), u[ks][i][1] = wd.y >> (2 * gid);
+        for (int u = 0; u < 2; u++) {
+            const int tok = 16 * mt + c.ktok + 8 * u;
+            const float nr = use_norm ? kvc_hw_h2f(knorm[tok]) : 1.0f;
+            const bool ok = tok >= s0;
+            s[2 * mt + u][0] = ok ? fmaf(sacc[mt][2 * u], q.kf[0], bb0) * nr : -INFINITY;
+            s[2 * mt + u][1] = ok ? fmaf(sacc[mt][2 * u + 1], q.kf[1], bb1) * nr : -INFINITY;
+        }
+    kvc_softmax<D, 4>(s, w);
+    /* ---- values: P (C layout, f16) per k-step ks = M tile of the scores, rows u */
+    const uint8_t *vb = st + F::KMAX;
+    const uint8_t *vcode = vb;
+    const uint16_t *vsc = (const uint16_t *)(vb + F::VCODE), *vmn = vsc + 32 * NG;
+    uint32_t P[2][2];
+#pragma unroll
+    for (int ks = 0; ks < 2; ks++)
+#pragma unroll
+        for (int u = 0; u < 2; u++) P[ks][u] = kvc_f16x2(s[2 * ks + u][0], s[2 * ks + u][1]);
+    const int gg = c.g < NG ? c.g : NG - 1;
+#pragma unroll
+    for (int ks = 0; ks < 2; ks++) {
+        const int tb = 16 * ks + c.t; /* tokens of k slots 2t, 2t+1, 2t+8, 2t+9: tb, tb+4, tb+8, tb+12 */
+        /* min term: A = min^T [group g][slot], B = P^T */
+        uint32_t am[4];
+        am[0] = (uint32_t)vmn[tb * NG + gg] | ((uint32_t)vmn[(tb + 4) * NG + gg] << 16);
+        am[2] = (uint32_t)vmn[(tb + 8) * NG + gg] | ((uint32_t)vmn[(tb + 12) * NG + gg] << 16);
+        if (c.g >= NG) am[0] = am[2] = 0u;
+        am[1] = am[3] = 0u;
+        kvc_mma_f16(w.mn, am, kvc_movm(P[ks][0]), kvc_movm(P[ks][1]));
+        /* value scales of this lane's score rows (tokens 16 ks + ktok, + 8) */
+        uint16_t sc0[NG], sc1[NG];
+#pragma unroll
+        for (int gi = 0; gi < NG; gi++) {
+            sc0[gi] = vsc[(16 * ks + c.ktok) * NG + gi];
+            sc1[gi] = vsc[(16 * ks + c.ktok + 8) * NG + gi];
+        }
+#pragma unroll
+        for (int gi = 0; gi < NG; gi++) {
+            const uint32_t b0 = kvc_movm(kvc_hmul2(P[ks][0], (uint32_t)sc0[gi] * 0x10001u));
+            const uint32_t b1 = kvc_movm(kvc_hmul2(P[ks][1], (uint32_t)sc1[gi] * 0x10001u));
+            if (VB == 2) { /* token row: 8 words; group gi = words 2 gi, 2 gi + 1 */
+                uint2 r[4];
+#pragma unroll
+                for (int i = 0; i < 4; i++) r[i] = *(const uint2 *)(vcode + (tb + 4 * i) * (D / 4) + 8 * gi);
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const uint32_t w0 = h ? r[0].y : r[0].x, w1 = h ? r[1].y : r[1].x, w2 = h ? r[2].y : r[2].x,
+                                   w3 = h ? r[3].y : r[3].x;
+                    uint32_t a[4];
+                    a[0] = __byte_perm(w0, w1, c.vsel0) & c.vmask;
+                    a[1] = __byte_perm(w0, w1, c.vsel1) & c.vmask;
+                    a[2] = __byte_perm(w2, w3, c.vsel0) & c.vmask;
+                    a[3] = __byte_perm(w2, w3, c.vsel1) & c.vmask;
+                    kvc_mma_f16(w.o[2 * gi + h], a, b0, b1);
                 }
-            }
+            } else { /* token row: 16 words; group gi = words 4 gi .. 4 gi + 3 */
+                uint4 r[4];
 #pragma unroll
-            for (int t = 0; t < 4; t++) {
-                const int nt = 4 * g + t, wt = t >> 1;
-                float blk[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                for (int i = 0; i < 4; i++) r[i] = *(const uint4 *)(vcode + (tb + 4 * i) * (D / 2) + 16 * gi);
 #pragma unroll
-                for (int ks = 0; ks < 2; ks++) {
-                    uint32_t b0, b1;
-                    if (t & 1) {
-                        b0 = kvc_codes2_bf2<1>(u[ks][0][wt], u[ks][1][wt]);
-                        b1 = kvc_codes2_bf2<1>(u[ks][2][wt], u[ks][3][wt]);
-                    } else {
-                        b0 = kvc_codes2_bf2<0>(u[ks][0][wt], u[ks][1][wt]);
-                        b1 = kvc_codes2_bf2<0>(u[ks][2][wt], u[ks][3][wt]);
-                    }
-                    kvc_mma(blk, a[ks], b0, b1);
+                for (int h = 0; h < 2; h++) {
+                    uint32_t a[4];
+                    a[0] = __byte_perm(h ? r[0].z : r[0].x, h ? r[1].z : r[1].x, c.vsel0) & c.vmask;
+                    a[1] = __byte_perm(h ? r[0].w : r[0].y, h ? r[1].w : r[1].y, c.vsel1) & c.vmask;
+                    a[2] = __byte_perm(h ? r[2].z : r[2].x, h ? r[3].z : r[3].x, c.vsel0) & c.vmask;
+                    a[3] = __byte_perm(h ? r[2].w : r[2].y, h ? r[3].w : r[3].y, c.vsel1) & c.vmask;
+                    kvc_mma_f16(w.o[2 * gi + h], a, b0, b1);
                 }
-#pragma unroll
-                for (int e = 0; e < 4; e++) st.o[nt][e] = fmaf(st.o[nt][e], corr, blk[e]);
-            }
-        } else {
-#pragma unroll
-            for (int t = 0; t < 4; t++) {
-                const int nt = 4 * g + t, c = 8 * nt + gid, wc = (c * VB) / 32, sh = (c * VB) % 32;
-                const uint32_t m = (1u << VB) - 1u;
-                float blk[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-                for (int ks = 0; ks < 2; ks++) {
-                    const int j = 16 * ks + 2 * tig;
-                    uint32_t b0 = kvc_codes_bf2((vc[j * WPR + wc] >> sh) & m, (vc[(j + 1) * WPR + wc] >> sh) & m);
-                    uint32_t b1 = kvc_codes_bf2((vc[(j + 8) * WPR + wc] >> sh) & m, (vc[(j + 9) * WPR + wc] >> sh) & m);
-                    kvc_mma(blk, a[ks], b0, b1);
-                }
-#pragma unroll
-                for (int e = 0; e < 4; e++) st.o[nt][e] = fmaf(st.o[nt][e], corr, blk[e]);
             }
         }
     }
 }
 
-/* The tensor-core state of a warp -> its smem partial (acc2 [h][c], ml2), heads < GP only. */
-template <int D, int GP, int KB, int VB>
-__device__ __forceinline__ void kvc_mstate_store(const kvc_mstate<D> &st, kvc_warp_smem<D, GP, KB, VB> &w,
-                                                 int lane) {
-    const int gid = lane >> 2, tig = lane & 3, hh = gid & 3, part = gid >> 2;
-    float l = st.l;
-    l += __shfl_xor_sync(0xffffffffu, l, 1);
-    l += __shfl_xor_sync(0xffffffffu, l, 2);
-    float ob[D / KVC_G];
-#pragma unroll
-    for (int g = 0; g < D / KVC_G; g++) {
-        ob[g] = st.ob[g] + __shfl_xor_sync(0xffffffffu, st.ob[g], 1);
-        ob[g] += __shfl_xor_sync(0xffffffffu, ob[g], 2);
-    }
-#pragma unroll
-    for (int nt = 0; nt < D / 8; nt++)
-#pragma unroll
-        for (int e = 0; e < 2; e++) {
-            float t = st.o[nt][e] + st.o[nt][2 + e];
-            t += __shfl_xor_sync(0xffffffffu, t, 16);
-            const int c = 8 * nt + 2 * tig + e;
-            if (part == 0 && hh < GP) w.acc2[hh * D + c] = t + ob[c / KVC_G];
-        }
-    if (part == 0 && tig == 0 && hh < GP) {
-        w.ml2[hh] = st.m;
-        w.ml2[GP + hh] = l;
-    }
-}
+/* ---------------------------------------------------------------- the split kernel */
 
-template <int D, int GP>
-__device__ void kvc_raw_block(float *ps, const float *qs, const uint16_t *kr, const uint16_t *vr, int n,
-                              kvc_state<D, GP> &st, int lane) {
-    float s[GP];
-#pragma unroll
-    for (int h = 0; h < GP; h++) s[h] = -INFINITY;
-    if (lane < n) {
-        float acc[GP];
-#pragma unroll
-        for (int h = 0; h < GP; h++) acc[h] = 0.0f;
-        const uint4 *row = (const uint4 *)(kr + (size_t)lane * D);
-        uint4 ur[D / 8]; /* the whole row in flight at once (one memory round trip, not D / 8) */
-#pragma unroll
-        for (int c8 = 0; c8 < D / 8; c8++) ur[c8] = __ldg(row + c8);
-#pragma unroll
-        for (int c8 = 0; c8 < D / 8; c8++) {
-            uint4 u = ur[c8];
-            uint32_t wd[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-            for (int t = 0; t < 4; t++) {
-                float x0 = __uint_as_float(wd[t] << 16), x1 = __uint_as_float(wd[t] & 0xffff0000u);
-#pragma unroll
-                for (int h = 0; h < GP; h++) acc[h] += qs[h * D + c8 * 8 + 2 * t] * x0 + qs[h * D + c8 * 8 + 2 * t + 1] * x1;
-            }
-        }
-#pragma unroll
-        for (int h = 0; h < GP; h++) s[h] = acc[h];
-    }
-    kvc_softmax_step<D, GP>(s, st, ps, lane);
-    __syncwarp();
-    constexpr int CPL = D / 32, WPL = CPL / 2; /* channels / bf16 pairs per lane and row */
-    const int c0 = lane * CPL;
-    uint32_t xw[KVC_G][WPL]; /* all rows in flight at once (one memory round trip); rows >= n are never read */
-#pragma unroll
-    for (int t = 0; t < KVC_G; t++) {
-        if constexpr (WPL == 2) {
-            const uint2 u = t < n ? __ldg((const uint2 *)(vr + (size_t)t * D + c0)) : make_uint2(0u, 0u);
-            xw[t][0] = u.x, xw[t][1] = u.y;
+/* Byte layout of the dynamic shared memory of a split CTA. */
+template <int D, int KB, int VB> struct kvc_split_layout {
+    using F = kvc_fmt<D, KB, VB>;
+    static constexpr int BARS = (sizeof(kvc_cta_smem<D>) + 7) / 8 * 8;
+    static constexpr int RINGS = (BARS + KVC_NW * (F::NSQ + F::NSR) * 8 + 127) / 128 * 128;
+    static constexpr int BYTES = RINGS + KVC_NW * F::RING;
+    static_assert(KVC_NW * F::RING >= KVC_NW * KVC_NCOL * (D + 2) * 4, "the merge reuses the rings");
+};
+
+/* Where item i (raw half-blocks first, then quantized blocks) of a role lives: raw rows or a packed block. */
+struct kvc_item_src {
+    const uint8_t *k, *v;
+    int n;  /* raw: valid rows (1..16) */
+    int s0; /* quantized: tokens < s0 masked (sinks) */
+};
+
+template <int D, bool Q>
+__device__ __forceinline__ kvc_item_src kvc_locate(const kv_layer_view &v, const kvc_role &r, int kvh, int i) {
+    kvc_item_src s;
+    s.s0 = 0;
+    if (i < r.it.nraw) {
+        int64_t tok0; /* first token of the half-block */
+        int n;
+        if (i < r.it.nsink) tok0 = 16 * i, n = min(16, v.n_sink - 16 * i);
+        else tok0 = (int64_t)KVC_G * r.it.nq + 16 * (i - r.it.nsink), n = (int)min((int64_t)16, r.L - tok0);
+        const int b = (int)(tok0 / KVC_G);
+        const int64_t row = (tok0 % KVC_G) * D * 2;
+        if (!Q && b < kvc_nq(v, r.L)) { /* bf16 layer of a quantizing cache: raw layout in the quant page */
+            const int32_t p = kv_view_quant_page(&v, r.slot, b);
+            s.k = kv_view_quant_block(&v, p, kvh, 0) + row, s.v = kv_view_quant_block(&v, p, kvh, 1) + row;
         } else {
-            xw[t][0] = t < n ? __ldg((const unsigned int *)(vr + (size_t)t * D + c0)) : 0u;
+            const int32_t p = kv_view_raw_page(&v, r.slot, b);
+            s.k = kv_view_raw_rows(&v, p, kvh, 0) + row, s.v = kv_view_raw_rows(&v, p, kvh, 1) + row;
         }
+        s.n = n;
+    } else {
+        const int b = i - r.it.nraw;
+        const int32_t p = kv_view_quant_page(&v, r.slot, b);
+        s.k = kv_view_quant_block(&v, p, kvh, 0), s.v = kv_view_quant_block(&v, p, kvh, 1), s.n = 0;
+        s.s0 = b == 0 ? v.n_sink : 0;
     }
-#pragma unroll
-    for (int t = 0; t < KVC_G; t++) {
-        if (t >= n) break;
-#pragma unroll
-        for (int h = 0; h < GP; h++) {
-            float p = ps[t * GP + h];
-#pragma unroll
-            for (int i = 0; i < CPL; i++)
-                st.o[h][i] += p * (i & 1 ? kvc_bfhi(xw[t][i / 2]) : kvc_bflo(xw[t][i / 2]));
-        }
-    }
-    __syncwarp();
+    return s;
 }
 
-template <int D, int GP, int KB, int VB, bool MMA>
-__global__ void __launch_bounds__(KVC_NW * 32, MMA ? KVC_MMA_CTAS : 1) kvc_split_kernel(const kvc_split_args a) {
-    using C = kvc_cfg<D, GP, KB, VB>;
-    extern __shared__ uint4 kvc_dyn_smem[]; /* kvc_split_smem (dynamic: over 48 KB for some instances) */
-    kvc_split_smem<D, GP, KB, VB> &sm = *reinterpret_cast<kvc_split_smem<D, GP, KB, VB> *>(kvc_dyn_smem);
-    float *qs = sm.qs;
-    kvc_warp_smem<D, GP, KB, VB> *ws = sm.ws;
-    const kvc_layer_view &v = a.v;
-    const int split = blockIdx.x, g = blockIdx.y / a.n_pass, pass = blockIdx.y % a.n_pass, seq = blockIdx.z;
-    const int h0 = g * a.gs + pass * GP, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int64_t L = v.len[seq]; /* the caller's data: readable before prep has finished */
-    kvc_pdl_wait();                /* q~ comes from prep */
-    for (int t = threadIdx.x; t < GP * D; t += blockDim.x) qs[t] = a.qr[((size_t)seq * a.Hq + h0) * D + t];
+/* Loads q of the head row into shared memory: bf16 -> f32, FWHT when rotating, times qscale; per-head
+ * power-of-two exponents (max |q~| 2^-e < 1). All threads. */
+template <int D>
+__device__ void kvc_load_q(const kvc_split_args &a, const kvc_role &r, int h0, int nh, kvc_cta_smem<D> &sm) {
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    for (int i = tid; i < KVC_NCOL * D; i += KVC_NT) {
+        const int h = i / D, ch = i % D;
+        sm.qs[h][ch] = h < nh ? kvc_bf2f(a.q[((size_t)r.seq * a.Hq + h0 + h) * D + ch]) : 0.0f; /* batch order */
+    }
+    if (a.v.rotate) kvc_fwht_rows(&sm.qs[0][0], KVC_NCOL, D, D, tid, KVC_NT);
+    else __syncthreads();
+    for (int i = tid; i < KVC_NCOL * D; i += KVC_NT) sm.qs[i / D][i % D] *= a.qscale;
     __syncthreads();
-    const int nb = (int)((L + KVC_G - 1) / KVC_G), nq = L >= v.window ? (int)((L - v.window) / KVC_G) : 0;
-    const int bps = (nb + a.n_split - 1) / a.n_split, b0 = split * bps, b1 = min(nb, b0 + bps), bq = min(b1, nq);
-    const int kbytes = D * KVC_G * KB / 8 + D * 4 + (v.scale ? KVC_G * 2 : 0), kv4 = kbytes / 16;
-    const int64_t kh = kbytes, vh = C::VV4 * 16;
-    kvc_warp_smem<D, GP, KB, VB> &w = ws[warp];
-    kvc_state<D, GP> st;
-#pragma unroll
-    for (int h = 0; h < GP; h++) {
-        st.m[h] = -INFINITY;
-        st.l[h] = st.ob[h] = 0.0f;
-#pragma unroll
-        for (int i = 0; i < D / 32; i++) st.o[h][i] = 0.0f;
+    for (int h = warp; h < KVC_NCOL; h += KVC_NW) {
+        float mx = 0.0f;
+        for (int ch = lane; ch < D; ch += 32) mx = fmaxf(mx, fabsf(sm.qs[h][ch]));
+        mx = kvc_warp_max(mx);
+        int e = 0;
+        if (mx > 0.0f) frexpf(mx, &e);
+        if (lane == 0) sm.qexp[h] = e;
     }
-    kvc_mstate<D> mst;
-    mst.m = -INFINITY;
-    mst.l = 0.0f;
-#pragma unroll
-    for (int nt = 0; nt < D / 8; nt++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) mst.o[nt][e] = 0.0f;
-#pragma unroll
-    for (int i = 0; i < D / KVC_G; i++) mst.ob[i] = 0.0f;
-    const int32_t *qtab = v.qtab + (size_t)seq * v.tab_stride, *rtab = v.rtab + (size_t)seq * v.tab_stride;
-    /* raw (bf16 window) blocks first: this warp's blocks b0 + warp + k NW that are >= bq */
-    const int bw = b0 + warp, braw = bw >= bq ? bw : bw + (bq - bw + KVC_NW - 1) / KVC_NW * KVC_NW;
-    for (int b = braw; b < b1; b += KVC_NW) {
-        const uint8_t *page = v.rpool + (int64_t)rtab[b] * v.rpage_bytes;
-        const int64_t head = (int64_t)g * KVC_G * D * 2;
-        int n = (int)min((int64_t)KVC_G, L - (int64_t)b * KVC_G);
-        kvc_raw_block<D, GP>(w.p, qs, (const uint16_t *)(page + v.r_k + head), (const uint16_t *)(page + v.r_v + head),
-                             n, st, lane);
-    }
-    /* SIMT state -> smem partial (acc [h][c] in qsc, m/l in p): now when the tensor cores take the quantized
-     * blocks (its registers are then free), after them otherwise */
-    auto store_simt = [&]() {
-#pragma unroll
-        for (int h = 0; h < GP; h++) {
-            float lt = kvc_warp_sum(st.l[h]);
-#pragma unroll
-            for (int i = 0; i < D / 32; i++) w.qsc[h * D + lane * (D / 32) + i] = st.o[h][i] + st.ob[h];
-            if (lane == 0) {
-                w.p[h] = st.m[h];
-                w.p[GP + h] = lt;
-                w.ml2[h] = -INFINITY; /* no tensor-core partial unless stored below */
-            }
-        }
-        __syncwarp();
-    };
-    if constexpr (MMA) store_simt();
-    /* quantized blocks, double-buffered: the next block's bytes are copied to shared memory (cp.async, 16 bytes per
-     * lane and copy, L2 only) during the compute of the current one */
-    auto issue = [&](int bb, int buf) {
-        const uint8_t *page = v.qpool + (int64_t)qtab[bb] * v.qpage_bytes;
-        const uint4 *kp = (const uint4 *)(page + v.q_k + g * kh), *vp = (const uint4 *)(page + v.q_v + g * vh);
-#pragma unroll
-        for (int i = 0; i < C::KREG; i++)
-            if (i * 32 + lane < kv4) kvc_cp_async16(&w.kb[buf][i * 32 + lane], kp + i * 32 + lane);
-#pragma unroll
-        for (int i = 0; i < C::VREG; i++)
-            if (i * 32 + lane < C::VV4) kvc_cp_async16(&w.vb[buf][i * 32 + lane], vp + i * 32 + lane);
-        kvc_cp_async_commit();
-    };
-    if (bw < bq) issue(bw, 0);
-    for (int b = bw, buf = 0; b < bq; b += KVC_NW, buf ^= 1) {
-        if (b + KVC_NW < bq) issue(b + KVC_NW, buf ^ 1); /* that buffer's block was finished last iteration */
-        else kvc_cp_async_commit();                      /* empty group: the wait below stays uniform */
-        kvc_cp_async_wait1();                            /* this lane's copies of block b have landed */
-        __syncwarp();                                    /* ... and every lane's */
-        if constexpr (MMA) kvc_quant_compute_mma<D, GP, KB, VB>(w, buf, qs, v.scale, mst, lane);
-        else kvc_quant_compute<D, GP, KB, VB>(w, buf, qs, v.scale, st, lane);
-        __syncwarp();
-    }
-    if constexpr (!MMA) store_simt();
-    if constexpr (MMA) kvc_mstate_store<D, GP, KB, VB>(mst, w, lane);
-    kvc_pdl_launch(); /* the combine kernel may be scheduled now; it waits for this grid to finish */
     __syncthreads();
-    for (int t = threadIdx.x; t < GP * D; t += blockDim.x) {
-        const int h = t / D, c = t % D;
+}
+
+template <int D, int KB, int VB>
+__device__ __forceinline__ void kvc_raw_items(const kv_layer_view &v, const kvc_role &r, int kvh, int first,
+                                             int end, uint8_t *ring, uint64_t *bars, const kvc_cta_smem<D> &sm,
+                                             kvc_wst<D> &w, int lane, uint64_t pol) {
+    using F = kvc_fmt<D, KB, VB>;
+    constexpr int NS = F::NSR;
+    const int n = first < end ? (end - first + KVC_NW - 1) / KVC_NW : 0;
+    if (n == 0) return;
+    kvc_qraw<D> q;
+    const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ks++) {
+        const float *qh = sm.qs[g] + 16 * ks + 2 * t;
+        kvc_bf16x2_split(qh[0], qh[1], q.b[ks][0], q.lo[ks][0]);
+        kvc_bf16x2_split(qh[8], qh[9], q.b[ks][1], q.lo[ks][1]);
+    }
+    auto issue = [&](int k, int st) {
+        const kvc_item_src s = kvc_locate<D, F::Q>(v, r, kvh, first + KVC_NW * k);
+        if (lane == 0) kvc_mbar_arrive_tx(&bars[st], (uint32_t)(s.n * 4 * D));
+        __syncwarp();
+        const int row = lane & 15;
+        uint8_t *dst = ring + st * F::RSTAGE + (lane < 16 ? 0 : 16 * F::RS) + row * F::RS;
+        if (row < s.n) kvc_bulk_g2s(dst, (lane < 16 ? s.k : s.v) + row * 2 * D, 2 * D, &bars[st], pol);
+    };
+    for (int k = 0; k < NS && k < n; k++) issue(k, k);
+    for (int k = 0; k < n; k++) {
+        const int st = k % NS;
+        kvc_mbar_wait(&bars[st], (k / NS) & 1);
+        const int i = first + KVC_NW * k;
+        const int nv = i < r.it.nsink ? min(16, v.n_sink - 16 * i)
+                                      : (int)min((int64_t)16, r.L - (int64_t)KVC_G * r.it.nq - 16 * (i - r.it.nsink));
+        kvc_raw_item<D, KB, VB>(ring + st * F::RSTAGE, nv, q, w, lane);
+        __syncwarp();
+        if (k + NS < n) issue(k + NS, st);
+    }
+}
+
+template <int D, int KB, int VB>
+__device__ __forceinline__ void kvc_quant_items(const kv_layer_view &v, const kvc_role &r, int kvh, int first,
+                                               int end, uint8_t *ring, uint64_t *bars, const kvc_cta_smem<D> &sm,
+                                               const kvc_lane &c, kvc_wst<D> &w, int lane, uint64_t pol) {
+    using F = kvc_fmt<D, KB, VB>;
+    constexpr int NS = F::NSQ;
+    const int n = first < end ? (end - first + KVC_NW - 1) / KVC_NW : 0;
+    if (n == 0) return;
+    kvc_qq<D> q;
+    const int g = c.g, t = c.t;
+    const float sg = ldexpf(1.0f, -sm.qexp[g]);
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ks++) {
+        const float *qh = sm.qs[g] + 16 * ks + 4 * t;
+        q.b[ks][0] = kvc_f16x2(qh[0] * sg, qh[1] * sg), q.b[ks][1] = kvc_f16x2(qh[2] * sg, qh[3] * sg);
+    }
+#pragma unroll
+    for (int e = 0; e < 2; e++) {
+        q.bf[e] = ldexpf(1.0f, sm.qexp[2 * t + e]);
+        q.kf[e] = c.kinv * q.bf[e];
+    }
+    const int kbytes = F::KCODE + 4 * D + (v.scale ? 2 * KVC_G : 0);
+    auto issue = [&](int k, int st) {
+        if (lane == 0) {
+            const kvc_item_src s = kvc_locate<D, true>(v, r, kvh, first + KVC_NW * k);
+            kvc_mbar_arrive_tx(&bars[st], (uint32_t)(kbytes + F::VBYTES));
+            kvc_bulk_g2s(ring + st * F::QSTAGE, s.k, (uint32_t)kbytes, &bars[st], pol);
+            kvc_bulk_g2s(ring + st * F::QSTAGE + F::KMAX, s.v, (uint32_t)F::VBYTES, &bars[st], pol);
+        }
+    };
+    for (int k = 0; k < NS && k < n; k++) issue(k, k);
+    for (int k = 0; k < n; k++) {
+        const int st = k % NS;
+        kvc_mbar_wait(&bars[st], (k / NS) & 1);
+        const int b = first + KVC_NW * k - r.it.nraw;
+        kvc_quant_item<D, KB, VB>(ring + st * F::QSTAGE, b == 0 ? v.n_sink : 0, v.scale, q, c, w);
+        __syncwarp();
+        if (k + NS < n) issue(k + NS, st);
+    }
+}
+
+/* This warp's state into the merge area (o as true values of heads x channels, m, l summed over the warp). */
+template <int D, bool Q>
+__device__ __forceinline__ void kvc_warp_store(kvc_wst<D> &w, const kvc_lane &c, float *mo, float2 *mml) {
+#pragma unroll
+    for (int e = 0; e < 2; e++)
+#pragma unroll
+        for (int o = 4; o < 32; o <<= 1) w.l[e] += __shfl_xor_sync(0xffffffffu, w.l[e], o);
+    float mnv[D / 32][2];
+#pragma unroll
+    for (int gi = 0; gi < D / 32; gi++)
+#pragma unroll
+        for (int e = 0; e < 2; e++) mnv[gi][e] = __shfl_sync(0xffffffffu, w.mn[e], 4 * gi + c.t);
+#pragma unroll
+    for (int mt = 0; mt < D / 16; mt++)
+#pragma unroll
+        for (int u = 0; u < 2; u++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const float x = w.o[mt][2 * u + e];
+                mo[(2 * c.t + e) * D + 16 * mt + c.g + 8 * u] = Q ? fmaf(x, c.vinv, mnv[mt / 2][e]) : x;
+            }
+    if (c.g == 0)
+#pragma unroll
+        for (int e = 0; e < 2; e++) mml[2 * c.t + e] = make_float2(w.m[e], w.l[e]);
+}
+
+template <int D, int KB, int VB>
+__global__ void __launch_bounds__(KVC_NT) kvc_split_kernel(const __grid_constant__ kvc_split_args a) {
+    using F = kvc_fmt<D, KB, VB>;
+    using Y = kvc_split_layout<D, KB, VB>;
+    KVC_DYN_SMEM(uint8_t, smem);
+    kvc_cta_smem<D> &sm = *reinterpret_cast<kvc_cta_smem<D> *>(smem);
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const kvc_role r = kvc_schedule<D, F::Q>(a, sm);
+    if (r.seq < 0) {
+        kvc_pdl_launch();
+        return;
+    }
+    const int kvh = r.hr / a.n_pass, pass = r.hr % a.n_pass, h0 = kvh * a.gs + pass * KVC_NCOL;
+    const int nh = min(KVC_NCOL, a.gs - pass * KVC_NCOL);
+    kvc_load_q<D>(a, r, h0, nh, sm);
+    uint64_t *bars = (uint64_t *)(smem + Y::BARS) + warp * (F::NSQ + F::NSR);
+    uint8_t *ring = smem + Y::RINGS + warp * F::RING;
+    if (lane == 0)
+        for (int i = 0; i < F::NSQ + F::NSR; i++) kvc_mbar_init(&bars[i], 1);
+    kvc_fence_mbar_init();
+    __syncwarp();
+    const uint64_t pol = kvc_evict_first_policy();
+    const kvc_lane c = kvc_lane_consts<F::Q ? KB : 2, F::Q ? VB : 2>(lane);
+    kvc_wst<D> w;
+    kvc_wst_init<D>(w);
+    /* this warp's items: r.i0 + warp + 4 k; raw ones first */
+    const int first = r.i0 + warp, nraw = r.it.nraw;
+    const int rend = min(r.i1, nraw);
+    kvc_raw_items<D, KB, VB>(a.v, r, kvh, first, rend, ring, bars + F::NSQ, sm, w, lane, pol);
+    if constexpr (F::Q) {
+        /* raw sums -> the quantized scale (channel rows carry 2^-24 4^f) */
+#pragma unroll
+        for (int mt = 0; mt < D / 16; mt++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) w.o[mt][i] /= c.vinv;
+        int qfirst = first;
+        if (qfirst < nraw) qfirst += (nraw - qfirst + KVC_NW - 1) / KVC_NW * KVC_NW;
+        kvc_quant_items<D, KB, VB>(a.v, r, kvh, qfirst, r.i1, ring, bars, sm, c, w, lane, pol);
+    }
+    kvc_pdl_launch(); /* the combine kernel may be scheduled; it waits for this grid to complete */
+    __syncthreads();  /* every ring is idle: the merge area reuses them */
+    float *mo = (float *)(smem + Y::RINGS);
+    float2 *mml = (float2 *)(mo + KVC_NW * KVC_NCOL * D);
+    kvc_warp_store<D, F::Q>(w, c, mo + warp * KVC_NCOL * D, mml + warp * KVC_NCOL);
+    __syncthreads();
+    const int slot = r.hr * a.B + (int)(blockIdx.x % a.B);
+    for (int i = tid; i < KVC_NCOL * D; i += KVC_NT) {
+        const int h = i / D, ch = i % D;
         float M = -INFINITY;
-        for (int k = 0; k < KVC_NW; k++) M = fmaxf(M, fmaxf(ws[k].p[h], ws[k].ml2[h]));
-        float Ls = 0.0f, A = 0.0f;
+#pragma unroll
+        for (int k = 0; k < KVC_NW; k++) M = fmaxf(M, mml[k * KVC_NCOL + h].x);
+        float A = 0.0f, L = 0.0f;
         if (M != -INFINITY)
+#pragma unroll
             for (int k = 0; k < KVC_NW; k++) {
-                float mk = ws[k].p[h], m2 = ws[k].ml2[h];
-                if (mk != -INFINITY) {
-                    float f = expf(mk - M);
-                    Ls += ws[k].p[GP + h] * f;
-                    A += ws[k].qsc[h * D + c] * f;
-                }
-                if (m2 != -INFINITY) {
-                    float f = expf(m2 - M);
-                    Ls += ws[k].ml2[GP + h] * f;
-                    A += ws[k].acc2[h * D + c] * f;
-                }
+                const float2 ml = mml[k * KVC_NCOL + h];
+                const float f = ml.x == -INFINITY ? 0.0f : kvc_ex2(ml.x - M);
+                A += f * mo[(k * KVC_NCOL + h) * D + ch];
+                L += f * ml.y;
             }
-        const size_t row = ((size_t)seq * a.Hq + h0 + h) * KVC_MAX_SPLIT + split;
-        a.acc[row * D + c] = A;
-        if (c == 0) {
-            a.ml[row * 2] = M;
-            a.ml[row * 2 + 1] = Ls;
-        }
+        a.part[((size_t)slot * KVC_NCOL + h) * D + ch] = A;
+        if (ch == 0) a.ml[(size_t)slot * KVC_NCOL + h] = make_float2(M, L);
     }
 }
 
 /* ---------------------------------------------------------------- combine */
 
-__global__ void kvc_combine_kernel(const float *ml, const float *acc, const float *qr, const float *knr,
-                                   const float *vnr, float *out, int Hq, int gs, int Hkv, int D, int n_split,
-                                   int rotate) {
-    __shared__ float x[128], red[128], wt[KVC_MAX_SPLIT], self_s;
-    const int s = blockIdx.x, h = blockIdx.y, c = threadIdx.x, g = h / gs;
-    const size_t row = ((size_t)s * Hq + h) * KVC_MAX_SPLIT;
-    kvc_pdl_wait(); /* the split kernel's partials (and, through it, prep's outputs) */
-    /* the new token's score, then the global max M over it and the splits' maxima */
-    red[c] = knr ? qr[((size_t)s * Hq + h) * D + c] * knr[((size_t)s * Hkv + g) * D + c] : 0.0f;
-    __syncthreads();
-    for (int o = D / 2; o; o >>= 1) {
-        if (c < o) red[c] += red[c + o];
-        __syncthreads();
+template <int D> __global__ void __launch_bounds__(D) kvc_combine_kernel(const __grid_constant__ kvc_combine_args a) {
+    KVC_DYN_SMEM(float, x); /* [D] */
+    const int h = blockIdx.x, s = blockIdx.y, ch = threadIdx.x;
+    const int kvh = h / a.gs, hi = h % a.gs, hr = kvh * a.n_pass + hi / KVC_NCOL, col = hi % KVC_NCOL;
+    kvc_pdl_wait(); /* the split kernel's partials and sequence table */
+    const int2 info = a.seqinfo[s];
+    const size_t base = (size_t)hr * a.B + info.x;
+    float M = -INFINITY;
+    for (int k = 0; k < info.y; k++) M = fmaxf(M, a.ml[(base + k) * KVC_NCOL + col].x);
+    float L = 0.0f, A = 0.0f;
+    if (M != -INFINITY) {
+#pragma unroll 4
+        for (int k = 0; k < info.y; k++) {
+            const float2 ml = a.ml[(base + k) * KVC_NCOL + col];
+            const float f = ml.x == -INFINITY ? 0.0f : kvc_ex2(ml.x - M);
+            L += f * ml.y;
+            A += f * a.part[((base + k) * KVC_NCOL + col) * D + ch];
+        }
     }
-    if (c == 0) self_s = knr ? red[0] : -INFINITY;
-    float mloc = -INFINITY;
-    for (int i = c; i < n_split; i += D) {
-        wt[i] = ml[(row + i) * 2];
-        mloc = fmaxf(mloc, wt[i]);
+    x[ch] = L > 0.0f ? A / L : 0.0f;
+    if (a.rotate) kvc_fwht_rows(x, 1, D, D, ch, D);
+    a.out[((size_t)s * a.Hq + h) * D + ch] = kvc_f2bf(x[ch]);
+}
+
+/* ---------------------------------------------------------------- reference (SIMT oracle) */
+
+struct kvc_ref_args {
+    kv_layer_view v;
+    const int32_t *slots;
+    const uint16_t *q;
+    uint16_t *out;
+    int Hq, gs;
+    float scale;
+};
+
+/* Element c of the key (kv = 0) or value (kv = 1) of token t of KV head g of a slot, as f32 (dequantized). */
+__device__ float kvc_ref_elem(const kv_layer_view &v, int slot, int64_t L, int g, int64_t t, int c, int kv) {
+    const int D = v.head_dim, b = (int)(t / KVC_G), j = (int)(t % KVC_G), nq = kvc_nq(v, L);
+    if (b < nq && !(v.quant && b == 0 && j < v.n_sink)) {
+        const uint8_t *blk = kv_view_quant_block(&v, kv_view_quant_page(&v, slot, b), g, kv);
+        if (!v.quant) return kvc_bf2f(((const uint16_t *)blk)[j * D + c]); /* raw layout in the quant page */
+        if (!kv) {
+            const int kb = v.kbits, per = 8 / kb;
+            const int code = (blk[c * (KVC_G * kb / 8) + j / per] >> ((j % per) * kb)) & ((1 << kb) - 1);
+            const uint16_t *sc = (const uint16_t *)(blk + kv_key_scale_off(D, kb)), *mn = sc + D, *nr = mn + D;
+            const float u = (float)code * kvc_hw_h2f(sc[c]) + kvc_hw_h2f(mn[c]);
+            return v.scale ? kvc_hw_h2f(nr[j]) * u : u;
+        }
+        const int vb = v.vbits, per = 8 / vb;
+        const int code = (blk[j * (D * vb / 8) + c / per] >> ((c % per) * vb)) & ((1 << vb) - 1);
+        const uint16_t *sc = (const uint16_t *)(blk + kv_value_scale_off(D, vb)), *mn = sc + KVC_G * (D / KVC_G);
+        return (float)code * kvc_hw_h2f(sc[j * (D / KVC_G) + c / KVC_G]) + kvc_hw_h2f(mn[j * (D / KVC_G) + c / KVC_G]);
     }
-    __syncthreads();
-    x[c] = mloc;
-    __syncthreads();
-    for (int o = D / 2; o; o >>= 1) {
-        if (c < o) x[c] = fmaxf(x[c], x[c + o]);
-        __syncthreads();
+    const uint8_t *rows = kv_view_raw_rows(&v, kv_view_raw_page(&v, slot, b), g, kv);
+    return kvc_bf2f(((const uint16_t *)rows)[j * D + c]);
+}
+
+/* grid (Hq, n_seq), 128 threads: warp w takes tokens w, w + 4, ...; lane owns channels lane + 32 i. */
+__global__ void __launch_bounds__(128) kvc_ref_kernel(const __grid_constant__ kvc_ref_args a) {
+    KVC_DYN_SMEM(float, sm); /* q~ [D], merge: acc [4][D], m [4], l [4] */
+    const kv_layer_view &v = a.v;
+    const int D = v.head_dim, h = blockIdx.x, s = blockIdx.y, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int g = h / a.gs, slot = kvc_slot(a.slots, s);
+    const int64_t L = v.len[slot];
+    float *qs = sm, *acc = sm + D, *mm = acc + 4 * D, *ll = mm + 4;
+    for (int c = tid; c < D; c += 128) qs[c] = kvc_bf2f(a.q[((size_t)s * a.Hq + h) * D + c]);
+    if (v.rotate) kvc_fwht_rows(qs, 1, D, D, tid, 128);
+    else __syncthreads();
+    float m = -INFINITY, l = 0.0f, o[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int64_t t = warp; t < L; t += 4) {
+        float d = 0.0f;
+        for (int i = 0; i < D / 32; i++) d += qs[lane + 32 * i] * kvc_ref_elem(v, slot, L, g, t, lane + 32 * i, 0);
+        const float sc = kvc_warp_sum(d) * a.scale;
+        const float mn = fmaxf(m, sc), corr = expf(m - mn), p = expf(sc - mn);
+        l = l * corr + p;
+        for (int i = 0; i < D / 32; i++) o[i] = o[i] * corr + p * kvc_ref_elem(v, slot, L, g, t, lane + 32 * i, 1);
+        m = mn;
     }
-    const float self = self_s, M = fmaxf(x[0], self);
+    for (int i = 0; i < D / 32; i++) acc[warp * D + lane + 32 * i] = o[i];
+    if (lane == 0) mm[warp] = m, ll[warp] = l;
     __syncthreads();
-    /* weights f_i = exp(m_i - M) (0 for empty splits) and the denominator */
-    float lloc = 0.0f;
-    for (int i = c; i < n_split; i += D) {
-        float f = wt[i] == -INFINITY ? 0.0f : expf(wt[i] - M);
-        wt[i] = f;
-        lloc += f * ml[(row + i) * 2 + 1];
+    for (int c = tid; c < D; c += 128) {
+        float M = -INFINITY, S = 0.0f, A = 0.0f;
+        for (int w = 0; w < 4; w++) M = fmaxf(M, mm[w]);
+        for (int w = 0; w < 4; w++)
+            if (mm[w] != -INFINITY) {
+                const float f = expf(mm[w] - M);
+                S += f * ll[w], A += f * acc[w * D + c];
+            }
+        qs[c] = S > 0.0f ? A / S : 0.0f;
     }
-    red[c] = lloc;
-    __syncthreads();
-    for (int o = D / 2; o; o >>= 1) {
-        if (c < o) red[c] += red[c + o];
-        __syncthreads();
-    }
-    float Ls = red[0], A = 0.0f;
-#pragma unroll 8
-    for (int i = 0; i < n_split; i++) A += acc[(row + i) * D + c] * wt[i];
-    if (knr) {
-        float e = expf(self - M);
-        Ls += e;
-        A += e * vnr[((size_t)s * Hkv + g) * D + c];
-    }
-    __syncthreads();
-    x[c] = Ls > 0.0f ? A / Ls : 0.0f;
-    if (rotate) kvc_fwht_rows(x, 1, D, D, c, D);
-    out[((size_t)s * Hq + h) * D + c] = x[c];
+    if (v.rotate) kvc_fwht_rows(qs, 1, D, D, tid, 128);
+    else __syncthreads();
+    for (int c = tid; c < D; c += 128) a.out[((size_t)s * a.Hq + h) * D + c] = kvc_f2bf(qs[c]);
 }
 
 /* ---------------------------------------------------------------- host */
 
+static int kvc_kind(const kv_layer_view *v) { /* 0 bf16, 1..4: k2v2, k2v4, k4v2, k4v4 */
+    return !v->quant ? 0 : 1 + (v->kbits == 4) * 2 + (v->vbits == 4);
+}
+
+template <int D, int KB, int VB> static void *kvc_split_fn() { return (void *)kvc_split_kernel<D, KB, VB>; }
+
+template <int D> static omni_status kvc_setup(kvc_attn *a) {
+    void *fns[5] = {kvc_split_fn<D, 16, 16>(), kvc_split_fn<D, 2, 2>(), kvc_split_fn<D, 2, 4>(),
+                    kvc_split_fn<D, 4, 2>(), kvc_split_fn<D, 4, 4>()};
+    const int bytes[5] = {kvc_split_layout<D, 16, 16>::BYTES, kvc_split_layout<D, 2, 2>::BYTES,
+                          kvc_split_layout<D, 2, 4>::BYTES, kvc_split_layout<D, 4, 2>::BYTES,
+                          kvc_split_layout<D, 4, 4>::BYTES};
+    for (int i = 0; i < 5; i++) {
+        omni_status st = kvc_cuda_check(
+            cudaFuncSetAttribute(fns[i], cudaFuncAttributeMaxDynamicSharedMemorySize, bytes[i]), "smem attribute");
+        if (!st)
+            st = kvc_cuda_check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&a->occ[i], fns[i], KVC_NT, bytes[i]),
+                                "occupancy");
+        if (st) return st;
+        if (a->occ[i] < 1) a->occ[i] = 1;
+    }
+    return OMNI_OK;
+}
+
+/* CTAs per head row: one full wave over the head rows, at least one per sequence. */
+static int kvc_b(const kvc_attn *a, int kind, int n_seq) {
+    int b = a->occ[kind] * a->n_sm / a->HP;
+    return b > n_seq ? b : n_seq;
+}
+
 extern "C" omni_status kvc_attn_init(int max_seqs, int n_q_heads, int n_kv_heads, int head_dim, kvc_attn **out) {
     *out = NULL;
-    if (max_seqs <= 0 || n_kv_heads <= 0 || n_q_heads <= 0 || n_q_heads % n_kv_heads ||
+    if (max_seqs <= 0 || max_seqs > KVC_MAX_SEQS || n_kv_heads <= 0 || n_q_heads <= 0 || n_q_heads % n_kv_heads ||
         (head_dim != 64 && head_dim != 128))
-        return omni_fail(OMNI_ERR_USAGE, "kv cuda attn: bad sizes (seqs %d, heads %d/%d, head_dim %d: 64 or 128)",
-                         max_seqs, n_q_heads, n_kv_heads, head_dim);
+        return omni_fail(OMNI_ERR_USAGE, "kv cuda attn: bad sizes (seqs %d of 1..%d, heads %d/%d, head_dim %d: 64 "
+                         "or 128)", max_seqs, KVC_MAX_SEQS, n_q_heads, n_kv_heads, head_dim);
     kvc_attn *a = (kvc_attn *)calloc(1, sizeof *a);
     if (!a) return omni_fail(OMNI_ERR_NOMEM, "kv cuda attn: out of memory");
-    a->max_seqs = max_seqs, a->Hq = n_q_heads, a->Hkv = n_kv_heads, a->D = head_dim, a->ctas_per_sm = 4;
-    a->simt = getenv("OMNI_KVC_SIMT") && atoi(getenv("OMNI_KVC_SIMT")) == 1;
+    a->max_seqs = max_seqs, a->Hq = n_q_heads, a->Hkv = n_kv_heads, a->D = head_dim;
+    a->n_pass = (n_q_heads / n_kv_heads + KVC_NCOL - 1) / KVC_NCOL;
+    a->HP = n_kv_heads * a->n_pass;
     int dev = 0;
     omni_status st = kvc_cuda_check(cudaGetDevice(&dev), "cudaGetDevice");
     if (!st) st = kvc_cuda_check(cudaDeviceGetAttribute(&a->n_sm, cudaDevAttrMultiProcessorCount, dev), "SM count");
-    size_t rows = (size_t)max_seqs * n_q_heads, krows = (size_t)max_seqs * n_kv_heads;
-    if (!st) st = kvc_cuda_check(cudaMalloc((void **)&a->qr, rows * head_dim * 4), "cudaMalloc q");
-    if (!st) st = kvc_cuda_check(cudaMalloc((void **)&a->kn, krows * head_dim * 4), "cudaMalloc k");
-    if (!st) st = kvc_cuda_check(cudaMalloc((void **)&a->vn, krows * head_dim * 4), "cudaMalloc v");
-    if (!st) st = kvc_cuda_check(cudaMalloc((void **)&a->ml, rows * KVC_MAX_SPLIT * 2 * 4), "cudaMalloc ml");
-    if (!st) st = kvc_cuda_check(cudaMalloc((void **)&a->acc, rows * KVC_MAX_SPLIT * head_dim * 4), "cudaMalloc acc");
+    if (!st) st = head_dim == 64 ? kvc_setup<64>(a) : kvc_setup<128>(a);
+    if (!st) {
+        int bmax = 0;
+        for (int k = 0; k < 5; k++) {
+            const int b = kvc_b(a, k, max_seqs);
+            bmax = b > bmax ? b : bmax;
+        }
+        a->max_slots = bmax * a->HP;
+        const size_t slots = (size_t)a->max_slots * KVC_NCOL;
+        st = kvc_cuda_check(cudaMalloc((void **)&a->part, slots * head_dim * sizeof(float)), "cudaMalloc partials");
+        if (!st) st = kvc_cuda_check(cudaMalloc((void **)&a->ml, slots * sizeof(float2)), "cudaMalloc partials");
+        if (!st) st = kvc_cuda_check(cudaMalloc((void **)&a->seqinfo, (size_t)max_seqs * sizeof(int2)), "cudaMalloc");
+    }
     if (st) {
         kvc_attn_free(a);
         return st;
@@ -763,137 +902,91 @@ extern "C" omni_status kvc_attn_init(int max_seqs, int n_q_heads, int n_kv_heads
 
 extern "C" void kvc_attn_free(kvc_attn *a) {
     if (!a) return;
-    cudaFree(a->qr);
-    cudaFree(a->kn);
-    cudaFree(a->vn);
+    cudaFree(a->part);
     cudaFree(a->ml);
-    cudaFree(a->acc);
+    cudaFree(a->seqinfo);
     free(a);
 }
 
-/* Heads per pass: the largest of 8, 4, 2, 1 dividing the group size. */
-static int heads_per_pass(int gs) { return gs % 8 == 0 ? 8 : gs % 4 == 0 ? 4 : gs % 2 == 0 ? 2 : 1; }
-
-/* Splits: enough CTAs to fill every SM to the split kernel's occupancy (ctas_per_sm, measured at the last
- * launch), at least one block per warp. */
-extern "C" int kvc_attn_splits(const kvc_attn *a, int n_seq, int64_t max_len) {
-    const int gs = a->Hq / a->Hkv, n_pass = gs / heads_per_pass(gs);
-    int64_t nb = (max_len + KVC_G - 1) / KVC_G, ctas = (int64_t)(n_seq > 0 ? n_seq : 1) * a->Hkv * n_pass;
-    int64_t want = (int64_t)a->ctas_per_sm * a->n_sm / ctas, most = (nb + KVC_NW - 1) / KVC_NW; /* one wave */
-    if (want > most) want = most;
-    if (want > KVC_MAX_SPLIT) want = KVC_MAX_SPLIT;
-    return want < 1 ? 1 : (int)want;
-}
-
-/* Launch configuration with the programmatic-serialization attribute in *attr (see kvc_pdl_wait). */
-static cudaLaunchConfig_t kvc_pdl_config(dim3 grid, dim3 block, size_t smem, cudaStream_t st,
-                                         cudaLaunchAttribute *attr) {
-    attr->id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr->val.programmaticStreamSerializationAllowed = 1;
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = grid, cfg.blockDim = block, cfg.dynamicSmemBytes = smem, cfg.stream = st;
-    cfg.attrs = attr, cfg.numAttrs = 1;
-    return cfg;
-}
-
-template <int D, int GP, int KB, int VB, bool MMA>
-static void launch_split_m(const kvc_layer_view *v, kvc_attn *a, int n_seq, int64_t max_len, cudaStream_t st) {
-    static int occ = 0; /* resident CTAs per SM of this instance */
-    const size_t smem = sizeof(kvc_split_smem<D, GP, KB, VB>);
-    if (!occ) {
-        cudaFuncSetAttribute(kvc_split_kernel<D, GP, KB, VB, MMA>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             (int)smem);
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, kvc_split_kernel<D, GP, KB, VB, MMA>, KVC_NW * 32,
-                                                          smem))
-            occ = 4;
-    }
-    a->ctas_per_sm = occ > 0 ? occ : 1;
-    kvc_split_args args;
-    args.v = *v;
-    args.qr = a->qr;
-    args.ml = a->ml;
-    args.acc = a->acc;
-    args.Hq = a->Hq;
-    args.gs = a->Hq / a->Hkv;
-    args.n_pass = args.gs / GP;
-    args.n_split = a->n_split = kvc_attn_splits(a, n_seq, max_len);
-    dim3 grid(args.n_split, a->Hkv * args.n_pass, n_seq);
-    cudaLaunchAttribute attr;
-    cudaLaunchConfig_t cfg = kvc_pdl_config(grid, dim3(KVC_NW * 32), smem, st, &attr);
-    cudaLaunchKernelEx(&cfg, kvc_split_kernel<D, GP, KB, VB, MMA>, args);
-}
-
-/* Tensor cores for groups of up to 4 heads (hi/mid/lo rows fit M = 16) unless OMNI_KVC_SIMT=1. */
-template <int D, int GP, int KB, int VB>
-static void launch_split(const kvc_layer_view *v, kvc_attn *a, int n_seq, int64_t max_len, cudaStream_t st) {
-    if constexpr (GP <= 4) {
-        if (!a->simt) return launch_split_m<D, GP, KB, VB, true>(v, a, n_seq, max_len, st);
-    }
-    launch_split_m<D, GP, KB, VB, false>(v, a, n_seq, max_len, st);
-}
-
-template <int D, int GP>
-static void launch_split_bits(const kvc_layer_view *v, kvc_attn *a, int n_seq, int64_t max_len, cudaStream_t st) {
-    if constexpr (D == 128 && GP == 8) { /* 8 heads with int4 blocks exceed 48 KB of static shared memory */
-        if (v->kbits == 2 && v->vbits == 2) launch_split<D, GP, 2, 2>(v, a, n_seq, max_len, st);
-        else launch_split_bits<D, 4>(v, a, n_seq, max_len, st);
-    } else {
-        if (v->kbits == 2 && v->vbits == 2) launch_split<D, GP, 2, 2>(v, a, n_seq, max_len, st);
-        else if (v->kbits == 2) launch_split<D, GP, 2, 4>(v, a, n_seq, max_len, st);
-        else if (v->vbits == 2) launch_split<D, GP, 4, 2>(v, a, n_seq, max_len, st);
-        else launch_split<D, GP, 4, 4>(v, a, n_seq, max_len, st);
-    }
-}
-
-template <int D>
-static void launch_split_d(const kvc_layer_view *v, kvc_attn *a, int n_seq, int64_t max_len, cudaStream_t st) {
-    switch (heads_per_pass(a->Hq / a->Hkv)) {
-    case 8: launch_split_bits<D, 8>(v, a, n_seq, max_len, st); break;
-    case 4: launch_split_bits<D, 4>(v, a, n_seq, max_len, st); break;
-    case 2: launch_split_bits<D, 2>(v, a, n_seq, max_len, st); break;
-    default: launch_split_bits<D, 1>(v, a, n_seq, max_len, st); break;
-    }
-}
-
-static omni_status check_view(const kvc_attn *a, const kvc_layer_view *v, int n_seq, int n_q_heads) {
-    if (v->n_kv_heads != a->Hkv || v->head_dim != a->D || n_q_heads != a->Hq)
-        return omni_fail(OMNI_ERR_USAGE, "kv cuda attn: view/heads (%d kv, %d q, D %d) differ from the workspace's "
-                         "(%d, %d, %d)", v->n_kv_heads, n_q_heads, v->head_dim, a->Hkv, a->Hq, a->D);
+static omni_status kvc_check_view(const kvc_attn *a, const kv_layer_view *v, int n_seq, const void *q,
+                                  const void *out) {
+    if (!a || !v) return omni_fail(OMNI_ERR_USAGE, "kv cuda attn: NULL workspace or view");
+    if (v->n_kv_heads != a->Hkv || v->head_dim != a->D)
+        return omni_fail(OMNI_ERR_USAGE, "kv cuda attn: view (%d KV heads, D %d) differs from the workspace's (%d, %d)",
+                         v->n_kv_heads, v->head_dim, a->Hkv, a->D);
     if (n_seq < 0 || n_seq > a->max_seqs)
         return omni_fail(OMNI_ERR_USAGE, "kv cuda attn: %d sequences (workspace holds %d)", n_seq, a->max_seqs);
-    if ((v->kbits != 2 && v->kbits != 4) || (v->vbits != 2 && v->vbits != 4))
-        return omni_fail(OMNI_ERR_USAGE, "kv cuda attn: bits %d/%d (2 or 4)", v->kbits, v->vbits);
-    if (v->window < 0 || v->window > 256 || v->window % KVC_G)
-        return omni_fail(OMNI_ERR_USAGE, "kv cuda attn: window %d", v->window);
-    if (v->qpage_bytes % 16 || v->q_k % 16 || v->q_v % 16 || ((uintptr_t)v->qpool & 15u) || v->rpage_bytes % 16 ||
-        v->r_k % 16 || v->r_v % 16 || ((uintptr_t)v->rpool & 15u))
-        return omni_fail(OMNI_ERR_USAGE, "kv cuda attn: pools, page sizes and offsets must be 16-byte aligned");
-    if (n_seq > 0 && (!v->len || !v->qtab || !v->rtab || !v->rpool || !v->qpool))
-        return omni_fail(OMNI_ERR_USAGE, "kv cuda attn: NULL pointer in the layer view");
+    if (v->k_esz != 2 || v->v_esz != 2)
+        return omni_fail(OMNI_ERR_USAGE, "kv cuda attn: raw elements of %d/%d bytes (bf16 only on the GPU)", v->k_esz,
+                         v->v_esz);
+    if (v->quant && ((v->kbits != 2 && v->kbits != 4) || (v->vbits != 2 && v->vbits != 4)))
+        return omni_fail(OMNI_ERR_USAGE, "kv cuda attn: bits %d/%d (2 or 4 each)", v->kbits, v->vbits);
+    if (v->window < 0 || v->window > 256 || v->window % KVC_G || v->n_sink < 0 || v->n_sink > KVC_G)
+        return omni_fail(OMNI_ERR_USAGE, "kv cuda attn: window %d / n_sink %d", v->window, v->n_sink);
+    const int needq = v->quant || v->cache_quant;
+    const int64_t al = v->raw_page_bytes | v->raw_k | v->raw_v | v->raw_kh | v->raw_vh | (int64_t)(uintptr_t)v->raw_pool |
+                       (needq ? v->quant_page_bytes | v->q_k | v->q_v | v->q_kh | v->q_vh |
+                                    (int64_t)(uintptr_t)v->quant_pool : 0);
+    if (al & 15)
+        return omni_fail(OMNI_ERR_USAGE, "kv cuda attn: pools, page sizes, offsets and head strides must be multiples "
+                         "of 16 bytes");
+    if (n_seq > 0 && (!v->len || !v->raw_tab || !v->raw_pool || (needq && (!v->quant_tab || !v->quant_pool)) || !q ||
+                      !out))
+        return omni_fail(OMNI_ERR_USAGE, "kv cuda attn: NULL pointer (view, q or out)");
     return OMNI_OK;
 }
 
-extern "C" omni_status kvc_decode(kvc_attn *a, const kvc_layer_view *v, int n_seq, int64_t max_len, const float *q,
-                                  const float *k_new, const float *v_new, float *out, int n_q_heads, float scale,
-                                  void *stream) {
-    if (!a || !v) return omni_fail(OMNI_ERR_USAGE, "kv cuda attn: NULL workspace or view");
-    omni_status st = check_view(a, v, n_seq, n_q_heads);
-    if (st) return st;
-    if (n_seq == 0) return OMNI_OK;
-    if (!q || !out || (!k_new) != (!v_new))
-        return omni_fail(OMNI_ERR_USAGE, "kv cuda attn: NULL q/out, or only one of k_new/v_new");
+template <int D, int KB, int VB>
+static cudaError_t kvc_launch_split(const kvc_split_args &args, int grid, cudaStream_t st) {
+    return kvc_launch(kvc_split_kernel<D, KB, VB>, dim3(grid), dim3(KVC_NT),
+                      (size_t)kvc_split_layout<D, KB, VB>::BYTES, st, 0, args);
+}
+
+template <int D> static cudaError_t kvc_launch_kind(int kind, const kvc_split_args &args, int grid, cudaStream_t st) {
+    switch (kind) {
+    case 0: return kvc_launch_split<D, 16, 16>(args, grid, st);
+    case 1: return kvc_launch_split<D, 2, 2>(args, grid, st);
+    case 2: return kvc_launch_split<D, 2, 4>(args, grid, st);
+    case 3: return kvc_launch_split<D, 4, 2>(args, grid, st);
+    default: return kvc_launch_split<D, 4, 4>(args, grid, st);
+    }
+}
+
+extern "C" int kvc_decode_ctas(const kvc_attn *a, const kv_layer_view *v, int n_seq) {
+    return kvc_b(a, kvc_kind(v), n_seq) * a->HP;
+}
+
+extern "C" omni_status kvc_decode(kvc_attn *a, const kv_layer_view *v, int n_seq, const int32_t *slots,
+                                  const uint16_t *q, uint16_t *out, float scale, void *stream) {
+    omni_status st = kvc_check_view(a, v, n_seq, q, out);
+    if (st || n_seq == 0) return st;
     cudaStream_t cs = (cudaStream_t)stream;
-    const int D = a->D, gs = a->Hq / a->Hkv;
-    dim3 pgrid(n_seq, a->Hq + (k_new ? 2 * a->Hkv : 0));
-    kvc_prep_kernel<<<pgrid, D, D * sizeof(float), cs>>>(q, k_new, v_new, a->qr, a->kn, a->vn, a->Hq, a->Hkv, D,
-                                                         v->rotate, scale);
-    if (D == 64) launch_split_d<64>(v, a, n_seq, max_len, cs);
-    else launch_split_d<128>(v, a, n_seq, max_len, cs);
-    dim3 cgrid(n_seq, a->Hq);
-    cudaLaunchAttribute attr;
-    cudaLaunchConfig_t cfg = kvc_pdl_config(cgrid, dim3(D), 0, cs, &attr);
-    const float *knr = k_new ? a->kn : NULL;
-    cudaLaunchKernelEx(&cfg, kvc_combine_kernel, (const float *)a->ml, (const float *)a->acc, (const float *)a->qr,
-                       knr, (const float *)a->vn, out, a->Hq, gs, a->Hkv, D, a->n_split, v->rotate);
-    return kvc_cuda_check(cudaGetLastError(), "decode attention launch");
+    const int kind = kvc_kind(v), B = kvc_b(a, kind, n_seq), gs = a->Hq / a->Hkv;
+    kvc_split_args args;
+    args.v = *v;
+    args.slots = slots, args.q = q, args.part = a->part, args.ml = a->ml, args.seqinfo = a->seqinfo;
+    args.n_seq = n_seq, args.Hq = a->Hq, args.gs = gs, args.n_pass = a->n_pass, args.HP = a->HP, args.B = B;
+    args.qscale = scale * KVC_LOG2E;
+    cudaError_t e = a->D == 64 ? kvc_launch_kind<64>(kind, args, B * a->HP, cs)
+                               : kvc_launch_kind<128>(kind, args, B * a->HP, cs);
+    if (e != cudaSuccess) return kvc_cuda_check(e, "decode attention split launch");
+    kvc_combine_args ca;
+    ca.part = a->part, ca.ml = a->ml, ca.seqinfo = a->seqinfo, ca.out = out;
+    ca.Hq = a->Hq, ca.gs = gs, ca.n_pass = a->n_pass, ca.B = B, ca.rotate = v->rotate;
+    const dim3 grid(a->Hq, n_seq);
+    e = a->D == 64 ? kvc_launch(kvc_combine_kernel<64>, grid, dim3(64), 64 * sizeof(float), cs, 1, ca)
+                   : kvc_launch(kvc_combine_kernel<128>, grid, dim3(128), 128 * sizeof(float), cs, 1, ca);
+    return kvc_cuda_check(e, "decode attention combine launch");
+}
+
+extern "C" omni_status kvc_decode_ref(kvc_attn *a, const kv_layer_view *v, int n_seq, const int32_t *slots,
+                                      const uint16_t *q, uint16_t *out, float scale, void *stream) {
+    omni_status st = kvc_check_view(a, v, n_seq, q, out);
+    if (st || n_seq == 0) return st;
+    kvc_ref_args ra;
+    ra.v = *v, ra.slots = slots;
+    ra.q = q, ra.out = out, ra.Hq = a->Hq, ra.gs = a->Hq / a->Hkv, ra.scale = scale;
+    const size_t smem = (size_t)(5 * a->D + 8) * sizeof(float);
+    return kvc_cuda_check(kvc_launch(kvc_ref_kernel, dim3(a->Hq, n_seq), dim3(128), smem, (cudaStream_t)stream, 0, ra),
+                          "decode attention reference launch");
 }

@@ -5,7 +5,9 @@
 #ifndef OMNI_KVC_COMMON_CUH
 #define OMNI_KVC_COMMON_CUH
 
+#ifndef KVC_EMU
 #include <cuda_runtime.h>
+#endif
 #include <stdint.h>
 
 #include "kernels/status.h"

@@ -1,0 +1,96 @@
+#!/bin/bash
+# attn_gpu.sh - every GPU attention test and the attention benchmark on the H200 in one command, from binaries
+# built here (Debian 12, CUDA 13.0). The device image has CUDA (cudart) and torch but not our host libraries
+# (OpenBLAS, libgfortran, libgomp), so `pack` bundles those next to the binaries.
+#   here:    cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DOMNI_CUDA=ON && cmake --build build -j2 \
+#              --target test_gpu_kv_attn test_gpu_kv_quant test_gpu_kv_prefill omni_bench_attn
+#            bench/attn_gpu.sh pack build            -> build/dev-attn/ (~10 MB; carry it)
+#   device:  bench/attn_gpu.sh run build             (from the repository root; logs + CSVs under $OUT)
+# run: 1. the tests (decode --full, prefill --full, quantizer), 2. compute-sanitizer memcheck and racecheck on
+# the short configurations, 3. omni_bench_attn (validates, then times ours: bf16 / int2 / int4 / kivi2, with a
+# device copy) and bench/sdpa_bench.py (torch SDPA, same shapes), 4. one summary table (last lines of output).
+set -u
+mode=${1:?pack|run}
+B=${2:?build dir}
+D=$B/dev-attn
+OUT=${OUT:-/tmp/attn_out}
+BINS="test_gpu_kv_attn test_gpu_kv_quant test_gpu_kv_prefill omni_bench_attn"
+if [ "$mode" = pack ]; then
+    mkdir -p $D/lib
+    for b in $BINS; do [ -f $B/tests/gpu/$b ] && cp $B/tests/gpu/$b $D/; done
+    for l in libopenblas.so.0 libgfortran.so.5 libquadmath.so.0 libgomp.so.1; do
+        cp -L "$(ldd $D/test_gpu_kv_attn | awk -v l=$l '$1 == l {print $3}')" $D/lib/ || exit 1
+    done
+    tar -C $D -cJf $D/lib.tar.xz lib && rm -rf $D/lib
+    du -sh $D
+    exit 0
+fi
+mkdir -p $OUT /tmp/omni_lib && tar -C /tmp/omni_lib -xJf $D/lib.tar.xz
+CUDALIB=$(dirname "$(find /usr/local /usr/lib /opt -name 'libcudart.so.13' 2>/dev/null | head -1)")
+export LD_LIBRARY_PATH=/tmp/omni_lib/lib:$CUDALIB:${LD_LIBRARY_PATH:-} OMP_WAIT_POLICY=passive
+nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,memory.used --format=csv,noheader | tee $OUT/gpu.txt
+ldd $D/test_gpu_kv_attn | grep "not found"
+status=""
+step() { # name timeout command...: runs, logs to $OUT/name.log, records rc (skipped: binary not packed)
+    local name=$1 t=$2
+    shift 2
+    local bin
+    for bin in "$@"; do case $bin in $D/*) [ -x $bin ] || { status="$status$name: not packed\n"; return; } ;; esac; done
+    local t0=$(date +%s)
+    timeout $t "$@" > $OUT/$name.log 2>&1
+    local rc=$?
+    status="$status$(printf '%-22s rc %3d  %4d s  %s' $name $rc $(($(date +%s) - t0)) "$(grep -h 'passed,' $OUT/$name.log | tail -1)")\n"
+    echo "== $name rc=$rc"
+    grep -h "FAIL\|ERROR SUMMARY\|passed,\|DEADLOCK\|error" $OUT/$name.log | head -20
+}
+step test_decode 600 $D/test_gpu_kv_attn --full
+step test_prefill 600 $D/test_gpu_kv_prefill --full
+step test_quant 200 $D/test_gpu_kv_quant
+SAN="compute-sanitizer --report-api-errors no --error-exitcode 1"
+step memcheck_decode 400 $SAN --tool memcheck $D/test_gpu_kv_attn --short
+step memcheck_prefill 400 $SAN --tool memcheck $D/test_gpu_kv_prefill --short
+step racecheck_decode 500 $SAN --tool racecheck $D/test_gpu_kv_attn --tiny
+step racecheck_prefill 500 $SAN --tool racecheck $D/test_gpu_kv_prefill --tiny
+step bench 600 $D/omni_bench_attn $OUT/bench.csv
+timeout 600 python3 bench/sdpa_bench.py > $OUT/sdpa.csv 2> $OUT/sdpa.log
+echo "== sdpa rc=$?"
+cat $OUT/sdpa.log
+echo
+printf "$status"
+python3 - $OUT/bench.csv $OUT/sdpa.csv <<'EOF'
+import csv, sys
+ours = {}
+for r in csv.reader(open(sys.argv[1])):
+    ours[(r[0], int(r[1]), int(r[2]))] = (float(r[3]), float(r[5]), float(r[6]), r[7] == "1")
+sdpa = {}
+try:
+    for r in csv.reader(open(sys.argv[2])):
+        sdpa[(int(r[1]), int(r[2]))] = (float(r[3]), float(r[4]))
+except FileNotFoundError:
+    pass
+copy = next(iter(ours.values()))[2] if ours else 0
+print(f"decode attention, 32/8 heads, D 128, window 128 (us; TB/s = bytes read / time; copy {copy:.2f} TB/s)")
+hdr = f"{'shape':>10} | {'SDPA':>14} | {'bf16':>21} | {'int2':>26} | {'int4':>21} | {'kivi2':>21}"
+print(hdr)
+print("-" * len(hdr))
+for bs, ctx in [(1, 4096), (1, 32768), (1, 131072), (8, 32768), (48, 4096)]:
+    s = sdpa.get((bs, ctx))
+    row = f"bs{bs}/{ctx // 1024}K".rjust(10) + " | "
+    row += (f"{s[0]:7.1f} {s[1] / s[0] / 1e6:4.2f}TB/s" if s else " " * 14) + " | "
+    for f in ["bf16", "int2", "int4", "kivi2"]:
+        o = ours.get((f, bs, ctx))
+        if not o:
+            row += " " * (26 if f == "int2" else 21) + " | "
+            continue
+        us, byt, cp, ok = o
+        tbs = byt / us / 1e6
+        cell = f"{us:7.1f} {tbs:4.2f} {100 * tbs / cp:3.0f}%"
+        if f == "bf16" and s: cell += f" {us / s[0]:4.2f}x"
+        elif f == "bf16": cell += "      "
+        if f == "int2": cell += f" {s[0] / us:4.2f}xSDPA" if s else " " * 10
+        if f in ("int4", "kivi2"): cell += "      "
+        row += cell + ("" if ok else " FAIL") + " | "
+    print(row)
+print("bf16 column: time / SDPA (target <= 1.10); int2: SDPA / time (target >= 4.5 at bs1/128K, <= 33 us);"
+      " % = of copy (int2 target >= 80% at bs1/128K, bs8/32K, bs48/4K)")
+EOF

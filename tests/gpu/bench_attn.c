@@ -1,0 +1,205 @@
+/* bench_attn.c - decode attention benchmark (omni_bench_attn; run by bench/attn_gpu.sh on the H200).
+ *
+ * For each format (bf16, int2, int4, kivi2) and shape (bs1 x {4K, 32K, 128K}, bs8 / 32K, bs48 / 4K; 32 query / 8
+ * KV heads, D 128, window 128): pages filled with random bytes (quantized: random codes, finite fp16 scales,
+ * mins, norms; bf16: finite random values) in shuffled page order, replicated over enough page sets that the
+ * data touched by successive calls exceeds 2 x the 60 MB L2 (calls rotate through the sets). Validation first:
+ * kvc_decode vs the SIMT oracle kvc_decode_ref on set 0 (accuracy policy), then timing: 20 warm-up calls, 200
+ * calls each between two CUDA events (median), and the mean of 200 back-to-back calls. Bandwidth = bytes the
+ * kernel must read (quantized blocks + bf16 window rows + q + out) / median time, next to a device-to-device
+ * copy of 1 GiB measured in the same run (read + write counted, median of 10).
+ * Output: a table on stdout; with a path argument, CSV rows "fmt,bs,ctx,us_median,us_b2b,bytes,copy_tbs,ok". */
+#include <cuda_runtime_api.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "attn_test_util.h"
+
+#define REPS 200
+
+static int cmp_f(const void *a, const void *b) {
+    float x = *(const float *)a, y = *(const float *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double copy_tbs(void) {
+    const size_t n = (size_t)1 << 30;
+    void *a, *b;
+    if (cudaMalloc(&a, n) != cudaSuccess || cudaMalloc(&b, n) != cudaSuccess) return 0.0;
+    cudaMemset(a, 1, n);
+    cudaEvent_t e0, e1;
+    cudaEventCreate(&e0), cudaEventCreate(&e1);
+    float t[10];
+    for (int i = 0; i < 3; i++) cudaMemcpy(b, a, n, cudaMemcpyDeviceToDevice);
+    for (int i = 0; i < 10; i++) {
+        cudaEventRecord(e0, NULL);
+        cudaMemcpy(b, a, n, cudaMemcpyDeviceToDevice);
+        cudaEventRecord(e1, NULL);
+        cudaEventSynchronize(e1);
+        cudaEventElapsedTime(&t[i], e0, e1);
+    }
+    qsort(t, 10, sizeof(float), cmp_f);
+    cudaFree(a), cudaFree(b);
+    cudaEventDestroy(e0), cudaEventDestroy(e1);
+    return 2.0 * n / (t[5] * 1e-3) / 1e12;
+}
+
+/* One page set worth of host pages with random contents of the format. */
+static void fill_pages(const atu_layout *y, uint8_t *qpool, int nqp, uint8_t *rpool, int nrp, rng_t *r) {
+    const int D = y->D;
+    for (size_t i = 0; i < (size_t)nrp * y->rpage / 2; i++)
+        ((uint16_t *)rpool)[i] = omni_f32_to_bf16(rng_normal(r));
+    if (y->kbits == 16) return;
+    for (int p = 0; p < nqp; p++) {
+        uint8_t *pg = qpool + (size_t)p * y->qpage;
+        for (size_t i = 0; i < y->qpage; i++) pg[i] = (uint8_t)rng_next(r);
+        for (int g = 0; g < y->Hkv; g++) {
+            uint16_t *ks = (uint16_t *)(pg + g * y->kh + (size_t)D * 32 * y->kbits / 8); /* scale, min, norm */
+            for (int c = 0; c < D; c++) ks[c] = kvq_f2h(0.05f + 0.01f * (c % 7)), ks[D + c] = kvq_f2h(-0.1f);
+            if (y->norm)
+                for (int j = 0; j < 32; j++) ks[2 * D + j] = kvq_f2h(8.0f + (j % 5));
+            uint16_t *vs = (uint16_t *)(pg + y->Hkv * y->kh + g * y->vh + (size_t)32 * D * y->vbits / 8);
+            for (int i = 0; i < 32 * (D / 32); i++) vs[i] = kvq_f2h(0.5f), vs[32 * (D / 32) + i] = kvq_f2h(-0.75f);
+        }
+    }
+}
+
+static int bench_one(const char *mode, int bs, int64_t L, double copy, FILE *csv) {
+    const int Hq = 32, Hkv = 8, D = 128, R = 128;
+    const atu_layout y = atu_make_layout(mode, Hkv, D, R, 0, 0);
+    const int nb = (int)((L + 31) / 32), nq = atu_nq(&y, L), nr = nb - nq;
+    double bytes = (double)bs * Hq * D * 2 * 2; /* q + out */
+    if (y.kbits == 16) bytes += (double)bs * L * Hkv * D * 4;
+    else bytes += (double)bs * ((double)nq * y.qpage + (double)(L - 32LL * nq) * Hkv * D * 4);
+    int sets = (int)ceil(120e6 / bytes);
+    sets = sets < 1 ? 1 : sets > 64 ? 64 : sets;
+    const int nqp = bs * nq, nrp = bs * nr, stride = nb + 1;
+    rng_t r = {(uint64_t)L * 131 + bs};
+    uint8_t *hq = malloc((size_t)(nqp ? nqp : 1) * (y.qpage ? y.qpage : 16)), *hr = malloc((size_t)nrp * y.rpage);
+    fill_pages(&y, hq, nqp, hr, nrp, &r);
+    uint8_t *dq = NULL, *dr = NULL;
+    int32_t *dqt, *drt, *dlen;
+    ATU_CU(cudaMalloc((void **)&dq, (size_t)sets * (nqp ? nqp : 1) * (y.qpage ? y.qpage : 16)));
+    ATU_CU(cudaMalloc((void **)&dr, (size_t)sets * nrp * y.rpage));
+    for (int s = 0; s < sets; s++) {
+        if (nqp) ATU_CU(cudaMemcpy(dq + (size_t)s * nqp * y.qpage, hq, (size_t)nqp * y.qpage, cudaMemcpyHostToDevice));
+        ATU_CU(cudaMemcpy(dr + (size_t)s * nrp * y.rpage, hr, (size_t)nrp * y.rpage, cudaMemcpyHostToDevice));
+    }
+    /* page tables: set s uses pages [s n, (s + 1) n) of each pool in shuffled order */
+    int32_t *qt = malloc((size_t)sets * bs * stride * 4), *rt = malloc((size_t)sets * bs * stride * 4);
+    int32_t *qperm = malloc((size_t)(nqp + 1) * 4), *rperm = malloc((size_t)nrp * 4), *lens = malloc((size_t)bs * 4);
+    for (int s = 0; s < sets; s++) {
+        atu_shuffle(qperm, nqp, &r);
+        atu_shuffle(rperm, nrp, &r);
+        for (int q = 0; q < bs; q++)
+            for (int b = 0; b < stride; b++) {
+                int32_t *qe = qt + ((size_t)s * bs + q) * stride + b, *re = rt + ((size_t)s * bs + q) * stride + b;
+                *qe = b < nq ? s * nqp + qperm[q * nq + b] : 0;
+                *re = b >= nq && b < nb ? s * nrp + rperm[q * nr + b - nq] : 0;
+            }
+    }
+    for (int q = 0; q < bs; q++) lens[q] = (int32_t)L;
+    ATU_CU(cudaMalloc((void **)&dqt, (size_t)sets * bs * stride * 4));
+    ATU_CU(cudaMalloc((void **)&drt, (size_t)sets * bs * stride * 4));
+    ATU_CU(cudaMalloc((void **)&dlen, (size_t)bs * 4));
+    ATU_CU(cudaMemcpy(dqt, qt, (size_t)sets * bs * stride * 4, cudaMemcpyHostToDevice));
+    ATU_CU(cudaMemcpy(drt, rt, (size_t)sets * bs * stride * 4, cudaMemcpyHostToDevice));
+    ATU_CU(cudaMemcpy(dlen, lens, (size_t)bs * 4, cudaMemcpyHostToDevice));
+    kv_layer_view *views = malloc((size_t)sets * sizeof *views);
+    for (int s = 0; s < sets; s++) {
+        kv_layer_view v;
+        memset(&v, 0, sizeof v);
+        const int quant = y.kbits != 16;
+        v.n_layers = 1, v.n_kv_heads = Hkv, v.head_dim = D, v.quant = quant;
+        v.kbits = quant ? y.kbits : 0, v.vbits = quant ? y.vbits : 0, v.rotate = y.rot, v.scale = y.norm;
+        v.window = R, v.cache_quant = y.quantizing, v.k_esz = v.v_esz = 2;
+        v.raw_page_bytes = (int64_t)y.rpage, v.raw_k = 0, v.raw_v = (int64_t)Hkv * 32 * D * 2;
+        v.raw_kh = v.raw_vh = (int64_t)32 * D * 2;
+        v.quant_page_bytes = (int64_t)y.qpage, v.q_k = 0, v.q_v = (int64_t)Hkv * (int64_t)y.kh;
+        v.q_kh = (int64_t)y.kh, v.q_vh = (int64_t)y.vh;
+        v.raw_pool = dr, v.quant_pool = quant ? dq : NULL;
+        v.quant_tab = dqt + (size_t)s * bs * stride, v.raw_tab = drt + (size_t)s * bs * stride, v.tab_stride = stride;
+        v.len = dlen, v.max_seqs = bs;
+        views[s] = v;
+    }
+    const size_t no = (size_t)bs * Hq * D;
+    uint16_t *hqv = malloc(no * 2), *o1 = malloc(no * 2), *o2 = malloc(no * 2), *dqv, *dout, *dref;
+    atu_rand_bf16(hqv, no, &r, 1.0f);
+    ATU_CU(cudaMalloc((void **)&dqv, no * 2));
+    ATU_CU(cudaMalloc((void **)&dout, no * 2));
+    ATU_CU(cudaMalloc((void **)&dref, no * 2));
+    ATU_CU(cudaMemcpy(dqv, hqv, no * 2, cudaMemcpyHostToDevice));
+    kvc_attn *a = NULL;
+    if (kvc_attn_init(bs, Hq, Hkv, D, &a)) {
+        fprintf(stderr, "init: %s\n", omni_last_error());
+        return 1;
+    }
+    const float scale = 1.0f / sqrtf((float)D);
+    /* validation: fast vs oracle on set 0 */
+    int ok = kvc_decode(a, &views[0], bs, NULL, dqv, dout, scale, NULL) == OMNI_OK &&
+             kvc_decode_ref(a, &views[0], bs, NULL, dqv, dref, scale, NULL) == OMNI_OK;
+    ATU_CU(cudaDeviceSynchronize());
+    ATU_CU(cudaMemcpy(o1, dout, no * 2, cudaMemcpyDeviceToHost));
+    ATU_CU(cudaMemcpy(o2, dref, no * 2, cudaMemcpyDeviceToHost));
+    double *rd = malloc(no * 8);
+    for (size_t i = 0; i < no; i++) rd[i] = omni_bf16_to_f32(o2[i]);
+    atu_err e = atu_err_init();
+    atu_err_add(&e, o1, rd, (int64_t)no, 0);
+    ok = ok && atu_policy_ok(&e);
+    /* timing */
+    cudaEvent_t ev[2 * REPS + 2];
+    for (int i = 0; i < 2 * REPS + 2; i++) ATU_CU(cudaEventCreate(&ev[i]));
+    for (int i = 0; i < 20; i++) kvc_decode(a, &views[i % sets], bs, NULL, dqv, dout, scale, NULL);
+    float t[REPS];
+    for (int i = 0; i < REPS; i++) {
+        cudaEventRecord(ev[2 * i], NULL);
+        kvc_decode(a, &views[i % sets], bs, NULL, dqv, dout, scale, NULL);
+        cudaEventRecord(ev[2 * i + 1], NULL);
+    }
+    ATU_CU(cudaDeviceSynchronize());
+    for (int i = 0; i < REPS; i++) cudaEventElapsedTime(&t[i], ev[2 * i], ev[2 * i + 1]);
+    cudaEventRecord(ev[2 * REPS], NULL);
+    for (int i = 0; i < REPS; i++) kvc_decode(a, &views[i % sets], bs, NULL, dqv, dout, scale, NULL);
+    cudaEventRecord(ev[2 * REPS + 1], NULL);
+    ATU_CU(cudaDeviceSynchronize());
+    ATU_CU(cudaGetLastError());
+    float total = 0.0f;
+    cudaEventElapsedTime(&total, ev[2 * REPS], ev[2 * REPS + 1]);
+    qsort(t, REPS, sizeof(float), cmp_f);
+    const double us = t[REPS / 2] * 1e3, b2b = total * 1e3 / REPS, tbs = bytes / (us * 1e-6) / 1e12;
+    printf("%-6s bs %2d ctx %6lld: %8.1f us (b2b %8.1f), %8.2f MB, %5.2f TB/s = %5.1f%% of copy, %4d ctas, %2d sets, "
+           "check %s (max %.1e rms %.1e vs oracle)\n", mode, bs, (long long)L, us, b2b, bytes / 1e6, tbs,
+           100.0 * tbs / copy, kvc_decode_ctas(a, &views[0], bs), sets, ok ? "ok" : "FAIL", atu_max_ratio(&e),
+           atu_rms_ratio(&e));
+    fflush(stdout);
+    if (csv) fprintf(csv, "%s,%d,%lld,%.2f,%.2f,%.0f,%.3f,%d\n", mode, bs, (long long)L, us, b2b, bytes, copy, ok);
+    for (int i = 0; i < 2 * REPS + 2; i++) cudaEventDestroy(ev[i]);
+    kvc_attn_free(a);
+    cudaFree(dq), cudaFree(dr), cudaFree(dqt), cudaFree(drt), cudaFree(dlen), cudaFree(dqv), cudaFree(dout), cudaFree(dref);
+    free(hq), free(hr), free(qt), free(rt), free(qperm), free(rperm), free(lens), free(views), free(hqv), free(o1), free(o2);
+    free(rd);
+    return !ok;
+}
+
+int main(int argc, char **argv) {
+    int ndev = 0;
+    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
+        printf("SKIP: no CUDA device\n");
+        return 77;
+    }
+    FILE *csv = argc > 1 ? fopen(argv[1], "w") : NULL;
+    const char *only = getenv("OMNI_BENCH_ONLY"); /* "int2" etc.: one format (profilers) */
+    const double copy = copy_tbs();
+    printf("device-to-device copy: %.3f TB/s (read + write)\n", copy);
+    const char *fmts[] = {"bf16", "int2", "int4", "kivi2"};
+    const int shapes[][2] = {{1, 4096}, {1, 32768}, {1, 131072}, {8, 32768}, {48, 4096}};
+    int rc = 0;
+    for (int f = 0; f < 4; f++) {
+        if (only && strcmp(only, fmts[f])) continue;
+        for (int s = 0; s < 5; s++) rc |= bench_one(fmts[f], shapes[s][0], shapes[s][1], copy, csv);
+    }
+    if (csv) fclose(csv);
+    return rc;
+}
