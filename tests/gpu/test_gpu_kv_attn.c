@@ -214,6 +214,7 @@ static void bad_args(void) {
     CHECK(kvc_decode(a, &v, 1, NULL, dummy, dummy, 1.0f, NULL) == OMNI_ERR_USAGE, "NULL pools accepted");
     v.raw_kh = 8;
     CHECK(kvc_decode(a, &v, 1, NULL, dummy, dummy, 1.0f, NULL) == OMNI_ERR_USAGE, "unaligned head stride accepted");
+    v.raw_kh = 0;
     CHECK(kvc_decode(a, &v, 0, NULL, dummy, dummy, 1.0f, NULL) == OMNI_OK, "empty batch refused");
     kvc_attn_free(a);
     kvc_attn_free(NULL);
