@@ -14,8 +14,10 @@
  * A bf16 source (src_bf16 = 1) is a raw page region as the cache stores it (already rotated and rounded).
  *
  * Attention: kvc_decode (one new token per sequence, split-K flash decoding over the paged history on tensor
- * cores, bf16 in and out, graph capturable); layer views describe where a layer's pages are. The full contract
- * of each call is at its declaration. Kernel sources: kvcache/cuda/kvc_attn.cu (design notes at its top).
+ * cores, bf16 in and out, graph capturable), kvc_prefill (a chunk over the paged history plus itself, causal)
+ * and kvc_attn_segments (non-causal segments, for the towers); layer views describe where a layer's pages are.
+ * The full contract of each call is at its declaration. Kernel sources: kvcache/cuda/kvc_attn.cu and
+ * kvc_prefill.cu (design notes at their tops).
  */
 #ifndef OMNI_KV_CUDA_H
 #define OMNI_KV_CUDA_H
@@ -84,6 +86,26 @@ omni_status kvc_decode_ref(kvc_attn *a, const kv_layer_view *v, int n_seq, const
 
 /* CTAs of the split pass of kvc_decode for n_seq sequences of the view's format (diagnostics, benchmarks). */
 int kvc_decode_ctas(const kvc_attn *a, const kv_layer_view *v, int n_seq);
+
+/* Prefill attention, as kv_forward computes it: batch entry i (slot slots[i], or i when slots is NULL) has new
+ * tokens at rows [cu_q[i], cu_q[i+1]) of q / k / v / out; each attends to the slot's stored history (L = len[slot]
+ * tokens, bf16 or packed, window and sinks, through the view; the chunk is NOT in the cache yet: append after)
+ * and causally to the chunk itself in full precision. GQA: head h uses KV head h / (n_q_heads / Hkv) (group <=
+ * 64). Rotating layers: scores against the history use H q, the chunk uses q, k, v as given; out is un-rotated.
+ * q, out: device [T][n_q_heads][D] bf16; k, v: device [T][Hkv][D] bf16 (post-RoPE, unrotated); cu_q: device
+ * [n_seq + 1]; max_q >= every sequence's new tokens (sizes the grid: (ceil(max_q * group / 64), n_seq * Hkv) CTAs
+ * of 128 threads, ~89 KB shared memory at D 128). No workspace; bf16 class like kvc_decode. D 64 or 128. */
+omni_status kvc_prefill(const kv_layer_view *v, int n_seq, const int32_t *slots, const int32_t *cu_q, int max_q,
+                        const uint16_t *q, const uint16_t *k, const uint16_t *vv, uint16_t *out, int n_q_heads,
+                        float scale, void *stream);
+
+/* Non-causal attention within segments (vision / audio towers): tokens [cu_seg[i], cu_seg[i+1]) form segment i;
+ * each query attends to all tokens of its segment, head by head (no GQA). q, k, v: device bf16 rows of
+ * qkv_row elements per token, head h at + h * head_dim (a fused qkv buffer works: pass its three bases);
+ * out: device [T][n_heads][head_dim] bf16. head_dim 64, 72, 80 or 128; max_seg >= every segment's length. */
+omni_status kvc_attn_segments(int n_heads, int head_dim, const int32_t *cu_seg, int n_seg, int max_seg,
+                              const uint16_t *q, const uint16_t *k, const uint16_t *v, int64_t qkv_row, uint16_t *out,
+                              float scale, void *stream);
 
 #ifdef __cplusplus
 }
