@@ -65,24 +65,26 @@ omni_status kvc_attn_init(int max_seqs, int n_q_heads, int n_kv_heads, int head_
 void kvc_attn_free(kvc_attn *a); /* NULL is a no-op */
 
 /* Decode attention (one query token per sequence): for each batch entry i (slot s = slots[i]) and query head h,
- *     out[i][h] = softmax_j(scale * q~[i][h] . k~_j) v~_j   over the L = len[s] tokens of slot s,
+ *     out[i][h] = softmax_j(scale * q~[i][h] . k~_j) v~_j   over the L = len[s] + n_new[i] tokens of slot s,
  * un-rotated (out = H o~) when the layer rotates; q~ = H q when rotating. GQA: head h reads KV head
  * h / (Hq / Hkv); the query heads of one KV head (up to 8 per pass) share every K/V load. The new token must
- * already be in the cache (append first, then attend over L including it); L = 0 gives zeros.
- * slots: device [n_seq] slot ids (distinct) or NULL (slot i); q: device [n_seq][Hq][D] bf16 (post-RoPE,
+ * already be in the pages (kv_dev_append first, then attend over L including it: n_new = the step's batch
+ * n_new, len = committed before the step; or len already including it and n_new NULL); L = 0 gives zeros.
+ * slots: device [n_seq] slot ids (distinct) or NULL (slot i); n_new: device [n_seq] or NULL (kv_dev_batch's
+ * slot and n_new fit: fixed addresses, so the call can be captured); q: device [n_seq][Hq][D] bf16 (post-RoPE,
  * unrotated); out: device [n_seq][Hq][D] bf16.
  * Computes like FlashAttention in bf16 (bf16 / f16 operands, f32 accumulation and softmax): within 1e-2 of
  * max |out| (RMS 3e-3) of an f64 evaluation over the same stored history (performance.md section 4).
  * Two kernels on `stream` (the split pass and the merge, the second with programmatic dependent launch); the
  * launch shapes depend only on n_seq and the layer's format (never on lengths, which are read on the device),
  * so a decode step can be captured in a CUDA graph per batch size. Returns before launching on bad arguments. */
-omni_status kvc_decode(kvc_attn *a, const kv_layer_view *v, int n_seq, const int32_t *slots, const uint16_t *q,
-                       uint16_t *out, float scale, void *stream);
+omni_status kvc_decode(kvc_attn *a, const kv_layer_view *v, int n_seq, const int32_t *slots, const int32_t *n_new,
+                       const uint16_t *q, uint16_t *out, float scale, void *stream);
 
 /* The same result from a plain SIMT kernel (f32 throughout, one CTA per (sequence, head)): the permanent oracle
  * of the tests and a fallback; slow (no K/V sharing across heads, no split of the history). */
-omni_status kvc_decode_ref(kvc_attn *a, const kv_layer_view *v, int n_seq, const int32_t *slots, const uint16_t *q,
-                           uint16_t *out, float scale, void *stream);
+omni_status kvc_decode_ref(kvc_attn *a, const kv_layer_view *v, int n_seq, const int32_t *slots,
+                           const int32_t *n_new, const uint16_t *q, uint16_t *out, float scale, void *stream);
 
 /* CTAs of the split pass of kvc_decode for n_seq sequences of the view's format (diagnostics, benchmarks). */
 int kvc_decode_ctas(const kvc_attn *a, const kv_layer_view *v, int n_seq);

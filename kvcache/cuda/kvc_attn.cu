@@ -80,6 +80,7 @@ template <int D> struct kvc_cta_smem {
 struct kvc_split_args {
     kv_layer_view v;
     const int32_t *slots; /* [n_seq] or NULL (identity) */
+    const int32_t *n_new; /* [n_seq] tokens appended in this step (visible beyond len[slot]) or NULL */
     const uint16_t *q;    /* [n_seq][Hq][D] bf16 */
     float *part;          /* [slots][8][D] */
     float2 *ml;           /* [slots][8] (m, l) */
@@ -120,6 +121,10 @@ template <int I> __device__ __forceinline__ uint32_t kvc_u4(const uint4 &u) {
 }
 __device__ __forceinline__ int kvc_nq(const kv_layer_view &v, int64_t L) { return kv_view_nq(&v, L); }
 __device__ __forceinline__ int kvc_slot(const int32_t *slots, int i) { return slots ? slots[i] : i; }
+/* Visible tokens of batch entry i: the slot's committed length plus the tokens appended in this step. */
+__device__ __forceinline__ int64_t kvc_len(const kv_layer_view &v, const int32_t *slots, const int32_t *n_new, int i) {
+    return (int64_t)v.len[kvc_slot(slots, i)] + (n_new ? n_new[i] : 0);
+}
 
 /* ---------------------------------------------------------------- schedule
  * Items of one (sequence, head row): raw half-blocks first (sinks: ceil(S / 16) when S > 0 and block 0 is
@@ -165,7 +170,7 @@ template <int D, bool Q> __device__ kvc_role kvc_schedule(const kvc_split_args &
     long long cost = 0;
     int ne = 0;
     for (int s = tid; s < n; s += KVC_NT) {
-        const int64_t c = kvc_cost<Q>(kvc_seq_items<Q>(a.v, a.v.len[kvc_slot(a.slots, s)]));
+        const int64_t c = kvc_cost<Q>(kvc_seq_items<Q>(a.v, kvc_len(a.v, a.slots, a.n_new, s)));
         cost += c, ne += c > 0;
     }
     for (int o = 16; o; o >>= 1) {
@@ -178,7 +183,7 @@ template <int D, bool Q> __device__ kvc_role kvc_schedule(const kvc_split_args &
     int NE = 0;
     for (int w = 0; w < KVC_NW; w++) ctot += sm.wcost[w], NE += sm.wne[w];
     for (int s = tid; s < n; s += KVC_NT) {
-        const kvc_items it = kvc_seq_items<Q>(a.v, a.v.len[kvc_slot(a.slots, s)]);
+        const kvc_items it = kvc_seq_items<Q>(a.v, kvc_len(a.v, a.slots, a.n_new, s));
         const int64_t c = kvc_cost<Q>(it);
         int ns = 0;
         if (c > 0) {
@@ -213,7 +218,7 @@ template <int D, bool Q> __device__ kvc_role kvc_schedule(const kvc_split_args &
     __syncthreads();
     const int s = sm.found;
     if (s < 0 || hr >= a.HP) return r;
-    r.seq = s, r.slot = kvc_slot(a.slots, s), r.hr = hr, r.L = a.v.len[r.slot];
+    r.seq = s, r.slot = kvc_slot(a.slots, s), r.hr = hr, r.L = kvc_len(a.v, a.slots, a.n_new, s);
     r.it = kvc_seq_items<Q>(a.v, r.L);
     const int k = j - sm.first[s], ns = sm.nsplit[s];
     r.i0 = kvc_item_at<Q>(r.it, k, ns);
@@ -765,7 +770,7 @@ template <int D> __global__ void __launch_bounds__(D) kvc_combine_kernel(const _
 
 struct kvc_ref_args {
     kv_layer_view v;
-    const int32_t *slots;
+    const int32_t *slots, *n_new;
     const uint16_t *q;
     uint16_t *out;
     int Hq, gs;
@@ -800,7 +805,7 @@ __global__ void __launch_bounds__(128) kvc_ref_kernel(const __grid_constant__ kv
     const kv_layer_view &v = a.v;
     const int D = v.head_dim, h = blockIdx.x, s = blockIdx.y, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int g = h / a.gs, slot = kvc_slot(a.slots, s);
-    const int64_t L = v.len[slot];
+    const int64_t L = kvc_len(v, a.slots, a.n_new, s);
     float *qs = sm, *acc = sm + D, *mm = acc + 4 * D, *ll = mm + 4;
     for (int c = tid; c < D; c += 128) qs[c] = kvc_bf2f(a.q[((size_t)s * a.Hq + h) * D + c]);
     if (v.rotate) kvc_fwht_rows(qs, 1, D, D, tid, 128);
@@ -957,14 +962,14 @@ extern "C" int kvc_decode_ctas(const kvc_attn *a, const kv_layer_view *v, int n_
 }
 
 extern "C" omni_status kvc_decode(kvc_attn *a, const kv_layer_view *v, int n_seq, const int32_t *slots,
-                                  const uint16_t *q, uint16_t *out, float scale, void *stream) {
+                                  const int32_t *n_new, const uint16_t *q, uint16_t *out, float scale, void *stream) {
     omni_status st = kvc_check_view(a, v, n_seq, q, out);
     if (st || n_seq == 0) return st;
     cudaStream_t cs = (cudaStream_t)stream;
     const int kind = kvc_kind(v), B = kvc_b(a, kind, n_seq), gs = a->Hq / a->Hkv;
     kvc_split_args args;
     args.v = *v;
-    args.slots = slots, args.q = q, args.part = a->part, args.ml = a->ml, args.seqinfo = a->seqinfo;
+    args.slots = slots, args.n_new = n_new, args.q = q, args.part = a->part, args.ml = a->ml, args.seqinfo = a->seqinfo;
     args.n_seq = n_seq, args.Hq = a->Hq, args.gs = gs, args.n_pass = a->n_pass, args.HP = a->HP, args.B = B;
     args.qscale = scale * KVC_LOG2E;
     cudaError_t e = a->D == 64 ? kvc_launch_kind<64>(kind, args, B * a->HP, cs)
@@ -980,11 +985,12 @@ extern "C" omni_status kvc_decode(kvc_attn *a, const kv_layer_view *v, int n_seq
 }
 
 extern "C" omni_status kvc_decode_ref(kvc_attn *a, const kv_layer_view *v, int n_seq, const int32_t *slots,
-                                      const uint16_t *q, uint16_t *out, float scale, void *stream) {
+                                      const int32_t *n_new, const uint16_t *q, uint16_t *out, float scale,
+                                      void *stream) {
     omni_status st = kvc_check_view(a, v, n_seq, q, out);
     if (st || n_seq == 0) return st;
     kvc_ref_args ra;
-    ra.v = *v, ra.slots = slots;
+    ra.v = *v, ra.slots = slots, ra.n_new = n_new;
     ra.q = q, ra.out = out, ra.Hq = a->Hq, ra.gs = a->Hq / a->Hkv, ra.scale = scale;
     const size_t smem = (size_t)(5 * a->D + 8) * sizeof(float);
     return kvc_cuda_check(kvc_launch(kvc_ref_kernel, dim3(a->Hq, n_seq), dim3(128), smem, (cudaStream_t)stream, 0, ra),

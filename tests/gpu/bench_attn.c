@@ -138,8 +138,8 @@ static int bench_one(const char *mode, int bs, int64_t L, double copy, FILE *csv
     }
     const float scale = 1.0f / sqrtf((float)D);
     /* validation: fast vs oracle on set 0 */
-    int ok = kvc_decode(a, &views[0], bs, NULL, dqv, dout, scale, NULL) == OMNI_OK &&
-             kvc_decode_ref(a, &views[0], bs, NULL, dqv, dref, scale, NULL) == OMNI_OK;
+    int ok = kvc_decode(a, &views[0], bs, NULL, NULL, dqv, dout, scale, NULL) == OMNI_OK &&
+             kvc_decode_ref(a, &views[0], bs, NULL, NULL, dqv, dref, scale, NULL) == OMNI_OK;
     ATU_CU(cudaDeviceSynchronize());
     ATU_CU(cudaMemcpy(o1, dout, no * 2, cudaMemcpyDeviceToHost));
     ATU_CU(cudaMemcpy(o2, dref, no * 2, cudaMemcpyDeviceToHost));
@@ -151,17 +151,17 @@ static int bench_one(const char *mode, int bs, int64_t L, double copy, FILE *csv
     /* timing */
     cudaEvent_t ev[2 * REPS + 2];
     for (int i = 0; i < 2 * REPS + 2; i++) ATU_CU(cudaEventCreate(&ev[i]));
-    for (int i = 0; i < 20; i++) kvc_decode(a, &views[i % sets], bs, NULL, dqv, dout, scale, NULL);
+    for (int i = 0; i < 20; i++) kvc_decode(a, &views[i % sets], bs, NULL, NULL, dqv, dout, scale, NULL);
     float t[REPS];
     for (int i = 0; i < REPS; i++) {
         cudaEventRecord(ev[2 * i], NULL);
-        kvc_decode(a, &views[i % sets], bs, NULL, dqv, dout, scale, NULL);
+        kvc_decode(a, &views[i % sets], bs, NULL, NULL, dqv, dout, scale, NULL);
         cudaEventRecord(ev[2 * i + 1], NULL);
     }
     ATU_CU(cudaDeviceSynchronize());
     for (int i = 0; i < REPS; i++) cudaEventElapsedTime(&t[i], ev[2 * i], ev[2 * i + 1]);
     cudaEventRecord(ev[2 * REPS], NULL);
-    for (int i = 0; i < REPS; i++) kvc_decode(a, &views[i % sets], bs, NULL, dqv, dout, scale, NULL);
+    for (int i = 0; i < REPS; i++) kvc_decode(a, &views[i % sets], bs, NULL, NULL, dqv, dout, scale, NULL);
     cudaEventRecord(ev[2 * REPS + 1], NULL);
     ATU_CU(cudaDeviceSynchronize());
     ATU_CU(cudaGetLastError());

@@ -107,13 +107,20 @@ static void run_case(const dcase *t, uint64_t seed) {
     }
     uint16_t *q = malloc((size_t)n * Hq * D * 2); /* batch order: entry i is slot slot_of[i] = n - 1 - i */
     atu_rand_bf16(q, (size_t)n * Hq * D, &r, 1.0f);
-    int32_t *slot_of = malloc((size_t)n * 4), *dslots;
-    for (int i = 0; i < n; i++) slot_of[i] = n - 1 - i;
+    int32_t *slot_of = malloc((size_t)n * 4), *ones = malloc((size_t)n * 4), *dslots, *dnew, *dlen1;
+    for (int i = 0; i < n; i++) slot_of[i] = n - 1 - i, ones[i] = 1;
     ATU_CU(cudaMalloc((void **)&dslots, (size_t)n * 4));
+    ATU_CU(cudaMalloc((void **)&dnew, (size_t)n * 4));
     ATU_CU(cudaMemcpy(dslots, slot_of, (size_t)n * 4, cudaMemcpyHostToDevice));
+    ATU_CU(cudaMemcpy(dnew, ones, (size_t)n * 4, cudaMemcpyHostToDevice));
     atu_cache c = atu_build(&y, n, len, k, v, seed ^ 0x5bd1e995u);
-    kv_layer_view view;
+    kv_layer_view view, view1;
     atu_dev dev = atu_upload(&c, &view);
+    /* the oracle reads lengths L - 1 plus n_new = 1 (kv_dev's convention: committed + appended this step) */
+    for (int i = 0; i < n; i++) ones[i] = (int32_t)len[i] - 1;
+    ATU_CU(cudaMalloc((void **)&dlen1, (size_t)n * 4));
+    ATU_CU(cudaMemcpy(dlen1, ones, (size_t)n * 4, cudaMemcpyHostToDevice));
+    view1 = view, view1.len = dlen1;
     const size_t no = (size_t)n * Hq * D;
     uint16_t *dq, *dout, *dref, *out = malloc((no + 64) * 2), *oref = malloc((no + 64) * 2);
     ATU_CU(cudaMalloc((void **)&dq, no * 2));
@@ -126,8 +133,8 @@ static void run_case(const dcase *t, uint64_t seed) {
     CHECK(kvc_attn_init(n, Hq, Hkv, D, &a) == OMNI_OK, "init: %s", omni_last_error());
     if (!a) return;
     const float scale = 1.0f / sqrtf((float)D);
-    CHECK(kvc_decode(a, &view, n, dslots, dq, dout, scale, NULL) == OMNI_OK, "kvc_decode: %s", omni_last_error());
-    CHECK(kvc_decode_ref(a, &view, n, dslots, dq, dref, scale, NULL) == OMNI_OK, "kvc_decode_ref: %s",
+    CHECK(kvc_decode(a, &view, n, dslots, NULL, dq, dout, scale, NULL) == OMNI_OK, "kvc_decode: %s", omni_last_error());
+    CHECK(kvc_decode_ref(a, &view1, n, dslots, dnew, dq, dref, scale, NULL) == OMNI_OK, "kvc_decode_ref: %s",
           omni_last_error());
     ATU_CU(cudaDeviceSynchronize());
     ATU_CU(cudaGetLastError());
@@ -184,8 +191,8 @@ static void run_case(const dcase *t, uint64_t seed) {
         free(co);
     }
     kvc_attn_free(a);
-    cudaFree(dq), cudaFree(dout), cudaFree(dref), cudaFree(dslots);
-    free(slot_of);
+    cudaFree(dq), cudaFree(dout), cudaFree(dref), cudaFree(dslots), cudaFree(dnew), cudaFree(dlen1);
+    free(slot_of), free(ones);
     atu_dev_free(&dev);
     atu_free(&c);
     for (int s = 0; s < n; s++) free(k[s]), free(v[s]);
@@ -204,18 +211,18 @@ static void bad_args(void) {
     memset(&v, 0, sizeof v);
     v.n_kv_heads = 2, v.head_dim = 64, v.quant = 1, v.kbits = 3, v.vbits = 2, v.k_esz = v.v_esz = 2;
     uint16_t dummy[16];
-    CHECK(kvc_decode(a, &v, 1, NULL, dummy, dummy, 1.0f, NULL) == OMNI_ERR_USAGE, "3-bit keys accepted");
+    CHECK(kvc_decode(a, &v, 1, NULL, NULL, dummy, dummy, 1.0f, NULL) == OMNI_ERR_USAGE, "3-bit keys accepted");
     v.kbits = 2, v.head_dim = 128;
-    CHECK(kvc_decode(a, &v, 1, NULL, dummy, dummy, 1.0f, NULL) == OMNI_ERR_USAGE, "head_dim mismatch accepted");
+    CHECK(kvc_decode(a, &v, 1, NULL, NULL, dummy, dummy, 1.0f, NULL) == OMNI_ERR_USAGE, "head_dim mismatch accepted");
     v.head_dim = 64, v.k_esz = 4;
-    CHECK(kvc_decode(a, &v, 1, NULL, dummy, dummy, 1.0f, NULL) == OMNI_ERR_USAGE, "f32 raw rows accepted");
+    CHECK(kvc_decode(a, &v, 1, NULL, NULL, dummy, dummy, 1.0f, NULL) == OMNI_ERR_USAGE, "f32 raw rows accepted");
     v.k_esz = 2;
-    CHECK(kvc_decode(a, &v, 3, NULL, dummy, dummy, 1.0f, NULL) == OMNI_ERR_USAGE, "3 sequences on a 2-sequence workspace");
-    CHECK(kvc_decode(a, &v, 1, NULL, dummy, dummy, 1.0f, NULL) == OMNI_ERR_USAGE, "NULL pools accepted");
+    CHECK(kvc_decode(a, &v, 3, NULL, NULL, dummy, dummy, 1.0f, NULL) == OMNI_ERR_USAGE, "3 sequences on a 2-sequence workspace");
+    CHECK(kvc_decode(a, &v, 1, NULL, NULL, dummy, dummy, 1.0f, NULL) == OMNI_ERR_USAGE, "NULL pools accepted");
     v.raw_kh = 8;
-    CHECK(kvc_decode(a, &v, 1, NULL, dummy, dummy, 1.0f, NULL) == OMNI_ERR_USAGE, "unaligned head stride accepted");
+    CHECK(kvc_decode(a, &v, 1, NULL, NULL, dummy, dummy, 1.0f, NULL) == OMNI_ERR_USAGE, "unaligned head stride accepted");
     v.raw_kh = 0;
-    CHECK(kvc_decode(a, &v, 0, NULL, dummy, dummy, 1.0f, NULL) == OMNI_OK, "empty batch refused");
+    CHECK(kvc_decode(a, &v, 0, NULL, NULL, dummy, dummy, 1.0f, NULL) == OMNI_OK, "empty batch refused");
     kvc_attn_free(a);
     kvc_attn_free(NULL);
 }
