@@ -16,18 +16,20 @@ D=$B/dev-attn
 OUT=${OUT:-/tmp/attn_out}
 BINS="test_gpu_kv_attn test_gpu_kv_quant test_gpu_kv_prefill omni_bench_attn"
 if [ "$mode" = pack ]; then
-    mkdir -p $D/lib
+    rm -rf $D && mkdir -p $D/lib
     for b in $BINS; do [ -f $B/tests/gpu/$b ] && cp $B/tests/gpu/$b $D/; done
     for l in libopenblas.so.0 libgfortran.so.5 libquadmath.so.0 libgomp.so.1; do
-        cp -L "$(ldd $D/test_gpu_kv_attn | awk -v l=$l '$1 == l {print $3}')" $D/lib/ || exit 1
+        f=$(for b in $D/test_*; do ldd $b; done | awk -v l=$l '$1 == l {print $3}' | head -1)
+        [ -n "$f" ] && cp -L "$f" $D/lib/
     done
     tar -C $D -cJf $D/lib.tar.xz lib && rm -rf $D/lib
     du -sh $D
     exit 0
 fi
 mkdir -p $OUT /tmp/omni_lib && tar -C /tmp/omni_lib -xJf $D/lib.tar.xz
-CUDALIB=$(dirname "$(find /usr/local /usr/lib /opt -name 'libcudart.so.13' 2>/dev/null | head -1)")
+CUDALIB=$(dirname "$(find /usr/local/cuda*/ /usr/local /usr/lib /opt -name 'libcudart.so.13' 2>/dev/null | head -1)")
 export LD_LIBRARY_PATH=/tmp/omni_lib/lib:$CUDALIB:${LD_LIBRARY_PATH:-} OMP_WAIT_POLICY=passive
+export PATH=$PATH:/usr/local/cuda/bin
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,memory.used --format=csv,noheader | tee $OUT/gpu.txt
 ldd $D/test_gpu_kv_attn | grep "not found"
 status=""
@@ -52,6 +54,10 @@ step memcheck_prefill 400 $SAN --tool memcheck $D/test_gpu_kv_prefill --short
 step racecheck_decode 500 $SAN --tool racecheck $D/test_gpu_kv_attn --tiny
 step racecheck_prefill 500 $SAN --tool racecheck $D/test_gpu_kv_prefill --tiny
 step bench 600 $D/omni_bench_attn $OUT/bench.csv
+# hardware counters of the int2 split kernel at bs1/128K (one launch after warm-up)
+OMNI_BENCH_ONLY=int2 OMNI_BENCH_SHAPE=1x131072 step ncu_int2 300 ncu --clock-control none --kernel-name regex:kvc_split \
+    --launch-skip 30 --launch-count 1 --section SpeedOfLight --section LaunchStats --section Occupancy \
+    --section WarpStateStats --section InstructionStats $D/omni_bench_attn
 timeout 600 python3 bench/sdpa_bench.py > $OUT/sdpa.csv 2> $OUT/sdpa.log
 echo "== sdpa rc=$?"
 cat $OUT/sdpa.log

@@ -103,9 +103,17 @@ __device__ void kvp_load_q(const kvp_args &a, kvp_smem<DP> &sm, int seq0, int n_
 
 /* ---------------------------------------------------------------- key tiles */
 
-/* bf16 rows [n][D] (row stride `stride` elements) into a tile; rows >= n and channels >= D are zero. */
+/* bf16 rows [n][D] (row stride `stride` elements) into a tile; rows >= n and channels >= D are zero. 16-byte
+ * accesses when the rows allow (always for the cache's pages and the usual q/k/v buffers). */
 template <int DP>
 __device__ void kvp_tile_rows(uint16_t (*dst)[DP + 8], const uint16_t *src, int64_t stride, int n, int D) {
+    if (((uintptr_t)src & 15) == 0 && (stride & 7) == 0 && (D & 7) == 0) {
+        for (int i = threadIdx.x; i < KVP_N * (DP / 8); i += KVP_NT) {
+            const int j = i / (DP / 8), c = 8 * (i % (DP / 8));
+            *(uint4 *)&dst[j][c] = j < n && c < D ? *(const uint4 *)(src + (int64_t)j * stride + c) : make_uint4(0, 0, 0, 0);
+        }
+        return;
+    }
     for (int i = threadIdx.x; i < KVP_N * DP; i += KVP_NT) {
         const int j = i / DP, c = i % DP;
         dst[j][c] = j < n && c < D ? src[(int64_t)j * stride + c] : (uint16_t)0;

@@ -190,7 +190,8 @@ int main(int argc, char **argv) {
         return 77;
     }
     FILE *csv = argc > 1 ? fopen(argv[1], "w") : NULL;
-    const char *only = getenv("OMNI_BENCH_ONLY"); /* "int2" etc.: one format (profilers) */
+    const char *only = getenv("OMNI_BENCH_ONLY");   /* "int2" etc.: one format (profilers) */
+    const char *shape = getenv("OMNI_BENCH_SHAPE"); /* "1x131072": one shape */
     const double copy = copy_tbs();
     printf("device-to-device copy: %.3f TB/s (read + write)\n", copy);
     const char *fmts[] = {"bf16", "int2", "int4", "kivi2"};
@@ -198,7 +199,11 @@ int main(int argc, char **argv) {
     int rc = 0;
     for (int f = 0; f < 4; f++) {
         if (only && strcmp(only, fmts[f])) continue;
-        for (int s = 0; s < 5; s++) rc |= bench_one(fmts[f], shapes[s][0], shapes[s][1], copy, csv);
+        for (int s = 0; s < 5; s++) {
+            char name[32];
+            snprintf(name, sizeof name, "%dx%d", shapes[s][0], shapes[s][1]);
+            if (!shape || !strcmp(shape, name)) rc |= bench_one(fmts[f], shapes[s][0], shapes[s][1], copy, csv);
+        }
     }
     if (csv) fclose(csv);
     return rc;
