@@ -67,7 +67,7 @@ static omni_status parse_options(bench_run *b) {
     if (a->n_positional) return omni_fail(OMNI_ERR_USAGE, "bench: unexpected argument '%s'", a->positional[0]);
     if (a->n_predict < 1 || a->n_predict > MAX_STEPS)
         return omni_fail(OMNI_ERR_USAGE, "-n: decode steps must be in [1, %d]", MAX_STEPS);
-    omni_status st = llm_device_parse(a->device, &b->device);
+    omni_status st = llm_device_parse(a->device ? a->device : "cpu", &b->device); /* default: the CPU */
     if (!st) st = bench_parse_formats(a->kv, b->kv, &b->n_kv);
     if (!st) st = bench_parse_counts(a->batch_list, "--batch", 1, LLM_RUNNER_MAX_SEQS, b->batch, &b->n_batch);
     if (!st) st = bench_parse_counts(a->ctx_list, "--ctx", 1, 1 << 24, b->ctx, &b->n_ctx);

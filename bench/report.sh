@@ -3,8 +3,10 @@
 # paper's efficiency table with % of roofline, the chart, the CSV) and, in the same run, transformers' generate on
 # random weights of the same config (the "what users would run otherwise" row, bench/hf_generate.py).
 #
-#   here (Debian, CUDA build):  bash bench/report.sh pack build-gpu   -> build-gpu/report/ (omni + host libraries +
-#                                                                        font; carry it to the GPU host)
+#   here (Debian):  cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DOMNI_CUDA=ON -DOMNI_FFMPEG=OFF -DOMNI_UI=OFF
+#                   cmake --build build-gpu -j --target omni
+#                   bash bench/report.sh pack build-gpu   -> build-gpu/report/ (omni + its libraries + the font, ~20 MB;
+#                                                           carry it to the GPU host)
 #   on the GPU host (repo root): bash bench/report.sh run build-gpu    -> $OUT/REPORT.md, bench.png, bench.csv, ...
 #   anywhere build/omni runs:    bash bench/report.sh local build      (the CPU test uses this with small sizes)
 #
@@ -37,7 +39,8 @@ if [ "$mode" = pack ]; then # omni plus every library it needs that is not glibc
     cp $B/omni $D/
     ldd $B/omni | awk '$3 ~ /^\// {print $3}' | while read -r l; do
         case $(basename "$l") in
-        libc.so*|libm.so*|libdl.so*|librt.so*|libpthread.so*|ld-linux*|libcuda.so*|libcudart*|libcublas*) ;;
+        libc.so*|libm.so*|libdl.so*|librt.so*|libpthread.so*|ld-linux*|libstdc++*|libgcc_s*) ;; # the host's are newer
+        libcuda.so*|libcudart*|libcublas*|libnvidia*) ;;                                       # the host's CUDA
         *) cp -L "$l" $D/lib/ ;;
         esac
     done
