@@ -46,6 +46,7 @@ step() { # name timeout command...: runs, logs to $OUT/name.log, records rc (ski
     grep -h "FAIL\|ERROR SUMMARY\|passed,\|DEADLOCK\|error" $OUT/$name.log | head -20
 }
 step test_decode 600 $D/test_gpu_kv_attn --full
+OMNI_KVC_MAGIC=1 step test_decode_magic 300 $D/test_gpu_kv_attn --short
 step test_prefill 600 $D/test_gpu_kv_prefill --full
 step test_quant 200 $D/test_gpu_kv_quant
 SAN="compute-sanitizer --report-api-errors no --error-exitcode 1"
@@ -54,6 +55,7 @@ step memcheck_prefill 400 $SAN --tool memcheck $D/test_gpu_kv_prefill --short
 step racecheck_decode 500 $SAN --tool racecheck $D/test_gpu_kv_attn --tiny
 step racecheck_prefill 500 $SAN --tool racecheck $D/test_gpu_kv_prefill --tiny
 step bench 600 $D/omni_bench_attn $OUT/bench.csv
+OMNI_KVC_MAGIC=1 OMNI_BENCH_ONLY=int2 step bench_magic 300 $D/omni_bench_attn $OUT/bench_magic.csv
 # hardware counters of the int2 split kernel at bs1/128K (one launch after warm-up)
 OMNI_BENCH_ONLY=int2 OMNI_BENCH_SHAPE=1x131072 step ncu_int2 300 ncu --clock-control none --kernel-name regex:kvc_split \
     --launch-skip 30 --launch-count 1 --section SpeedOfLight --section LaunchStats --section Occupancy \

@@ -27,7 +27,9 @@
  * scale multiplies P before the transpose (per group of 32 channels), the value minimum is one MMA per k-step
  * (A = min^T [group][token], B = P^T). Score rows are permuted (row 2t + e + 8u <-> token t + 4e + 8u) so that
  * the value-code rows a lane reads hit distinct shared-memory banks. q~ carries softmax scale * log2(e) and a
- * power of two per head (f16 range); raw (bf16) items use bf16 MMAs with ldmatrix from padded rows, q~ and P
+ * power of two per head (f16 range). OMNI_KVC_MAGIC=1 (read at kvc_attn_init) selects normal f16 codes instead
+ * (1024 + code 4^f, LOP3 adds the exponent; one extra MMA with a -1024 operand removes the offset): the fallback
+ * should a GPU flush f16 subnormal MMA operands. Raw (bf16) items use bf16 MMAs with ldmatrix from padded rows, q~ and P
  * split into bf16 hi + lo (two MMAs each: raw items are memory-bound).
  * Accuracy: f16 operands for quantized blocks (codes exact, 11-bit roundings of q~ sc and p sc), 16-bit q~ and
  * P for raw rows, f32 accumulation: the error is dominated by the bf16 rounding of the output itself
@@ -101,6 +103,7 @@ struct kvc_attn {
     int max_seqs, Hq, Hkv, D, n_sm, n_pass, HP;
     int occ[5];     /* resident split CTAs per SM: bf16, q22, q24, q42, q44 */
     int max_slots;  /* partial slots in the workspace */
+    int magic;      /* OMNI_KVC_MAGIC=1 at init: codes as normal f16 (1024 + c) instead of subnormals */
     float *part;
     float2 *ml;
     int2 *seqinfo;
@@ -239,32 +242,47 @@ template <int D> struct kvc_wst {
 struct kvc_lane {
     int g, t, ktok;              /* lane / 4, lane % 4, token of score row g within an M tile */
     uint32_t ksel0, ksel1, kmask; /* PRMT selectors for rows g / g+8 and the LOP3 mask */
-    float kinv;                  /* 2^24 / key code factor */
+    float kinv;                  /* 2^24 / key code factor (1 / factor with MG codes) */
     uint32_t vsel0, vsel1, vmask;
-    float vinv;                  /* 2^24 / value code factor */
+    float vinv;                  /* 2^24 / value code factor (1 / factor with MG codes) */
 };
 
-template <int KB, int VB> __device__ __forceinline__ kvc_lane kvc_lane_consts(int lane) {
+/* Code operand of one f16x2 register: the byte pair gathered by PRMT, masked; MG (magic) codes also get the
+ * exponent of 1024 (value 1024 + code 4^f, a normal f16) and the 1024 offset is removed by one extra MMA with a
+ * constant -1024 operand per code MMA. Default: subnormal codes (code 4^f 2^-24, exact on the tensor cores). */
+template <int MG> __device__ __forceinline__ uint32_t kvc_code2(uint32_t x, uint32_t y, uint32_t sel, uint32_t mask) {
+    return (__byte_perm(x, y, sel) & mask) | (MG ? 0x64006400u : 0u);
+}
+template <int MG> __device__ __forceinline__ void kvc_mma_code(float d[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+    kvc_mma_f16(d, a, b0, b1);
+    if (MG) {
+        const uint32_t n[4] = {0xe400e400u, 0xe400e400u, 0xe400e400u, 0xe400e400u}; /* f16 -1024 */
+        kvc_mma_f16(d, n, b0, b1);
+    }
+}
+
+template <int KB, int VB, int MG> __device__ __forceinline__ kvc_lane kvc_lane_consts(int lane) {
+    const float u = MG ? 1.0f : 16777216.0f; /* 2^24 for subnormal codes */
     kvc_lane c;
     c.g = lane >> 2, c.t = lane & 3;
     const int e = c.g & 1, tt = c.g >> 1;
     c.ktok = tt + 4 * e;
     if (KB == 2) { /* token tt + 4e (+8) of a 16-token word: byte e (+2), bits 2 tt */
         c.ksel0 = (uint32_t)(e | ((4 + e) << 8)), c.ksel1 = (uint32_t)((2 + e) | ((6 + e) << 8));
-        c.kmask = 0x00030003u << (2 * tt), c.kinv = 16777216.0f / (float)(1 << (2 * tt));
+        c.kmask = 0x00030003u << (2 * tt), c.kinv = u / (float)(1 << (2 * tt));
     } else { /* token tt + 4e of an 8-token word (rows g+8: the next word): byte 2e + tt/2, nibble tt & 1 */
         const int b = 2 * e + (tt >> 1);
         c.ksel0 = c.ksel1 = (uint32_t)(b | ((4 + b) << 8));
-        c.kmask = 0x000f000fu << (4 * (tt & 1)), c.kinv = 16777216.0f / (float)(1 << (4 * (tt & 1)));
+        c.kmask = 0x000f000fu << (4 * (tt & 1)), c.kinv = u / (float)(1 << (4 * (tt & 1)));
     }
     if (VB == 2) { /* channel 16 mt + g (+8) of word mt: byte g/4 (+2), bits 2 (g % 4) */
         const int b = c.g >> 2;
         c.vsel0 = (uint32_t)(b | ((4 + b) << 8)), c.vsel1 = (uint32_t)((2 + b) | ((6 + b) << 8));
-        c.vmask = 0x00030003u << (2 * (c.g & 3)), c.vinv = 16777216.0f / (float)(1 << (2 * (c.g & 3)));
+        c.vmask = 0x00030003u << (2 * (c.g & 3)), c.vinv = u / (float)(1 << (2 * (c.g & 3)));
     } else { /* channel 16 mt + g of word 2 mt (rows g+8: word 2 mt + 1): byte g/2, nibble g & 1 */
         const int b = c.g >> 1;
         c.vsel0 = c.vsel1 = (uint32_t)(b | ((4 + b) << 8));
-        c.vmask = 0x000f000fu << (4 * (c.g & 1)), c.vinv = 16777216.0f / (float)(1 << (4 * (c.g & 1)));
+        c.vmask = 0x000f000fu << (4 * (c.g & 1)), c.vinv = u / (float)(1 << (4 * (c.g & 1)));
     }
     return c;
 }
@@ -376,7 +394,7 @@ __device__ __forceinline__ void kvc_raw_item(uint8_t *st, int n, const kvc_qraw<
 
 /* Scores and values of one staged quantized block (key block at st, value block at st + KMAX); tokens < s0 are
  * masked (sinks, read from their raw rows instead). */
-template <int D, int KB, int VB>
+template <int D, int KB, int VB, int MG>
 __device__ __forceinline__ void kvc_quant_item(const uint8_t *st, int s0, int use_norm, const kvc_qq<D> &q,
                                                const kvc_lane &c, kvc_wst<D> &w) {
     using F = kvc_fmt<D, KB, VB>;
@@ -401,11 +419,11 @@ __device__ __forceinline__ void kvc_quant_item(const uint8_t *st, int s0, int us
                 const uint32_t wa = mt ? u0.y : u0.x, wb = mt ? u0.w : u0.z, wc = mt ? u1.y : u1.x,
                                wd = mt ? u1.w : u1.z;
                 uint32_t a[4];
-                a[0] = __byte_perm(wa, wb, c.ksel0) & c.kmask;
-                a[1] = __byte_perm(wa, wb, c.ksel1) & c.kmask;
-                a[2] = __byte_perm(wc, wd, c.ksel0) & c.kmask;
-                a[3] = __byte_perm(wc, wd, c.ksel1) & c.kmask;
-                kvc_mma_f16(sacc[mt], a, b0, b1);
+                a[0] = kvc_code2<MG>(wa, wb, c.ksel0, c.kmask);
+                a[1] = kvc_code2<MG>(wa, wb, c.ksel1, c.kmask);
+                a[2] = kvc_code2<MG>(wc, wd, c.ksel0, c.kmask);
+                a[3] = kvc_code2<MG>(wc, wd, c.ksel1, c.kmask);
+                kvc_mma_code<MG>(sacc[mt], a, b0, b1);
             }
         } else { /* channel c: words (tokens 0-7, 8-15, 16-23, 24-31) */
             const uint4 u0 = *(const uint4 *)(kc + c0 * 16), u1 = *(const uint4 *)(kc + c0 * 16 + 16);
@@ -413,11 +431,11 @@ __device__ __forceinline__ void kvc_quant_item(const uint8_t *st, int s0, int us
 #pragma unroll
             for (int mt = 0; mt < 2; mt++) {
                 uint32_t a[4];
-                a[0] = __byte_perm(mt ? u0.z : u0.x, mt ? u1.z : u1.x, c.ksel0) & c.kmask;
-                a[1] = __byte_perm(mt ? u0.w : u0.y, mt ? u1.w : u1.y, c.ksel1) & c.kmask;
-                a[2] = __byte_perm(mt ? u2.z : u2.x, mt ? u3.z : u3.x, c.ksel0) & c.kmask;
-                a[3] = __byte_perm(mt ? u2.w : u2.y, mt ? u3.w : u3.y, c.ksel1) & c.kmask;
-                kvc_mma_f16(sacc[mt], a, b0, b1);
+                a[0] = kvc_code2<MG>(mt ? u0.z : u0.x, mt ? u1.z : u1.x, c.ksel0, c.kmask);
+                a[1] = kvc_code2<MG>(mt ? u0.w : u0.y, mt ? u1.w : u1.y, c.ksel1, c.kmask);
+                a[2] = kvc_code2<MG>(mt ? u2.z : u2.x, mt ? u3.z : u3.x, c.ksel0, c.kmask);
+                a[3] = kvc_code2<MG>(mt ? u2.w : u2.y, mt ? u3.w : u3.y, c.ksel1, c.kmask);
+                kvc_mma_code<MG>(sacc[mt], a, b0, b1);
             }
         }
         const uint32_t am[4] = {mn.x, mn.x, mn.y, mn.y};
@@ -477,11 +495,11 @@ __device__ __forceinline__ void kvc_quant_item(const uint8_t *st, int s0, int us
                     const uint32_t w0 = h ? r[0].y : r[0].x, w1 = h ? r[1].y : r[1].x, w2 = h ? r[2].y : r[2].x,
                                    w3 = h ? r[3].y : r[3].x;
                     uint32_t a[4];
-                    a[0] = __byte_perm(w0, w1, c.vsel0) & c.vmask;
-                    a[1] = __byte_perm(w0, w1, c.vsel1) & c.vmask;
-                    a[2] = __byte_perm(w2, w3, c.vsel0) & c.vmask;
-                    a[3] = __byte_perm(w2, w3, c.vsel1) & c.vmask;
-                    kvc_mma_f16(w.o[2 * gi + h], a, b0, b1);
+                    a[0] = kvc_code2<MG>(w0, w1, c.vsel0, c.vmask);
+                    a[1] = kvc_code2<MG>(w0, w1, c.vsel1, c.vmask);
+                    a[2] = kvc_code2<MG>(w2, w3, c.vsel0, c.vmask);
+                    a[3] = kvc_code2<MG>(w2, w3, c.vsel1, c.vmask);
+                    kvc_mma_code<MG>(w.o[2 * gi + h], a, b0, b1);
                 }
             } else { /* token row: 16 words; group gi = words 4 gi .. 4 gi + 3 */
                 uint4 r[4];
@@ -490,11 +508,11 @@ __device__ __forceinline__ void kvc_quant_item(const uint8_t *st, int s0, int us
 #pragma unroll
                 for (int h = 0; h < 2; h++) {
                     uint32_t a[4];
-                    a[0] = __byte_perm(h ? r[0].z : r[0].x, h ? r[1].z : r[1].x, c.vsel0) & c.vmask;
-                    a[1] = __byte_perm(h ? r[0].w : r[0].y, h ? r[1].w : r[1].y, c.vsel1) & c.vmask;
-                    a[2] = __byte_perm(h ? r[2].z : r[2].x, h ? r[3].z : r[3].x, c.vsel0) & c.vmask;
-                    a[3] = __byte_perm(h ? r[2].w : r[2].y, h ? r[3].w : r[3].y, c.vsel1) & c.vmask;
-                    kvc_mma_f16(w.o[2 * gi + h], a, b0, b1);
+                    a[0] = kvc_code2<MG>(h ? r[0].z : r[0].x, h ? r[1].z : r[1].x, c.vsel0, c.vmask);
+                    a[1] = kvc_code2<MG>(h ? r[0].w : r[0].y, h ? r[1].w : r[1].y, c.vsel1, c.vmask);
+                    a[2] = kvc_code2<MG>(h ? r[2].z : r[2].x, h ? r[3].z : r[3].x, c.vsel0, c.vmask);
+                    a[3] = kvc_code2<MG>(h ? r[2].w : r[2].y, h ? r[3].w : r[3].y, c.vsel1, c.vmask);
+                    kvc_mma_code<MG>(w.o[2 * gi + h], a, b0, b1);
                 }
             }
         }
@@ -608,7 +626,7 @@ __device__ __forceinline__ void kvc_raw_items(const kv_layer_view &v, const kvc_
     }
 }
 
-template <int D, int KB, int VB>
+template <int D, int KB, int VB, int MG>
 __device__ __forceinline__ void kvc_quant_items(const kv_layer_view &v, const kvc_role &r, int kvh, int first,
                                                int end, uint8_t *ring, uint64_t *bars, const kvc_cta_smem<D> &sm,
                                                const kvc_lane &c, kvc_wst<D> &w, int lane, uint64_t pol) {
@@ -643,7 +661,7 @@ __device__ __forceinline__ void kvc_quant_items(const kv_layer_view &v, const kv
         const int st = k % NS;
         kvc_mbar_wait(&bars[st], (k / NS) & 1);
         const int b = first + KVC_NW * k - r.it.nraw;
-        kvc_quant_item<D, KB, VB>(ring + st * F::QSTAGE, b == 0 ? v.n_sink : 0, v.scale, q, c, w);
+        kvc_quant_item<D, KB, VB, MG>(ring + st * F::QSTAGE, b == 0 ? v.n_sink : 0, v.scale, q, c, w);
         __syncwarp();
         if (k + NS < n) issue(k + NS, st);
     }
@@ -675,7 +693,7 @@ __device__ __forceinline__ void kvc_warp_store(kvc_wst<D> &w, const kvc_lane &c,
         for (int e = 0; e < 2; e++) mml[2 * c.t + e] = make_float2(w.m[e], w.l[e]);
 }
 
-template <int D, int KB, int VB>
+template <int D, int KB, int VB, int MG>
 __global__ void __launch_bounds__(KVC_NT) kvc_split_kernel(const __grid_constant__ kvc_split_args a) {
     using F = kvc_fmt<D, KB, VB>;
     using Y = kvc_split_layout<D, KB, VB>;
@@ -697,7 +715,7 @@ __global__ void __launch_bounds__(KVC_NT) kvc_split_kernel(const __grid_constant
     kvc_fence_mbar_init();
     __syncwarp();
     const uint64_t pol = kvc_evict_first_policy();
-    const kvc_lane c = kvc_lane_consts<F::Q ? KB : 2, F::Q ? VB : 2>(lane);
+    const kvc_lane c = kvc_lane_consts<F::Q ? KB : 2, F::Q ? VB : 2, MG>(lane);
     kvc_wst<D> w;
     kvc_wst_init<D>(w);
     /* this warp's items: r.i0 + warp + 4 k; raw ones first */
@@ -712,7 +730,7 @@ __global__ void __launch_bounds__(KVC_NT) kvc_split_kernel(const __grid_constant
             for (int i = 0; i < 4; i++) w.o[mt][i] /= c.vinv;
         int qfirst = first;
         if (qfirst < nraw) qfirst += (nraw - qfirst + KVC_NW - 1) / KVC_NW * KVC_NW;
-        kvc_quant_items<D, KB, VB>(a.v, r, kvh, qfirst, r.i1, ring, bars, sm, c, w, lane, pol);
+        kvc_quant_items<D, KB, VB, MG>(a.v, r, kvh, qfirst, r.i1, ring, bars, sm, c, w, lane, pol);
     }
     kvc_pdl_launch(); /* the combine kernel may be scheduled; it waits for this grid to complete */
     __syncthreads();  /* every ring is idle: the merge area reuses them */
@@ -844,11 +862,13 @@ static int kvc_kind(const kv_layer_view *v) { /* 0 bf16, 1..4: k2v2, k2v4, k4v2,
     return !v->quant ? 0 : 1 + (v->kbits == 4) * 2 + (v->vbits == 4);
 }
 
-template <int D, int KB, int VB> static void *kvc_split_fn() { return (void *)kvc_split_kernel<D, KB, VB>; }
+template <int D, int KB, int VB, int MG> static void *kvc_split_fn() {
+    return (void *)kvc_split_kernel<D, KB, VB, MG>;
+}
 
-template <int D> static omni_status kvc_setup(kvc_attn *a) {
-    void *fns[5] = {kvc_split_fn<D, 16, 16>(), kvc_split_fn<D, 2, 2>(), kvc_split_fn<D, 2, 4>(),
-                    kvc_split_fn<D, 4, 2>(), kvc_split_fn<D, 4, 4>()};
+template <int D, int MG> static omni_status kvc_setup(kvc_attn *a) {
+    void *fns[5] = {kvc_split_fn<D, 16, 16, 0>(), kvc_split_fn<D, 2, 2, MG>(), kvc_split_fn<D, 2, 4, MG>(),
+                    kvc_split_fn<D, 4, 2, MG>(), kvc_split_fn<D, 4, 4, MG>()};
     const int bytes[5] = {kvc_split_layout<D, 16, 16>::BYTES, kvc_split_layout<D, 2, 2>::BYTES,
                           kvc_split_layout<D, 2, 4>::BYTES, kvc_split_layout<D, 4, 2>::BYTES,
                           kvc_split_layout<D, 4, 4>::BYTES};
@@ -884,7 +904,9 @@ extern "C" omni_status kvc_attn_init(int max_seqs, int n_q_heads, int n_kv_heads
     int dev = 0;
     omni_status st = kvc_cuda_check(cudaGetDevice(&dev), "cudaGetDevice");
     if (!st) st = kvc_cuda_check(cudaDeviceGetAttribute(&a->n_sm, cudaDevAttrMultiProcessorCount, dev), "SM count");
-    if (!st) st = head_dim == 64 ? kvc_setup<64>(a) : kvc_setup<128>(a);
+    a->magic = getenv("OMNI_KVC_MAGIC") && atoi(getenv("OMNI_KVC_MAGIC")) == 1;
+    if (!st) st = head_dim == 64 ? (a->magic ? kvc_setup<64, 1>(a) : kvc_setup<64, 0>(a))
+                                 : (a->magic ? kvc_setup<128, 1>(a) : kvc_setup<128, 0>(a));
     if (!st) {
         int bmax = 0;
         for (int k = 0; k < 5; k++) {
@@ -942,18 +964,22 @@ static omni_status kvc_check_view(const kvc_attn *a, const kv_layer_view *v, int
 }
 
 template <int D, int KB, int VB>
-static cudaError_t kvc_launch_split(const kvc_split_args &args, int grid, cudaStream_t st) {
-    return kvc_launch(kvc_split_kernel<D, KB, VB>, dim3(grid), dim3(KVC_NT),
+static cudaError_t kvc_launch_split(const kvc_split_args &args, int grid, int mg, cudaStream_t st) {
+    if (mg && KB != 16)
+        return kvc_launch(kvc_split_kernel<D, KB, VB, 1>, dim3(grid), dim3(KVC_NT),
+                          (size_t)kvc_split_layout<D, KB, VB>::BYTES, st, 0, args);
+    return kvc_launch(kvc_split_kernel<D, KB, VB, 0>, dim3(grid), dim3(KVC_NT),
                       (size_t)kvc_split_layout<D, KB, VB>::BYTES, st, 0, args);
 }
 
-template <int D> static cudaError_t kvc_launch_kind(int kind, const kvc_split_args &args, int grid, cudaStream_t st) {
+template <int D>
+static cudaError_t kvc_launch_kind(int kind, const kvc_split_args &args, int grid, int mg, cudaStream_t st) {
     switch (kind) {
-    case 0: return kvc_launch_split<D, 16, 16>(args, grid, st);
-    case 1: return kvc_launch_split<D, 2, 2>(args, grid, st);
-    case 2: return kvc_launch_split<D, 2, 4>(args, grid, st);
-    case 3: return kvc_launch_split<D, 4, 2>(args, grid, st);
-    default: return kvc_launch_split<D, 4, 4>(args, grid, st);
+    case 0: return kvc_launch_split<D, 16, 16>(args, grid, mg, st);
+    case 1: return kvc_launch_split<D, 2, 2>(args, grid, mg, st);
+    case 2: return kvc_launch_split<D, 2, 4>(args, grid, mg, st);
+    case 3: return kvc_launch_split<D, 4, 2>(args, grid, mg, st);
+    default: return kvc_launch_split<D, 4, 4>(args, grid, mg, st);
     }
 }
 
@@ -972,8 +998,8 @@ extern "C" omni_status kvc_decode(kvc_attn *a, const kv_layer_view *v, int n_seq
     args.slots = slots, args.n_new = n_new, args.q = q, args.part = a->part, args.ml = a->ml, args.seqinfo = a->seqinfo;
     args.n_seq = n_seq, args.Hq = a->Hq, args.gs = gs, args.n_pass = a->n_pass, args.HP = a->HP, args.B = B;
     args.qscale = scale * KVC_LOG2E;
-    cudaError_t e = a->D == 64 ? kvc_launch_kind<64>(kind, args, B * a->HP, cs)
-                               : kvc_launch_kind<128>(kind, args, B * a->HP, cs);
+    cudaError_t e = a->D == 64 ? kvc_launch_kind<64>(kind, args, B * a->HP, a->magic, cs)
+                               : kvc_launch_kind<128>(kind, args, B * a->HP, a->magic, cs);
     if (e != cudaSuccess) return kvc_cuda_check(e, "decode attention split launch");
     kvc_combine_args ca;
     ca.part = a->part, ca.ml = a->ml, ca.seqinfo = a->seqinfo, ca.out = out;

@@ -13,6 +13,7 @@
  * at short lengths (argument --short), run in CI.
  * --full: also the long cases (batch 48 of up to 4096-token sequences, 256 sequences; the H200 run);
  * --tiny: two small cases (for compute-sanitizer racecheck). */
+#define _POSIX_C_SOURCE 200809L /* setenv */
 #include <cuda_runtime_api.h>
 #include <math.h>
 #include <stdio.h>
@@ -289,6 +290,13 @@ int main(int argc, char **argv) {
     for (int f = 0; f < 3; f++) {
         dcase t = {f == 0 ? "int2" : f == 1 ? "bf16" : "k4v2", 128, 0, 32, 8, 128, 0, 1, one, 1, 0, 0};
         run_case(&t, seed++);
+    }
+    { /* codes as normal f16 with the offset MMA (OMNI_KVC_MAGIC=1, read by kvc_attn_init) */
+        setenv("OMNI_KVC_MAGIC", "1", 1);
+        dcase t1 = {"int2", 32, 4, 16, 4, 64, 0, 3, three, 3, 1, 0}, t2 = {"k4v2", 128, 0, 32, 8, 128, 0, 3, three, 3, 0, 0};
+        run_case(&t1, seed++);
+        run_case(&t2, seed++);
+        unsetenv("OMNI_KVC_MAGIC");
     }
     if (full) {
         dcase t48 = {"int2", 128, 0, 32, 8, 128, 0, 48, mix48, 10, 0, 0};
