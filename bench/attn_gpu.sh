@@ -5,10 +5,13 @@
 #   here:    cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DOMNI_CUDA=ON && cmake --build build -j2 \
 #              --target test_gpu_kv_attn test_gpu_kv_quant test_gpu_kv_prefill omni_bench_attn
 #            bench/attn_gpu.sh pack build            -> build/dev-attn/ (~10 MB; carry it)
-#   device:  bench/attn_gpu.sh run build             (from the repository root; logs + CSVs under $OUT)
-# run: 1. the tests (decode --full, prefill --full, quantizer), 2. compute-sanitizer memcheck and racecheck on
-# the short configurations, 3. omni_bench_attn (validates, then times ours: bf16 / int2 / int4 / kivi2, with a
-# device copy) and bench/sdpa_bench.py (torch SDPA, same shapes), 4. one summary table (last lines of output).
+#   device:  bench/attn_gpu.sh run build [tests] [sanitize] [bench]   (repo root; logs + CSVs under $OUT;
+#            no part named = all three, ~10 min: split into "tests sanitize" (~6 min) and "bench" (~4 min) calls
+#            to stay inside one call's 10-minute limit)
+# parts: tests = decode (--full, and --short with OMNI_KVC_MAGIC=1), prefill/segments, quantizer; sanitize =
+# compute-sanitizer memcheck and racecheck on the --tiny cases; bench = omni_bench_attn (validates, then times
+# ours: bf16 / int2 / int4 / kivi2 with a device copy; int2 again with OMNI_KVC_MAGIC=1), ncu of the int2 split
+# kernel at bs1/128K, bench/sdpa_bench.py (torch SDPA, same shapes), and one summary table (last lines).
 set -u
 mode=${1:?pack|run}
 B=${2:?build dir}
@@ -45,26 +48,36 @@ step() { # name timeout command...: runs, logs to $OUT/name.log, records rc (ski
     echo "== $name rc=$rc"
     grep -h "FAIL\|ERROR SUMMARY\|passed,\|DEADLOCK\|error" $OUT/$name.log | head -20
 }
-step test_decode 600 $D/test_gpu_kv_attn --full
-OMNI_KVC_MAGIC=1 step test_decode_magic 300 $D/test_gpu_kv_attn --short
-step test_prefill 600 $D/test_gpu_kv_prefill --full
-step test_quant 200 $D/test_gpu_kv_quant
-SAN="compute-sanitizer --report-api-errors no --error-exitcode 1"
-step memcheck_decode 400 $SAN --tool memcheck $D/test_gpu_kv_attn --short
-step memcheck_prefill 400 $SAN --tool memcheck $D/test_gpu_kv_prefill --short
-step racecheck_decode 500 $SAN --tool racecheck $D/test_gpu_kv_attn --tiny
-step racecheck_prefill 500 $SAN --tool racecheck $D/test_gpu_kv_prefill --tiny
-step bench 600 $D/omni_bench_attn $OUT/bench.csv
-OMNI_KVC_MAGIC=1 OMNI_BENCH_ONLY=int2 step bench_magic 300 $D/omni_bench_attn $OUT/bench_magic.csv
-# hardware counters of the int2 split kernel at bs1/128K (one launch after warm-up)
-OMNI_BENCH_ONLY=int2 OMNI_BENCH_SHAPE=1x131072 step ncu_int2 300 ncu --clock-control none --kernel-name regex:kvc_split \
-    --launch-skip 30 --launch-count 1 --section SpeedOfLight --section LaunchStats --section Occupancy \
-    --section WarpStateStats --section InstructionStats $D/omni_bench_attn
-timeout 600 python3 bench/sdpa_bench.py > $OUT/sdpa.csv 2> $OUT/sdpa.log
-echo "== sdpa rc=$?"
-cat $OUT/sdpa.log
-echo
+parts=${*:3}
+[ -z "$parts" ] && parts="tests sanitize bench"
+if [[ " $parts " == *" tests "* ]]; then
+    step test_decode 300 $D/test_gpu_kv_attn --full
+    OMNI_KVC_MAGIC=1 step test_decode_magic 120 $D/test_gpu_kv_attn --short
+    step test_prefill 200 $D/test_gpu_kv_prefill
+    step test_quant 60 $D/test_gpu_kv_quant
+fi
+if [[ " $parts " == *" sanitize "* ]]; then
+    SAN="compute-sanitizer --report-api-errors no --error-exitcode 1"
+    step memcheck_decode 150 $SAN --tool memcheck $D/test_gpu_kv_attn --tiny
+    step memcheck_prefill 150 $SAN --tool memcheck $D/test_gpu_kv_prefill --tiny
+    step racecheck_decode 150 $SAN --tool racecheck $D/test_gpu_kv_attn --tiny
+    step racecheck_prefill 150 $SAN --tool racecheck $D/test_gpu_kv_prefill --tiny
+fi
+if [[ " $parts " == *" bench "* ]]; then
+    step bench 300 $D/omni_bench_attn $OUT/bench.csv
+    OMNI_KVC_MAGIC=1 OMNI_BENCH_ONLY=int2 step bench_magic 120 $D/omni_bench_attn $OUT/bench_magic.csv
+    # hardware counters of the int2 split kernel at bs1/128K (one launch after warm-up)
+    OMNI_BENCH_ONLY=int2 OMNI_BENCH_SHAPE=1x131072 step ncu_int2 120 ncu --clock-control none \
+        --kernel-name regex:kvc_split --launch-skip 30 --launch-count 1 --section SpeedOfLight \
+        --section LaunchStats --section Occupancy --section WarpStateStats --section InstructionStats \
+        $D/omni_bench_attn
+    timeout 200 python3 bench/sdpa_bench.py > $OUT/sdpa.csv 2> $OUT/sdpa.log
+    echo "== sdpa rc=$?"
+    cat $OUT/sdpa.log
+    echo
+fi
 printf "$status"
+[ -f $OUT/bench.csv ] || exit 0
 python3 - $OUT/bench.csv $OUT/sdpa.csv <<'EOF'
 import csv, sys
 ours = {}
