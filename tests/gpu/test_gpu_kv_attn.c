@@ -22,6 +22,7 @@
 
 #include "attn_test_util.h"
 #include "check.h"
+#include "kvcache/kv_dev.h"
 
 typedef struct {
     const char *mode;
@@ -313,6 +314,85 @@ static void graph_case(void) {
     for (int s = 0; s < n; s++) free(k[s]), free(v[s]);
     free(q), free(o1), free(o2);
 }
+
+/* The device cache end to end: kv_dev (kvpool's device pages, tables and append/flush kernels) and the CPU cache
+ * take the same steps (prefill chunks, then decode tokens) with the same bf16 values; every step's attention is
+ * computed on the GPU from kv_dev's pages (kvc_prefill before the append, kvc_decode after it, with the batch
+ * view's slots / rows / n_new) and compared with kv_forward (decode: where the step flushes no block). */
+static void dev_case(const char *mode, int R, int S) {
+    const int Hq = 8, Hkv = 2, D = 128, n = 3, ids_n = 3;
+    kv_params p = kv_default_params();
+    CHECK(kv_parse_mode(mode, &p.fmt) == OMNI_OK, "mode");
+    p.fmt.window = R, p.fmt.n_sink = S;
+    p.n_layers = 1, p.n_kv_heads = Hkv, p.head_dim = D, p.max_tokens = 8192, p.max_seqs = 4, p.max_chunk = 512;
+    kv_cache *c = NULL;
+    kv_dev *d = NULL;
+    CHECK(kv_init(&p, &c) == OMNI_OK && kv_dev_init(&p, &d) == OMNI_OK, "init: %s", omni_last_error());
+    if (!c || !d) return;
+    int ids[4], idd[4];
+    for (int i = 0; i < ids_n; i++) kv_seq_add(c, &ids[i]), kv_dev_seq_add(d, &idd[i]);
+    kv_layer_view v;
+    kv_dev_layer_view(d, 0, &v);
+    kv_dev_batch b;
+    kv_dev_batch_view(d, &b);
+    kvc_attn *a = NULL;
+    CHECK(kvc_attn_init(n, Hq, Hkv, D, &a) == OMNI_OK, "attn init: %s", omni_last_error());
+    uint16_t *dq, *dk, *dv, *dout, *hq = malloc((size_t)512 * Hq * D * 2), *hk = malloc((size_t)512 * Hkv * D * 2);
+    uint16_t *hv = malloc((size_t)512 * Hkv * D * 2), *got = malloc((size_t)512 * Hq * D * 2);
+    float *fq = malloc((size_t)512 * Hq * D * 4), *fk = malloc((size_t)512 * Hkv * D * 4), *fv = malloc((size_t)512 * Hkv * D * 4);
+    float *ref = malloc((size_t)512 * Hq * D * 4);
+    double *rd = malloc((size_t)512 * Hq * D * 8);
+    ATU_CU(cudaMalloc((void **)&dq, (size_t)512 * Hq * D * 2));
+    ATU_CU(cudaMalloc((void **)&dk, (size_t)512 * Hkv * D * 2));
+    ATU_CU(cudaMalloc((void **)&dv, (size_t)512 * Hkv * D * 2));
+    ATU_CU(cudaMalloc((void **)&dout, (size_t)512 * Hq * D * 2));
+    rng_t r = {R * 7 + S};
+    const int steps[][3] = {{300, 1, 45}, {200, 2, 50}, {1, 1, 1}, {1, 1, 1}, {0, 33, 1}, {1, 1, 1}, {1, 1, 1}};
+    int64_t len[3] = {0, 0, 0};
+    atu_err ep = atu_err_init(), ed = atu_err_init();
+    for (int si = 0; si < 7; si++) {
+        int nn[3], T = 0, maxq = 0, dec = 1;
+        for (int i = 0; i < n; i++) nn[i] = steps[si][i], T += nn[i], maxq = nn[i] > maxq ? nn[i] : maxq, dec &= nn[i] == 1;
+        atu_rand_bf16(hq, (size_t)T * Hq * D, &r, 1.0f);
+        atu_rand_bf16(hk, (size_t)T * Hkv * D, &r, 1.0f);
+        atu_rand_bf16(hv, (size_t)T * Hkv * D, &r, 1.0f);
+        for (int i = 0; i < T * Hq * D; i++) fq[i] = omni_bf16_to_f32(hq[i]);
+        for (int i = 0; i < T * Hkv * D; i++) fk[i] = omni_bf16_to_f32(hk[i]), fv[i] = omni_bf16_to_f32(hv[i]);
+        CHECK(kv_forward(c, 0, n, ids, nn, fq, fk, fv, ref, Hq, 1.0f / sqrtf((float)D)) == OMNI_OK, "cpu: %s",
+              omni_last_error());
+        ATU_CU(cudaMemcpy(dq, hq, (size_t)T * Hq * D * 2, cudaMemcpyHostToDevice));
+        ATU_CU(cudaMemcpy(dk, hk, (size_t)T * Hkv * D * 2, cudaMemcpyHostToDevice));
+        ATU_CU(cudaMemcpy(dv, hv, (size_t)T * Hkv * D * 2, cudaMemcpyHostToDevice));
+        omni_status st = kv_dev_step(d, n, idd, nn);
+        if (!st) st = kv_dev_upload(d, NULL);
+        if (!st && !dec) st = kvc_prefill(&v, n, b.slot, b.row0, maxq, dq, dk, dv, dout, Hq, 1.0f / sqrtf((float)D), NULL);
+        if (!st) st = kv_dev_append(d, 0, dk, dv, 0, NULL);
+        if (!st && dec) st = kvc_decode(a, &v, n, b.slot, b.n_new, dq, dout, 1.0f / sqrtf((float)D), NULL);
+        CHECK(st == OMNI_OK, "step %d: %s", si, omni_last_error());
+        ATU_CU(cudaDeviceSynchronize());
+        ATU_CU(cudaMemcpy(got, dout, (size_t)T * Hq * D * 2, cudaMemcpyDeviceToHost));
+        int64_t row = 0;
+        for (int i = 0; i < n; i++) {
+            const int flush = p.fmt.k_type >= KV_Q4 && dec && len[i] + 1 >= R &&
+                              (len[i] >= R ? (len[i] - R) / 32 : 0) != (len[i] + 1 - R) / 32;
+            for (int64_t j = 0; j < (int64_t)nn[i] * Hq * D; j++) rd[j] = ref[row * Hq * D + j];
+            if (!flush) atu_err_add(dec ? &ed : &ep, got + row * Hq * D, rd, (int64_t)nn[i] * Hq * D, row * Hq * D);
+            row += nn[i];
+            len[i] += nn[i];
+        }
+        kv_commit(c, n, ids, nn);
+        kv_dev_commit(d);
+    }
+    printf("kv_dev %-5s R %3d S %d: prefill vs kv_forward max %.2e rms %.2e | decode max %.2e rms %.2e\n", mode, R, S,
+           atu_max_ratio(&ep), atu_rms_ratio(&ep), atu_max_ratio(&ed), atu_rms_ratio(&ed));
+    CHECK(atu_policy_ok(&ep) && ep.n > 0, "kv_dev %s R %d S %d: prefill outside the policy", mode, R, S);
+    CHECK(atu_policy_ok(&ed) && ed.n > 0, "kv_dev %s R %d S %d: decode outside the policy", mode, R, S);
+    kvc_attn_free(a);
+    kv_dev_free(d);
+    kv_free(c);
+    cudaFree(dq), cudaFree(dk), cudaFree(dv), cudaFree(dout);
+    free(hq), free(hk), free(hv), free(got), free(fq), free(fk), free(fv), free(ref), free(rd);
+}
 #endif
 
 int main(int argc, char **argv) {
@@ -329,7 +409,12 @@ int main(int argc, char **argv) {
     }
     bad_args();
 #ifndef ATTN_TEST_EMU
-    if (!tiny) graph_case();
+    if (!tiny) {
+        graph_case();
+        dev_case("int2", 32, 0);
+        dev_case("int2", 0, 4);
+        dev_case("bf16", 128, 0);
+    }
 #endif
     if (tiny) { /* for compute-sanitizer racecheck: one quantized case with window and sinks, one bf16 */
         static const int64_t lens[] = {33, 200, 97};
