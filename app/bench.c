@@ -198,7 +198,8 @@ void bench_print_table(FILE *f, const bench_results *r) {
     }
     for (int i = 0; i < r->n_points; i++) {
         const bench_point *p = &r->points[i];
-        fprintf(f, "| %-5s | %5d | %6d | %12.2f | %11.3f | %11.3f | %13.1f | %8.2f | %9.2f | %8.1f | %14.1f | %9.1f%% |\n",
+        fprintf(f, "| %-5s | %5d | %6d | %12.2f | %11.3f | %11.3f | %13.1f | %8.2f | %9.2f | %8.1f | %14.1f "
+                   "| %9.1f%% |\n",
                 p->kv, p->batch, p->ctx, p->decode_tok_s, p->step_ms_p50, p->step_ms_p99, p->prefill_tok_s,
                 p->ttft_ms, p->kv_mib, p->step_mib, p->roofline_tok_s, p->roofline_pct);
     }
@@ -299,7 +300,9 @@ static void gather(const bench_results *r, const char *kv, bench_axis ax, int fi
         for (int i = 0; i < r->n_points; i++) {
             const bench_point *p = &r->points[i];
             if (strcmp(p->kv, kv) || (ax == BY_CTX ? p->batch : p->ctx) != fixed) continue;
-            if (d->n < (int)(sizeof d->x / sizeof d->x[0])) d->x[d->n] = ax == BY_CTX ? p->ctx : p->batch, d->y[d->n++] = point_y(p, y);
+            if (d->n == (int)(sizeof d->x / sizeof d->x[0])) break;
+            d->x[d->n] = ax == BY_CTX ? p->ctx : p->batch;
+            d->y[d->n++] = point_y(p, y);
         }
     }
     sort_xy(d);

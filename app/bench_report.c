@@ -67,7 +67,8 @@ omni_status bench_read_baseline(const char *path, bench_baseline **rows, int *n)
             if (!r) { st = omni_fail(OMNI_ERR_NOMEM, "out of memory"); break; }
             *rows = r;
         }
-        if (baseline_row(line, &(*rows)[*n])) st = omni_fail(OMNI_ERR_INPUT, "baseline %s: bad line %d", path, line_no + 1);
+        if (baseline_row(line, &(*rows)[*n]))
+            st = omni_fail(OMNI_ERR_INPUT, "baseline %s: bad line %d", path, line_no + 1);
         else (*n)++;
     }
     free(text);
@@ -83,7 +84,8 @@ omni_status bench_read_baseline(const char *path, bench_baseline **rows, int *n)
 
 static const bench_point *find_point(const bench_results *r, const char *kv, int batch, int ctx) {
     for (int i = 0; i < r->n_points; i++)
-        if (!strcmp(r->points[i].kv, kv) && r->points[i].batch == batch && r->points[i].ctx == ctx) return &r->points[i];
+        if (!strcmp(r->points[i].kv, kv) && r->points[i].batch == batch && r->points[i].ctx == ctx)
+            return &r->points[i];
     return NULL;
 }
 
@@ -143,8 +145,8 @@ static void speed_table(FILE *f, const bench_results *r, const bench_report_info
         if (l && l0) fprintf(f, " **%.2fx** faster | | |\n", l0->step_ms_p50 / l->step_ms_p50);
         else fprintf(f, " | | |\n");
     }
-    fprintf(f, "| paper (H20): INT2 / BF16 | %.1fx (batch 48, 4K) | | up to %.1fx faster (128K) | | |\n", PAPER_THROUGHPUT,
-            PAPER_LATENCY);
+    fprintf(f, "| paper (H20): INT2 / BF16 | %.1fx (batch 48, 4K) | | up to %.1fx faster (128K) | | |\n",
+            PAPER_THROUGHPUT, PAPER_LATENCY);
     const char *label = in->baseline_label ? in->baseline_label : "baseline";
     if (in->baseline_error) {
         fprintf(f, "| %s | not run: %s | | | | |\n", label, in->baseline_error);

@@ -188,7 +188,8 @@ static omni_status ended_early(const point_state *ps) {
 static omni_status prefill_phase(const bench_run *b, llm_engine *e, point_state *ps, int64_t max_steps) {
     for (int64_t s = 0; ps->first_count < ps->n; s++) {
         if (b->intr && *b->intr) return OMNI_OK;
-        if (s == max_steps) return omni_fail(OMNI_ERR_RUNTIME, "bench: the prefill did not end in %lld steps", (long long)s);
+        if (s == max_steps)
+            return omni_fail(OMNI_ERR_RUNTIME, "bench: the prefill did not end in %lld steps", (long long)s);
         omni_status st = llm_engine_step(e, NULL);
         if (st) return st;
         if (ps->ended) return ended_early(ps);

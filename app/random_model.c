@@ -100,7 +100,8 @@ static const char *tmp_root(void) {
 
 static omni_status make_dir(char *dir, size_t cap) {
     snprintf(dir, cap, "%s/omni_random_XXXXXX", tmp_root());
-    if (!mkdtemp(dir)) return omni_fail(OMNI_ERR_RUNTIME, "cannot create a directory in %s: %s", tmp_root(), strerror(errno));
+    if (!mkdtemp(dir))
+        return omni_fail(OMNI_ERR_RUNTIME, "cannot create a directory in %s: %s", tmp_root(), strerror(errno));
     return OMNI_OK;
 }
 
@@ -114,19 +115,24 @@ static int64_t config_bytes(const llm_config *c) {
     return total;
 }
 
+/* A fresh directory holding a copy of the config, parsed into cfg (on failure the directory is gone). */
+static omni_status open_config(const char *config_path, char *dir, size_t cap, llm_config *cfg) {
+    omni_status st = make_dir(dir, cap);
+    if (!st && (st = stage_config(config_path, dir, cfg))) remove_dir(dir);
+    return st;
+}
+
 omni_status omni_random_model_bytes(const char *config_path, int64_t *bytes) {
     char dir[1024];
     llm_config cfg;
     *bytes = 0;
-    omni_status st = make_dir(dir, sizeof dir);
-    if (st) return st;
-    st = stage_config(config_path, dir, &cfg);
+    omni_status st = open_config(config_path, dir, sizeof dir, &cfg);
     if (!st) {
         *bytes = config_bytes(&cfg);
         llm_config_free(&cfg);
         if (*bytes < 0) st = omni_fail(OMNI_ERR_NOMEM, "out of memory");
+        remove_dir(dir);
     }
-    remove_dir(dir);
     return st;
 }
 
@@ -185,7 +191,8 @@ static char *header_json(const tensor_spec *t, int64_t n) {
     int64_t off = 0;
     for (int64_t i = 0; i < n && h; i++) {
         cJSON *e = cJSON_AddObjectToObject(h, t[i].name);
-        double shape[2] = {(double)t[i].rows, (double)t[i].cols}, offs[2] = {(double)off, (double)(off + spec_bytes(&t[i]))};
+        double shape[2] = {(double)t[i].rows, (double)t[i].cols};
+        double offs[2] = {(double)off, (double)(off + spec_bytes(&t[i]))};
         if (!e) break;
         cJSON_AddStringToObject(e, "dtype", "BF16");
         cJSON_AddItemToObject(e, "shape", cJSON_CreateDoubleArray(shape, t[i].cols ? 2 : 1));
@@ -232,19 +239,16 @@ omni_status omni_random_model(const char *config_path, uint64_t seed, int64_t ma
     char dir[1024];
     llm_config cfg;
     *out = NULL;
-    omni_status st = make_dir(dir, sizeof dir);
+    omni_status st = open_config(config_path, dir, sizeof dir, &cfg);
     if (st) return st;
-    st = stage_config(config_path, dir, &cfg);
+    int64_t bytes = config_bytes(&cfg);
+    st = bytes < 0 ? omni_fail(OMNI_ERR_NOMEM, "out of memory") : check_fits(bytes, max_bytes, dir);
     if (!st) {
-        int64_t bytes = config_bytes(&cfg);
-        st = bytes < 0 ? omni_fail(OMNI_ERR_NOMEM, "out of memory") : check_fits(bytes, max_bytes, dir);
-        if (!st) {
-            omni_log(1, "random weights: %.1f MiB of bf16 (%s, %d layers, seed %llu)\n", bytes / 1048576.0,
-                     cfg.model_type, cfg.n_layers, (unsigned long long)seed);
-            st = write_checkpoint(&cfg, dir, seed);
-        }
-        llm_config_free(&cfg);
+        omni_log(1, "random weights: %.1f MiB of bf16 (%s, %d layers, seed %llu)\n", bytes / 1048576.0,
+                 cfg.model_type, cfg.n_layers, (unsigned long long)seed);
+        st = write_checkpoint(&cfg, dir, seed);
     }
+    llm_config_free(&cfg);
     if (!st) st = llm_model_load(dir, out);
     remove_dir(dir); /* the mapping keeps the loaded data */
     return st;

@@ -694,7 +694,8 @@ void plot_grid_cell(int n, int cols, int width, int height, int i, int *x, int *
 omni_status plot_write_png_grid(const plot_chart *const *charts, int n, int cols, int width, int height,
                                 const char *path) {
     if (n <= 0 || cols <= 0 || width <= 0 || height <= 0 || width > 16384 || height > 16384)
-        return omni_fail(OMNI_ERR_USAGE, "plot: bad grid (%d charts, %d columns, %dx%d pixels)", n, cols, width, height);
+        return omni_fail(OMNI_ERR_USAGE, "plot: bad grid (%d charts, %d columns, %dx%d pixels)", n, cols, width,
+                         height);
     cairo_surface_t *s = cairo_image_surface_create(CAIRO_FORMAT_ARGB32, width, height);
     cairo_t *cr = cairo_create(s);
     omni_status st = OMNI_OK;

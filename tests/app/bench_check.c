@@ -138,7 +138,9 @@ static int check_panel(const unsigned char *img, int width, const plot_chart *c,
             if (px > f.legend_x0 - m && px < f.legend_x1 + m && py > f.legend_y0 - m && py < f.legend_y1 + m) continue;
             int x = cx + (int)px, y = cy + (int)py;
             if (px < 0 || py < 0 || x >= cx + cw || y >= cy + ch)
-                return snprintf(err, cap, "'%s' point %d (%g, %g) maps outside its panel", s.name, k, s.x[k], s.y[k]), -1;
+                return snprintf(err, cap, "'%s' point %d (%g, %g) maps outside its panel", s.name, k, s.x[k],
+                                s.y[k]),
+                       -1;
             const unsigned char *p = img + 4 * ((size_t)y * width + x);
             uint32_t later = 0; /* a later series drawn over the point: its colour or a blend, not checked */
             if (color_dist(p, s.color) < 40) verified++;

@@ -37,7 +37,8 @@ static void test_lists(void) {
 static void test_numbers(void) {
     double v[100];
     for (int i = 0; i < 100; i++) v[i] = 100 - i; /* 100 .. 1, unsorted on purpose */
-    CHECK(bench_percentile(v, 100, 50) == 50 && bench_percentile(v, 100, 99) == 99 && bench_percentile(v, 100, 100) == 100,
+    CHECK(bench_percentile(v, 100, 50) == 50 && bench_percentile(v, 100, 99) == 99 &&
+              bench_percentile(v, 100, 100) == 100,
           "percentiles %g %g", bench_percentile(v, 100, 50), bench_percentile(v, 100, 99));
     CHECK(v[0] == 100, "input modified");
     double one = 7;
@@ -93,7 +94,8 @@ static void test_outputs(const char *dir) {
           back.n_fits, r.n_fits);
     for (int i = 0; i < back.n_points && i < r.n_points; i++) {
         const bench_point *a = &r.points[i], *b = &back.points[i];
-        CHECK(!strcmp(a->kv, b->kv) && a->batch == b->batch && a->ctx == b->ctx && a->steps == b->steps, "row %d keys", i);
+        CHECK(!strcmp(a->kv, b->kv) && a->batch == b->batch && a->ctx == b->ctx && a->steps == b->steps,
+              "row %d keys", i);
         CHECK(fabs(a->decode_tok_s - b->decode_tok_s) <= 1e-4 * a->decode_tok_s &&
                   fabs(a->kv_mib - b->kv_mib) <= 1e-4 * a->kv_mib + 1e-4 &&
                   fabs(a->roofline_pct - b->roofline_pct) <= 1e-3 &&
@@ -153,7 +155,8 @@ static void test_report(const char *dir) {
     int nb = 0;
     CHECK(bench_read_baseline(base, &b, &nb) == OMNI_OK && nb == 2, "baseline: %s", omni_last_error());
     if (nb == 2) {
-        CHECK(b[0].batch == 16 && b[0].ctx == 256 && b[0].decode_tok_s == 40.5 && isnan(b[1].step_ms), "baseline values");
+        CHECK(b[0].batch == 16 && b[0].ctx == 256 && b[0].decode_tok_s == 40.5 && isnan(b[1].step_ms),
+              "baseline values");
         CHECK(strstr(b[1].note, "out of memory, tried") != NULL, "note with a comma: '%s'", b[1].note);
     }
     bench_report_info in = {"omni bench --kv bf16,int2", "0.1.0", "test device", "b.png", "b.csv", b, nb,

@@ -77,7 +77,8 @@ static void check_points(const bench_results *r) {
         CHECK(p->steps == 4 && p->decode_tok_s > 0 && p->step_ms_p50 > 0 && p->step_ms_p99 >= p->step_ms_p50 &&
                   p->prefill_tok_s > 0 && p->ttft_ms > 0 && p->kv_mib > 0,
               "%s b%d c%d: implausible numbers", p->kv, p->batch, p->ctx);
-        CHECK(isfinite(p->roofline_pct) && p->roofline_pct > 0 && p->roofline_tok_s > 0, "roofline %g", p->roofline_pct);
+        CHECK(isfinite(p->roofline_pct) && p->roofline_pct > 0 && p->roofline_tok_s > 0, "roofline %g",
+              p->roofline_pct);
         CHECK(fabs(p->step_mib - p->weights_mib - p->kv_mib) < 0.5 * p->kv_mib + 0.01, "step_mib %g", p->step_mib);
         /* roofline_tok_s = batch / (step bytes / bandwidth), from the CSV's own columns */
         double want = p->batch / (p->step_mib * 1048576.0 / (r->bw_gb_s * 1e9));
