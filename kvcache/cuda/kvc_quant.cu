@@ -6,6 +6,7 @@
  * ties such as -0/+0 resolve the same way), and every rounding step is an explicit IEEE _rn operation.
  * Shared memory: x [32][D + 1] f32 (+1 pad: row- and column-wise access are both bank-conflict free), norms [32]. */
 #include "kvc_common.cuh"
+#include "kvcache/kv_append.h" /* kvd_quant_group: the group quantizer shared with the device cache */
 
 extern "C" {
 #include "kvcache/kv_cuda.h"
@@ -26,42 +27,6 @@ __device__ void kvc_load_block(const kvc_quant_desc d, const void *src, int b, f
     if (d.round_bf16)
         for (int t = tid; t < KVC_G * D; t += nthr) xs[(t / D) * ld + t % D] = kvc_bf16_round(xs[(t / D) * ld + t % D]);
     __syncthreads();
-}
-
-/* Group parameters (kvq_group_params): fp16 min rounded down, fp16 step rounded up, step 0 -> 1. */
-__device__ __forceinline__ void kvc_group_params(float mn, float mx, int bits, uint16_t *sc_h, uint16_t *mn_h) {
-    *mn_h = kvc_f2h_down(mn);
-    float sc = __fdiv_rn(__fsub_rn(mx, kvc_h2f(*mn_h)), (float)((1 << bits) - 1));
-    *sc_h = sc > 0.0f ? kvc_f2h_up(sc) : (uint16_t)0x3c00u;
-}
-
-__device__ __forceinline__ uint32_t kvc_code(float x, float mn, float sc, int bits) {
-    float r = rintf(__fdiv_rn(__fsub_rn(x, mn), sc));
-    int qmax = (1 << bits) - 1;
-    return r < 0.0f ? 0u : r > (float)qmax ? (uint32_t)qmax : (uint32_t)r;
-}
-
-/* The 32 values x[0], x[step], ... of one group quantized and packed LSB first into 32*bits/8 bytes at dst
- * (4-byte aligned); entries < t0 are excluded (code 0). Writes *sc_h, *mn_h. */
-__device__ void kvc_quant_group(const float *x, int step, int t0, int bits, uint32_t *dst, uint16_t *sc_h,
-                                uint16_t *mn_h) {
-    float mn = 0.0f, mx = 0.0f;
-    for (int j = t0; j < KVC_G; j++) {
-        float v = x[j * step];
-        if (j == t0 || v < mn) mn = v;
-        if (j == t0 || v > mx) mx = v;
-    }
-    kvc_group_params(mn, mx, bits, sc_h, mn_h);
-    const float sc = kvc_h2f(*sc_h), m = kvc_h2f(*mn_h);
-    const int per_word = 32 / bits, n_words = bits;
-    for (int w = 0; w < n_words; w++) {
-        uint32_t word = 0;
-        for (int k = 0; k < per_word; k++) {
-            int j = w * per_word + k;
-            if (j >= t0) word |= kvc_code(x[j * step], m, sc, bits) << (k * bits);
-        }
-        dst[w] = word;
-    }
 }
 
 __global__ void kvc_quant_keys_kernel(const kvc_quant_desc d, const void *src, int t0, uint8_t *dst) {
@@ -97,7 +62,7 @@ __global__ void kvc_quant_keys_kernel(const kvc_quant_desc d, const void *src, i
         }
     __syncthreads();
     for (int c = tid; c < D; c += blockDim.x)
-        kvc_quant_group(xs + c, ld, t0, d.bits, (uint32_t *)(out + (size_t)c * bpc), &scale[c], &mnv[c]);
+        kvd_quant_group(xs + c, ld, t0, d.bits, (uint32_t *)(out + (size_t)c * bpc), &scale[c], &mnv[c]);
 }
 
 __global__ void kvc_quant_values_kernel(const kvc_quant_desc d, const void *src, uint8_t *dst) {
@@ -110,7 +75,7 @@ __global__ void kvc_quant_values_kernel(const kvc_quant_desc d, const void *src,
     uint16_t *scale = (uint16_t *)(out + (size_t)KVC_G * bpt), *mnv = scale + KVC_G * ng;
     for (int t = threadIdx.x; t < KVC_G * ng; t += blockDim.x) {
         int j = t / ng, g = t % ng;
-        kvc_quant_group(xs + j * ld + g * KVC_G, 1, 0, d.bits, (uint32_t *)(out + (size_t)j * bpt + g * bpg),
+        kvd_quant_group(xs + j * ld + g * KVC_G, 1, 0, d.bits, (uint32_t *)(out + (size_t)j * bpt + g * bpg),
                         &scale[j * ng + g], &mnv[j * ng + g]);
     }
 }

@@ -270,9 +270,7 @@ int main(int argc, char **argv) {
         int bad = kvdc_run(&kvdc_cfgs[i], &ops, 77 + i, &flushed);
         cudaError_t e = cudaDeviceSynchronize();
         CHECK(e == cudaSuccess, "device error: %s", cudaGetErrorString(e));
-        printf("%-10s%-5s R %3d S %2d D %3d Hkv %d: %s (graph %s)\n", kvdc_cfgs[i].mode,
-               kvdc_cfgs[i].layer1 ? kvdc_cfgs[i].layer1 : "", kvdc_cfgs[i].R, kvdc_cfgs[i].S, kvdc_cfgs[i].D,
-               kvdc_cfgs[i].Hkv, bad ? "DIFFERENT" : "identical", g->have_graph ? "replayed" : "not used");
+        kvdc_print(&kvdc_cfgs[i], bad, g->have_graph ? " (graph replayed)" : " (no graph step)");
         g_free(g);
     }
     printf("%d blocks flushed on the GPU, all compared with the CPU cache\n", flushed);

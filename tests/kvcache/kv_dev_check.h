@@ -235,6 +235,12 @@ static inline int kvdc_run(const kvdc_cfg *cfg, const kvdc_ops *ops, uint64_t se
     return bad;
 }
 
+/* One result line per configuration. */
+static inline void kvdc_print(const kvdc_cfg *c, int bad, const char *extra) {
+    printf("%-10s%-5s R %3d S %2d D %3d Hkv %d: %s%s\n", c->mode, c->layer1 ? c->layer1 : "", c->R, c->S, c->D, c->Hkv,
+           bad ? "DIFFERENT" : "identical", extra);
+}
+
 /* The configurations both tests run (formats, windows, sinks, per-layer mixes, head sizes). */
 static const kvdc_cfg kvdc_cfgs[] = {
     /* mode, layer1, R, S, D, Hkv, Hq, layers, max_seqs, max_chunk, steps, max_tokens */

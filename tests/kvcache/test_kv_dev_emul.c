@@ -166,9 +166,9 @@ int main(void) {
         if (!e) continue;
         kvdc_ops ops = {e, emu_seq_add, emu_seq_remove, emu_seq_clear, emu_step, emu_append, emu_commit, emu_snapshot};
         int bad = kvdc_run(&kvdc_cfgs[i], &ops, 77 + i, &flushed);
-        printf("%-10s%-5s R %3d S %2d D %3d Hkv %d threads %3d: %s\n", kvdc_cfgs[i].mode,
-               kvdc_cfgs[i].layer1 ? kvdc_cfgs[i].layer1 : "", kvdc_cfgs[i].R, kvdc_cfgs[i].S, kvdc_cfgs[i].D,
-               kvdc_cfgs[i].Hkv, nthr[i % 3], bad ? "DIFFERENT" : "identical");
+        char extra[32];
+        snprintf(extra, sizeof extra, " (%d threads)", nthr[i % 3]);
+        kvdc_print(&kvdc_cfgs[i], bad, extra);
         emu_free(e);
     }
     printf("%d blocks flushed by the emulated kernels, all compared\n", flushed);
