@@ -59,8 +59,9 @@ typedef struct kvc_attn kvc_attn;
 #define KVC_MAX_SEQS 256 /* sequences per call */
 
 /* Workspace for calls of up to max_seqs (1..256) sequences with n_q_heads / n_kv_heads heads of head_dim (64 or
- * 128): split partials (~(max(4 SMs, max_seqs * heads rows) + max_seqs * rows) * 8 * D * 4 bytes, rows = Hkv *
- * ceil(group / 8)), allocated once; kernel attributes are set here (nothing is set or allocated per call). */
+ * 128): split partials (up to max(resident CTAs, 4 * max_seqs * rows) * 8 * D * 4 bytes, rows = Hkv *
+ * ceil(group / 8): 33 MB at 256 sequences, 8 rows, D 128), allocated once; kernel attributes are set here
+ * (nothing is set or allocated per call). */
 omni_status kvc_attn_init(int max_seqs, int n_q_heads, int n_kv_heads, int head_dim, kvc_attn **out);
 void kvc_attn_free(kvc_attn *a); /* NULL is a no-op */
 
