@@ -53,7 +53,16 @@ omni_status kvc_quant_values(const kvc_quant_desc *d, const void *src, int n_blk
  * Pages are read through a layer view (kvcache/kv_layout.h, device pointers: kv_dev_layer_view) whose tables and
  * lengths are indexed by sequence slot; a call processes a batch of slots (slots[i], or i when slots is NULL).
  * Requirements: raw elements bf16 (k_esz = v_esz = 2), head_dim 64 or 128, quantized layers 2 or 4 bits each,
- * pools, page sizes and every offset / per-head stride multiples of 16 bytes. */
+ * pools, page sizes and every offset / per-head stride multiples of 16 bytes.
+ *
+ * In a runner step over the device cache (kvcache/kv_dev.h: view = kv_dev_layer_view, b = kv_dev_batch_view):
+ *     kv_dev_step + kv_dev_upload; then per layer, after q/k norm + RoPE (q, k, v bf16 rows in batch order):
+ *       steps with a chunk:  kvc_prefill(&view, n, b.slot, b.row0, max_chunk, q, k, v, out, Hq, scale, st);
+ *                            kv_dev_append(d, l, k, v, t_cap, st)   (prefill reads only committed history)
+ *       decode steps:        kv_dev_append(d, l, k, v, t_cap, st);
+ *                            kvc_decode(attn, &view, n, b.slot, b.n_new, q, out, scale, st)
+ *     then kv_dev_commit. Every pointer above is at a fixed device address and the launch shapes depend only on
+ *     n (and max_chunk), so a decode step is captured once per batch size and replayed. */
 typedef struct kvc_attn kvc_attn;
 
 #define KVC_MAX_SEQS 256 /* sequences per call */
