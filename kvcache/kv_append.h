@@ -282,13 +282,7 @@ KV_HD void kvd_flush_pass(const kvd_append_args *a, const kvd_cta *c, int isv, i
             uint16_t h = 0;
             float s = 1.0f;
             if (j >= c->t0) {
-                double ss = 0.0;
-                for (int ch = 0; ch < D; ch++) {
-                    double xv = (double)x[j * ld + ch];
-                    ss = KV_DADD(ss, KV_DMUL(xv, xv));
-                }
-                h = kv_f2h((float)sqrt(ss));
-                if (kv_h2f(h) == 0.0f) h = 0x3c00u;
+                h = kv_key_norm(x + j * ld, D);
                 s = kv_h2f(h);
             }
             norm[j] = h;

@@ -105,4 +105,16 @@ KV_HD uint16_t kv_f2bf(float f) {
     return (uint16_t)(u >> 16);
 }
 
+/* The stored per-token norm of a key row x[0..D): sqrt of the sum of squares in double, in channel order, to fp16
+ * (nearest-even); a zero norm is stored as 1. */
+KV_HD uint16_t kv_key_norm(const float *x, int D) {
+    double ss = 0.0;
+    for (int c = 0; c < D; c++) {
+        double xv = (double)x[c];
+        ss = KV_DADD(ss, KV_DMUL(xv, xv));
+    }
+    uint16_t h = kv_f2h((float)sqrt(ss));
+    return kv_h2f(h) == 0.0f ? (uint16_t)0x3c00u : h;
+}
+
 #endif

@@ -22,14 +22,6 @@ void kvq_group_params(float mn, float mx, int bits, uint16_t *sc_h, uint16_t *mn
     *sc_h = sc > 0.0f ? kvq_f2h_up(sc) : kvq_f2h(1.0f);
 }
 
-/* Norm of one key row (double accumulation), fp16, 0 -> 1. */
-static uint16_t key_norm_h(const float *row, int D) {
-    double ss = 0.0;
-    for (int c = 0; c < D; c++) ss += (double)row[c] * (double)row[c];
-    uint16_t h = kvq_f2h((float)sqrt(ss));
-    return kvq_h2f(h) == 0.0f ? kvq_f2h(1.0f) : h;
-}
-
 void kvq_quant_keys(const float *k, int t0, int D, int bits, int use_norm, uint8_t *dst, float *tmp) {
     const int bpc = KVQ_G * bits / 8, per = 8 / bits;
     uint16_t *scale = (uint16_t *)(dst + (size_t)D * bpc), *mnv = scale + D, *norm = mnv + D;
@@ -43,7 +35,7 @@ void kvq_quant_keys(const float *k, int t0, int D, int bits, int use_norm, uint8
         }
         float s = 1.0f;
         if (use_norm) {
-            norm[j] = key_norm_h(row, D);
+            norm[j] = kv_key_norm(row, D);
             s = kvq_h2f(norm[j]);
         }
         for (int c = 0; c < D; c++) t[c] = use_norm ? row[c] / s : row[c];

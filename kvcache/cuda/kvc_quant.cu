@@ -42,13 +42,7 @@ __global__ void kvc_quant_keys_kernel(const kvc_quant_desc d, const void *src, i
         uint16_t h = 0;
         float s = 1.0f;
         if (tid >= t0) {
-            double ss = 0.0;
-            for (int c = 0; c < D; c++) {
-                double x = (double)xs[tid * ld + c];
-                ss = __dadd_rn(ss, __dmul_rn(x, x));
-            }
-            h = kvc_f2h((float)sqrt(ss));
-            if (kvc_h2f(h) == 0.0f) h = 0x3c00u;
+            h = kv_key_norm(xs + tid * ld, D);
             s = kvc_h2f(h);
         }
         norm[tid] = h;
