@@ -5,7 +5,7 @@
 #   here:    cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DOMNI_CUDA=ON && cmake --build build -j2 \
 #              --target test_gpu_kv_attn test_gpu_kv_quant test_gpu_kv_prefill omni_bench_attn
 #            bench/attn_gpu.sh pack build            -> build/dev-attn/ (~10 MB; carry it)
-#   device:  bench/attn_gpu.sh run build [tests] [sanitize] [bench]   (repo root; logs + CSVs under $OUT;
+#   device:  bench/attn_gpu.sh run build [tests] [sanitize] [bench]   (repo root; logs + CSVs in $OUT/attn_logs.tgz;
 #            no part named = all three, ~10 min: split into "tests sanitize" (~6 min) and "bench" (~4 min) calls
 #            to stay inside one call's 10-minute limit)
 # parts: tests = decode (--full, and --short with OMNI_KVC_MAGIC=1), prefill/segments, quantizer; sanitize =
@@ -29,7 +29,10 @@ if [ "$mode" = pack ]; then
     du -sh $D
     exit 0
 fi
+RES=$OUT                      # what comes back: one tarball of the logs (the device returns at most 8 files)
+OUT=$RES/logs
 mkdir -p $OUT /tmp/omni_lib && tar -C /tmp/omni_lib -xJf $D/lib.tar.xz
+trap 'tar -C $OUT -czf $RES/attn_logs.tgz . && rm -rf $OUT' EXIT
 CUDALIB=$(dirname "$(find /usr/local/cuda*/ /usr/local /usr/lib /opt -name 'libcudart.so.13' 2>/dev/null | head -1)")
 export LD_LIBRARY_PATH=/tmp/omni_lib/lib:$CUDALIB:${LD_LIBRARY_PATH:-} OMP_WAIT_POLICY=passive
 export PATH=$PATH:/usr/local/cuda/bin
