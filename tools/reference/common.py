@@ -93,13 +93,14 @@ ADDITIONAL_SPECIAL_TOKENS = [
 ]
 
 
-def special_token_ids():
-    """Name -> id of every added token of the small tokenizer (regular vocab first, then these in order)."""
-    return {name: SMALL_VOCAB_REGULAR + i for i, (name, _) in enumerate(ALL_ADDED_TOKENS)}
+def special_token_ids(n_regular=SMALL_VOCAB_REGULAR):
+    """Name -> id of every added token of a tokenizer with n_regular regular tokens (regular vocab first, then
+    these in order)."""
+    return {name: n_regular + i for i, (name, _) in enumerate(ALL_ADDED_TOKENS)}
 
 
-def small_tokenizer_size():
-    return SMALL_VOCAB_REGULAR + len(ALL_ADDED_TOKENS)
+def small_tokenizer_size(n_regular=SMALL_VOCAB_REGULAR):
+    return n_regular + len(ALL_ADDED_TOKENS)
 
 
 # Fixed list of CPython stdlib files (present in every 3.11/3.12 install) used as English/code training text.
@@ -168,10 +169,12 @@ def training_corpus():
     return texts
 
 
-def build_small_tokenizer(out_dir, chat_template=None, compact=False):
+def build_small_tokenizer(out_dir, chat_template=None, compact=False, corpus=None, n_regular=SMALL_VOCAB_REGULAR):
     """Train the small Qwen-structured byte-level BPE tokenizer and write tokenizer.json + tokenizer_config.json
     to out_dir. chat_template (str or None) goes into tokenizer_config.json; compact=True writes tokenizer.json
-    without indentation (same content). Returns the tokenizers.Tokenizer."""
+    without indentation (same content). corpus (list of str, default training_corpus()) and n_regular (number of
+    regular tokens, >= 256) let tools/train build the embedded models' own tokenizers with the same structure.
+    Returns the tokenizers.Tokenizer."""
     os.environ.setdefault("RAYON_NUM_THREADS", "1")
     from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
     from tokenizers import processors, trainers
@@ -185,17 +188,17 @@ def build_small_tokenizer(out_dir, chat_template=None, compact=False):
     ])
     tok.post_processor = processors.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False)
     tok.decoder = decoders.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False)
-    trainer = trainers.BpeTrainer(vocab_size=SMALL_VOCAB_REGULAR, min_frequency=2, show_progress=False,
+    trainer = trainers.BpeTrainer(vocab_size=n_regular, min_frequency=2, show_progress=False,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), special_tokens=[])
-    tok.train_from_iterator(training_corpus(), trainer=trainer)
-    assert tok.get_vocab_size() == SMALL_VOCAB_REGULAR, tok.get_vocab_size()
+    tok.train_from_iterator(training_corpus() if corpus is None else corpus, trainer=trainer)
+    assert tok.get_vocab_size() == n_regular, tok.get_vocab_size()
     for name, special in ALL_ADDED_TOKENS:
         t = AddedToken(name, single_word=False, lstrip=False, rstrip=False, normalized=False, special=special)
         if special:
             tok.add_special_tokens([t])
         else:
             tok.add_tokens([t])
-    ids = special_token_ids()
+    ids = special_token_ids(n_regular)
     for name, i in ids.items():
         assert tok.token_to_id(name) == i, (name, tok.token_to_id(name), i)
 
@@ -213,14 +216,14 @@ def build_small_tokenizer(out_dir, chat_template=None, compact=False):
             json.dump(data, f, ensure_ascii=False, indent=2)
         f.write("\n")
     tok = Tokenizer.from_file(os.path.join(out_dir, "tokenizer.json"))
-    assert tok.get_vocab_size() == small_tokenizer_size()
+    assert tok.get_vocab_size() == small_tokenizer_size(n_regular)
     with open(os.path.join(out_dir, "tokenizer_config.json"), "w", encoding="utf-8") as f:
-        json.dump(tokenizer_config(chat_template), f, ensure_ascii=False, indent=2)
+        json.dump(tokenizer_config(chat_template, n_regular), f, ensure_ascii=False, indent=2)
         f.write("\n")
     return tok
 
 
-def tokenizer_config(chat_template=None):
+def tokenizer_config(chat_template=None, n_regular=SMALL_VOCAB_REGULAR):
     """tokenizer_config.json contents mirroring the real Qwen3 one (ids remapped to the small vocab)."""
     cfg = {
         "add_bos_token": False,
@@ -228,7 +231,7 @@ def tokenizer_config(chat_template=None):
         "added_tokens_decoder": {
             str(i): {"content": name, "lstrip": False, "normalized": False, "rstrip": False, "single_word": False,
                      "special": special}
-            for i, (name, special) in zip(range(SMALL_VOCAB_REGULAR, small_tokenizer_size()), ALL_ADDED_TOKENS)
+            for i, (name, special) in zip(range(n_regular, small_tokenizer_size(n_regular)), ALL_ADDED_TOKENS)
         },
         "additional_special_tokens": list(ADDITIONAL_SPECIAL_TOKENS),
         "bos_token": None,

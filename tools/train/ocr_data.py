@@ -1,0 +1,363 @@
+"""Synthetic OCR data: rendered text lines -> (image, exact text), and the Qwen3-VL image preprocessing.
+
+Recipe (all randomness from one numpy Generator, so a seed fixes every sample):
+  text    1-3 lines of printable ASCII (no leading/trailing/double spaces), each line drawn from: prose from
+          data/words.txt (case styles, punctuation) 40%, title case 8%, numbers/dates/prices/times 16%,
+          identifiers/emails/URLs/codes 11%, code-like snippets 10%, random printable characters 10%, labelled
+          values ("Total: $12.40") 5%; line length 1..MAX_LINE characters (most 4..40).
+  fonts   the 16 regular/bold/italic DejaVu Sans, Sans Mono, Serif and STIX General TTFs of matplotlib's mpl-data
+          (same files on every machine with matplotlib), size 15..40 px.
+  layout  margins 2..28 px, line spacing 1.0..1.6, left/center/right alignment.
+  colours light, dark or coloured background (solid, gradient, noise texture or a few faint shapes), text colour
+          with a luminance difference >= 90.
+  damage  rotation +-3 degrees, bilinear (45%), Gaussian blur r 0.3..1.1 (25%), Gaussian noise sigma 2..14 (30%),
+          down/up scaling 0.6..0.9 (15%), JPEG quality 35..90 (20%).
+Preprocessing = Qwen2VLImageProcessorFast of transformers 5.17 with this model's preprocessor_config.json:
+smart_resize (factor 32, MIN_PIXELS..MAX_PIXELS), torchvision bicubic antialiased resize on uint8, (x/255-0.5)/0.5,
+patches of 3x2x16x16 in merge-block order (test_ocr_data.py checks it equals the transformers processor).
+"""
+
+import io
+import os
+import string
+
+import numpy as np
+from PIL import Image, ImageDraw, ImageFilter, ImageFont
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PATCH, MERGE, TPATCH = 16, 2, 2
+MIN_PIXELS = 32 * 32 * 4        # >= 4 visual tokens
+MAX_PIXELS = 32 * 32 * 256      # <= 256 visual tokens (e.g. 640x400)
+MAX_LINE = 48
+PROMPT = "Read all the text in the image."
+
+FONT_NAMES = [
+    "DejaVuSans.ttf", "DejaVuSans-Bold.ttf", "DejaVuSans-Oblique.ttf", "DejaVuSans-BoldOblique.ttf",
+    "DejaVuSansMono.ttf", "DejaVuSansMono-Bold.ttf", "DejaVuSansMono-Oblique.ttf", "DejaVuSansMono-BoldOblique.ttf",
+    "DejaVuSerif.ttf", "DejaVuSerif-Bold.ttf", "DejaVuSerif-Italic.ttf", "DejaVuSerif-BoldItalic.ttf",
+    "STIXGeneral.ttf", "STIXGeneralBol.ttf", "STIXGeneralItalic.ttf", "STIXGeneralBolIta.ttf",
+]
+
+
+def font_paths():
+    import matplotlib
+    d = os.path.join(matplotlib.get_data_path(), "fonts", "ttf")
+    paths = [os.path.join(d, n) for n in FONT_NAMES]
+    missing = [p for p in paths if not os.path.exists(p)]
+    if missing:
+        raise SystemExit("missing fonts: %s" % missing)
+    return paths
+
+
+def load_words():
+    with open(os.path.join(HERE, "data", "words.txt"), encoding="utf-8") as f:
+        return [w.strip() for w in f if w.strip() and not w.startswith("#")]
+
+
+PRINTABLE = string.ascii_letters + string.digits + string.punctuation + " "
+TLDS = ["com", "org", "net", "io", "dev", "edu", "de", "co.uk"]
+MONTHS = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"]
+LABELS = ["Total", "Price", "Date", "Time", "Room", "Floor", "Order", "Invoice", "Ref", "Phone", "Tel", "ID",
+          "Name", "Code", "Page", "Item", "Qty", "Amount", "Due", "Gate", "Seat", "Flight", "Version", "Step"]
+CODE = ["{a} = {b} + {n}", "def {a}({b}):", "return {a}[{n}]", "if ({a} < {b}) {{", "for {a} in range({n}):",
+        "{a}.{b}({c})", "x[{n}] = {a} * {b};", "print(\"{a}\")", "#include <{a}.h>", "{a} != {b} && {c}",
+        "let {a} = [{n}, {m}];", "{a}->{b} = NULL;", "import {a}", "{a}: int = {n}", "SELECT {a} FROM {b};",
+        "{a}({b}, {c})", "while {a} > {n}:", "// {a} {b}", "$ {a} --{b}={n}", "<{a} {b}=\"{n}\">"]
+
+
+def ri(rng, lo, hi=None):
+    """Python int from rng.integers (printf-style formats reject numpy ints)."""
+    return int(rng.integers(lo, hi))
+
+
+class TextGen:
+    def __init__(self, rng, words):
+        self.rng = rng
+        self.words = words
+        # Zipf-like weights: frequent words more often, but the whole list appears.
+        w = 1.0 / (np.arange(len(words)) + 10.0) ** 0.8
+        self.p = w / w.sum()
+
+    def word(self):
+        return self.words[self.rng.choice(len(self.words), p=self.p)]
+
+    def ident(self):
+        r = self.rng
+        k = ri(r, 0, 4)
+        w = self.word()
+        if k == 0:
+            return w
+        if k == 1:
+            return w + "_" + self.word()
+        if k == 2:
+            return w + self.word().capitalize()
+        return w[: ri(r, 1, 4)] + str(ri(r, 0, 100))
+
+    def number(self):
+        r = self.rng
+        k = ri(r, 0, 10)
+        if k == 0:
+            return str(ri(r, 0, 10 ** ri(r, 1, 8)))
+        if k == 1:
+            return "%.*f" % (ri(r, 1, 4), r.random() * 10 ** ri(r, 1, 5))
+        if k == 2:
+            return "{:,}".format(int(ri(r, 1000, 10 ** 8)))
+        if k == 3:
+            return "$%d.%02d" % (ri(r, 0, 10000), ri(r, 0, 100))
+        if k == 4:
+            return "%d-%02d-%02d" % (ri(r, 1950, 2060), ri(r, 1, 13), ri(r, 1, 29))
+        if k == 5:
+            return "%02d/%02d/%d" % (ri(r, 1, 29), ri(r, 1, 13), ri(r, 1950, 2060))
+        if k == 6:
+            return "%d:%02d" % (ri(r, 0, 24), ri(r, 0, 60)) + ("" if r.random() < 0.6 else
+                                                                        " " + ["AM", "PM", "am", "pm"][ri(r, 4)])
+        if k == 7:
+            return "%d%%" % ri(r, 0, 101) if r.random() < 0.5 else "%.1f%%" % (r.random() * 100)
+        if k == 8:
+            return "+%d %03d-%04d" % (ri(r, 1, 99), ri(r, 0, 1000), ri(r, 0, 10000))
+        return "%s %d, %d" % (MONTHS[ri(r, 12)], ri(r, 1, 29), ri(r, 1950, 2060))
+
+    def code_token(self):
+        r = self.rng
+        k = ri(r, 0, 6)
+        if k == 0:
+            return "".join(r.choice(list(string.ascii_uppercase + string.digits), ri(r, 3, 10)))
+        if k == 1:
+            return "%s-%d-%s" % ("".join(r.choice(list(string.ascii_uppercase), 2)), ri(r, 0, 10000),
+                                 "".join(r.choice(list(string.ascii_uppercase + string.digits), 2)))
+        if k == 2:
+            return "0x" + "".join(r.choice(list("0123456789abcdefABCDEF"), ri(r, 2, 9)))
+        if k == 3:
+            return "%s.%s@%s.%s" % (self.word(), self.word(), self.word(), TLDS[ri(r, len(TLDS))])
+        if k == 4:
+            return "%swww.%s.%s/%s" % (["", "http://", "https://"][ri(r, 3)], self.word(),
+                                       TLDS[ri(r, len(TLDS))], self.ident())
+        return "v%d.%d.%d" % (ri(r, 0, 20), ri(r, 0, 30), ri(r, 0, 100))
+
+    def prose(self, n_words, style):
+        ws = [self.word() for _ in range(n_words)]
+        r = self.rng
+        if style == "title":
+            ws = [w.capitalize() for w in ws]
+        elif style == "upper":
+            ws = [w.upper() for w in ws]
+        elif style == "sentence":
+            ws[0] = ws[0].capitalize()
+        for i in range(len(ws) - 1):
+            if r.random() < 0.07:
+                ws[i] += [",", ";", ":", " -"][ri(r, 4)]
+        if r.random() < 0.08:
+            i = ri(r, len(ws))
+            ws[i] = ["(%s)", "\"%s\"", "'%s'", "[%s]"][ri(r, 4)] % ws[i]
+        if r.random() < 0.12:
+            ws.insert(ri(r, len(ws) + 1), self.number())
+        s = " ".join(ws)
+        if style != "title" and r.random() < 0.6:
+            s += [".", ".", ".", "!", "?", ":", "...", ";"][ri(r, 8)]
+        return s
+
+    def line_raw(self):
+        r = self.rng
+        u = r.random()
+        if u < 0.40:
+            return self.prose(int(ri(r, 1, 9)), ["lower", "sentence", "sentence", "upper"][ri(r, 4)])
+        if u < 0.48:
+            return self.prose(int(ri(r, 1, 6)), "title")
+        if u < 0.64:
+            return " ".join(self.number() for _ in range(ri(r, 1, 4)))
+        if u < 0.75:
+            return " ".join(self.code_token() for _ in range(ri(r, 1, 3)))
+        if u < 0.85:
+            t = CODE[ri(r, len(CODE))]
+            return t.format(a=self.ident(), b=self.ident(), c=self.ident(), n=ri(r, 0, 1000),
+                            m=ri(r, 0, 100))
+        if u < 0.95:
+            return "".join(r.choice(list(PRINTABLE), ri(r, 1, 25)))
+        return "%s: %s" % (LABELS[ri(r, len(LABELS))], [self.number, self.code_token, self.word][ri(r, 3)]())
+
+    def line(self, max_chars=MAX_LINE):
+        """One line of 1..max_chars characters, single spaces, no leading/trailing space."""
+        for _ in range(20):
+            s = " ".join(self.line_raw().split())
+            if 1 <= len(s) <= max_chars:
+                return s
+            if len(s) > max_chars:
+                cut = s[:max_chars]
+                if " " in cut[1:] and self.rng.random() < 0.8:
+                    cut = cut[: cut.rindex(" ")]
+                cut = cut.strip()
+                if cut:
+                    return cut
+        return "".join(self.rng.choice(list(string.ascii_letters), 5))
+
+
+def luminance(c):
+    return 0.299 * c[0] + 0.587 * c[1] + 0.114 * c[2]
+
+
+def colours(rng):
+    """(background, text) RGB tuples with a clear luminance difference."""
+    for _ in range(50):
+        k = rng.random()
+        if k < 0.55:
+            bg = tuple(int(v) for v in rng.integers(200, 256, 3))
+        elif k < 0.75:
+            bg = tuple(int(v) for v in rng.integers(0, 70, 3))
+        else:
+            bg = tuple(int(v) for v in rng.integers(0, 256, 3))
+        if rng.random() < 0.5:
+            fg = (0, 0, 0) if luminance(bg) > 128 else (255, 255, 255)
+            fg = tuple(int(np.clip(v + rng.integers(-30, 31), 0, 255)) for v in fg)
+        else:
+            fg = tuple(int(v) for v in rng.integers(0, 256, 3))
+        if abs(luminance(bg) - luminance(fg)) >= 90:
+            return bg, fg
+    return (255, 255, 255), (0, 0, 0)
+
+
+def background(rng, w, h, bg):
+    k = rng.random()
+    base = np.empty((h, w, 3), np.float32)
+    base[:] = bg
+    if k < 0.6:
+        pass
+    elif k < 0.8:  # linear gradient
+        d = rng.uniform(-40, 40, 3)
+        if rng.random() < 0.5:
+            t = np.linspace(0, 1, w, dtype=np.float32)[None, :, None]
+        else:
+            t = np.linspace(0, 1, h, dtype=np.float32)[:, None, None]
+        base = base + t * d[None, None, :]
+    elif k < 0.9:  # low-frequency texture
+        sm = rng.normal(0, 1, (max(2, h // 16), max(2, w // 16), 3)).astype(np.float32)
+        img = Image.fromarray(np.clip(128 + 40 * sm, 0, 255).astype(np.uint8)).resize((w, h), Image.BILINEAR)
+        base = base + (np.asarray(img, np.float32) - 128) * rng.uniform(0.1, 0.4)
+    img = Image.fromarray(np.clip(base, 0, 255).astype(np.uint8))
+    if k >= 0.9:  # a few faint shapes
+        dr = ImageDraw.Draw(img)
+        for _ in range(rng.integers(1, 5)):
+            c = tuple(int(np.clip(v + rng.integers(-35, 36), 0, 255)) for v in bg)
+            x0, y0 = int(rng.integers(0, w)), int(rng.integers(0, h))
+            x1, y1 = x0 + int(rng.integers(5, w // 2 + 6)), y0 + int(rng.integers(2, h // 2 + 3))
+            if rng.random() < 0.5:
+                dr.rectangle([x0, y0, x1, y1], outline=c, width=int(rng.integers(1, 3)))
+            else:
+                dr.line([x0, y0, x1, y1], fill=c, width=int(rng.integers(1, 3)))
+    return img
+
+
+def render(rng, lines, font_path, size):
+    """Render lines with one font; returns an RGB PIL image sized to the text plus margins."""
+    font = ImageFont.truetype(font_path, size)
+    asc, desc = font.getmetrics()
+    spacing = rng.uniform(1.0, 1.6)
+    line_h = int(round((asc + desc) * spacing))
+    widths = [int(np.ceil(font.getlength(s))) for s in lines]
+    ml, mr, mt, mb = (int(v) for v in rng.integers(2, 29, 4))
+    w = max(widths) + ml + mr
+    h = (asc + desc) + line_h * (len(lines) - 1) + mt + mb
+    bg, fg = colours(rng)
+    img = background(rng, w, h, bg)
+    dr = ImageDraw.Draw(img)
+    align = rng.choice(["left", "left", "left", "center", "center", "right"])
+    for i, s in enumerate(lines):
+        if align == "left":
+            x = ml
+        elif align == "center":
+            x = ml + (max(widths) - widths[i]) // 2
+        else:
+            x = ml + max(widths) - widths[i]
+        dr.text((x, mt + i * line_h), s, font=font, fill=fg)
+    return img, bg
+
+
+def damage(rng, img, bg):
+    if rng.random() < 0.45:
+        img = img.rotate(rng.uniform(-3, 3), resample=Image.BILINEAR, expand=True, fillcolor=bg)
+    if rng.random() < 0.15:
+        s = rng.uniform(0.6, 0.9)
+        w, h = img.size
+        img = img.resize((max(8, int(w * s)), max(8, int(h * s))), Image.BILINEAR).resize((w, h), Image.BICUBIC)
+    if rng.random() < 0.25:
+        img = img.filter(ImageFilter.GaussianBlur(rng.uniform(0.3, 1.1)))
+    if rng.random() < 0.30:
+        a = np.asarray(img, np.float32) + rng.standard_normal((img.size[1], img.size[0], 1), dtype=np.float32) * \
+            rng.uniform(2, 14)
+        img = Image.fromarray(np.clip(a, 0, 255).astype(np.uint8))
+    if rng.random() < 0.20:
+        buf = io.BytesIO()
+        img.save(buf, format="JPEG", quality=int(rng.integers(35, 91)))
+        buf.seek(0)
+        img = Image.open(buf).convert("RGB")
+    return img
+
+
+def choose_lines(rng, gen, n_lines=None, max_chars=MAX_LINE):
+    if n_lines is None:
+        u = rng.random()
+        n_lines = 1 if u < 0.55 else (2 if u < 0.8 else 3)
+    return [gen.line(max_chars) for _ in range(n_lines)]
+
+
+def make_sample(rng, gen, fonts, n_lines=None, max_chars=MAX_LINE, clean=False):
+    """-> (PIL RGB image, text with '\\n' between lines, meta dict)."""
+    lines = choose_lines(rng, gen, n_lines, max_chars)
+    fi = int(rng.integers(len(fonts)))
+    size = int(rng.integers(15, 41))
+    # keep the picture within MAX_PIXELS without shrinking the text below ~15 px
+    for _ in range(6):
+        img, bg = render(rng, lines, fonts[fi], size)
+        if img.size[0] * img.size[1] <= MAX_PIXELS * 0.9 or size <= 15:
+            break
+        size = max(15, int(size * 0.8))
+    if not clean:
+        img = damage(rng, img, bg)
+    return img, "\n".join(lines), {"font": FONT_NAMES[fi], "size": size, "lines": len(lines)}
+
+
+# ---- preprocessing (Qwen2VLImageProcessorFast, transformers 5.17) ------------------------------------------------
+
+def target_size(h, w):
+    from transformers.models.qwen2_vl.image_processing_qwen2_vl import smart_resize
+    return smart_resize(h, w, factor=PATCH * MERGE, min_pixels=MIN_PIXELS, max_pixels=MAX_PIXELS)
+
+
+def preprocess(img):
+    """PIL RGB image -> (pixel_values float32 [N, 3*2*16*16], (1, gh, gw), resized uint8 [h, w, 3])."""
+    import torch
+    from torchvision.transforms import InterpolationMode
+    from torchvision.transforms.v2 import functional as TF
+    img = img.convert("RGB")
+    w0, h0 = img.size
+    h, w = target_size(h0, w0)
+    x = torch.from_numpy(np.asarray(img).copy()).permute(2, 0, 1).contiguous()  # [3, h0, w0] uint8
+    if (h, w) != (h0, w0):
+        x = TF.resize(x, [h, w], interpolation=InterpolationMode.BICUBIC, antialias=True)
+    resized = x.permute(1, 2, 0).numpy()
+    pv, g = patchify(x)
+    return pv, g, resized
+
+
+def patchify(x):
+    """uint8 [3, h, w] (h, w multiples of 32) -> (pixel_values float32 [N, 1536], (1, gh, gw))."""
+    import torch
+    if isinstance(x, np.ndarray):  # [h, w, 3]
+        x = torch.from_numpy(np.ascontiguousarray(x)).permute(2, 0, 1)
+    h, w = x.shape[1], x.shape[2]
+    f = (x.float() - 127.5) / 127.5  # (x/255 - 0.5)/0.5 as the fast processor fuses it
+    gh, gw = h // PATCH, w // PATCH
+    f = f[None].expand(TPATCH, 3, h, w)  # the still image repeated to 2 frames
+    f = f.reshape(1, TPATCH, 3, gh // MERGE, MERGE, PATCH, gw // MERGE, MERGE, PATCH)
+    f = f.permute(0, 3, 6, 4, 7, 2, 1, 5, 8)  # [t, R, C, i, j, ch, tp, py, px]
+    return f.reshape(gh * gw, 3 * TPATCH * PATCH * PATCH).contiguous(), (1, gh, gw)
+
+
+def preprocessor_config():
+    """preprocessor_config.json of the OCR model (Qwen3-VL layout, this model's pixel budget)."""
+    return {
+        "do_convert_rgb": True, "do_normalize": True, "do_rescale": True, "do_resize": True,
+        "image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5],
+        "image_processor_type": "Qwen2VLImageProcessorFast", "merge_size": MERGE, "patch_size": PATCH,
+        "processor_class": "Qwen3VLProcessor", "resample": 3, "rescale_factor": 1 / 255,
+        "size": {"longest_edge": MAX_PIXELS, "shortest_edge": MIN_PIXELS}, "temporal_patch_size": TPATCH,
+    }

@@ -1,0 +1,287 @@
+#!/usr/bin/env python3
+"""Train the embedded OCR model: a small Qwen3-VL (Qwen3VLForConditionalGeneration, the real checkpoint layout and
+config keys) that answers "Read all the text in the image." with the exact text of rendered lines (ocr_data.py).
+
+    python3 tools/train/train_ocr.py --out DIR --minutes 7 [--resume DIR] [--seed 1] [--toy]
+
+Writes DIR/ocr/: config.json, model.safetensors (bf16), generation_config.json, preprocessor_config.json,
+tokenizer.json, tokenizer_config.json, training_recipe.json (seeds, sizes, data recipe, steps, loss curve, eval).
+--resume loads the weights of a previous DIR/ocr (a fresh optimizer with a short warmup) and adds to its record.
+"""
+
+import argparse
+import copy
+import os
+import sys
+import time
+
+import numpy as np
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import ocr_data  # noqa: E402
+import util  # noqa: E402
+from util import log  # noqa: E402
+
+NAME = "ocr"
+FULL = dict(hidden=192, layers=3, heads=4, kv=2, head_dim=128, inter=576,
+            v_depth=4, v_hidden=192, v_heads=3, v_inter=768, v_pos=1024, v_deepstack=[1])
+TOY = dict(hidden=64, layers=2, heads=2, kv=1, head_dim=128, inter=128,
+           v_depth=2, v_hidden=32, v_heads=2, v_inter=64, v_pos=64, v_deepstack=[0])
+EVAL_SEED = 900_001  # held-out sets: seeds never used by training workers (those are < 900_000)
+
+
+def make_config(tok, s):
+    from transformers import Qwen3VLConfig
+    ids = util.special_ids(tok)
+    text = dict(vocab_size=util.padded_vocab(tok), hidden_size=s["hidden"], intermediate_size=s["inter"],
+                num_hidden_layers=s["layers"], num_attention_heads=s["heads"], num_key_value_heads=s["kv"],
+                head_dim=s["head_dim"], hidden_act="silu", max_position_embeddings=8192, initializer_range=0.02,
+                rms_norm_eps=1e-6, use_cache=True,
+                rope_parameters={"rope_type": "default", "rope_theta": 5000000.0, "mrope_section": [24, 20, 20],
+                                 "mrope_interleaved": True},
+                attention_bias=False, attention_dropout=0.0, bos_token_id=ids["<|endoftext|>"],
+                eos_token_id=ids["<|im_end|>"], tie_word_embeddings=True)
+    vision = dict(depth=s["v_depth"], hidden_size=s["v_hidden"], hidden_act="gelu_pytorch_tanh",
+                  intermediate_size=s["v_inter"], num_heads=s["v_heads"], in_channels=3, patch_size=ocr_data.PATCH,
+                  spatial_merge_size=ocr_data.MERGE, temporal_patch_size=ocr_data.TPATCH, out_hidden_size=s["hidden"],
+                  num_position_embeddings=s["v_pos"], deepstack_visual_indexes=s["v_deepstack"],
+                  initializer_range=0.02)
+    cfg = Qwen3VLConfig(text_config=text, vision_config=vision, image_token_id=ids["<|image_pad|>"],
+                        video_token_id=ids["<|video_pad|>"], vision_start_token_id=ids["<|vision_start|>"],
+                        vision_end_token_id=ids["<|vision_end|>"], tie_word_embeddings=True)
+    cfg.architectures = ["Qwen3VLForConditionalGeneration"]
+    return cfg
+
+
+class Prompt:
+    """Token ids of the official template around n image tokens; answers end with <|im_end|>."""
+
+    def __init__(self, tok):
+        self.tok = tok
+        self.ids = util.special_ids(tok)
+        self.pre = tok.encode("<|im_start|>user\n<|vision_start|>", add_special_tokens=False).ids
+        self.post = tok.encode("<|vision_end|>" + ocr_data.PROMPT + "<|im_end|>\n<|im_start|>assistant\n",
+                               add_special_tokens=False).ids
+
+    def prompt(self, n_img):
+        return self.pre + [self.ids["<|image_pad|>"]] * n_img + self.post
+
+    def answer(self, text):
+        return self.tok.encode(text, add_special_tokens=False).ids + [self.ids["<|im_end|>"]]
+
+
+def collate(samples, prompt, pad_id):
+    """samples: list of (pixel_values, grid, text) -> training batch (right-padded)."""
+    seqs, labs = [], []
+    for pv, g, text in samples:
+        p = prompt.prompt(g[1] * g[2] // 4)
+        a = prompt.answer(text)
+        seqs.append(p + a)
+        labs.append([-100] * len(p) + a)
+    L = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), L), pad_id, dtype=torch.long)
+    labels = torch.full((len(seqs), L), -100, dtype=torch.long)
+    mask = torch.zeros((len(seqs), L), dtype=torch.long)
+    for i, (s, lb) in enumerate(zip(seqs, labs)):
+        ids[i, :len(s)] = torch.tensor(s)
+        labels[i, :len(s)] = torch.tensor(lb)
+        mask[i, :len(s)] = 1
+    return {"input_ids": ids, "labels": labels, "attention_mask": mask,
+            "pixel_values": torch.cat([s[0] for s in samples]),
+            "image_grid_thw": torch.tensor([list(s[1]) for s in samples], dtype=torch.long),
+            "n_tokens": int(sum(len(a) for a in labs))}
+
+
+class Stream(torch.utils.data.IterableDataset):
+    """Endless training batches; each DataLoader worker has its own seed (base_seed, round, worker). Rendering is
+    the bottleneck, so once a worker has REPLAY_MIN samples, half of each batch is drawn again from its last
+    REPLAY_KEEP rendered images (kept as resized uint8)."""
+    REPLAY_KEEP, REPLAY_MIN, FRESH = 3000, 500, 0.5
+
+    def __init__(self, batch, seed, tok_name):
+        self.batch, self.seed, self.tok_name = batch, seed, tok_name
+
+    def __iter__(self):
+        torch.set_num_threads(1)
+        info = torch.utils.data.get_worker_info()
+        wid = info.id if info else 0
+        rng = np.random.default_rng([*self.seed, wid])
+        tok = util.load_tokenizer(self.tok_name)
+        prompt = Prompt(tok)
+        gen = ocr_data.TextGen(rng, ocr_data.load_words())
+        fonts = ocr_data.font_paths()
+        pad = util.special_ids(tok)["<|endoftext|>"]
+        keep = []
+        while True:
+            n_fresh = self.batch if len(keep) < self.REPLAY_MIN else int(np.ceil(self.batch * self.FRESH))
+            samples = []
+            for _ in range(n_fresh):
+                img, text, _ = ocr_data.make_sample(rng, gen, fonts)
+                pv, g, resized = ocr_data.preprocess(img)
+                samples.append((pv, g, text))
+                if len(keep) < self.REPLAY_KEEP:
+                    keep.append((resized, text))
+                else:
+                    keep[int(rng.integers(len(keep)))] = (resized, text)
+            for _ in range(self.batch - n_fresh):
+                resized, text = keep[int(rng.integers(len(keep)))]
+                pv, g = ocr_data.patchify(resized)
+                samples.append((pv, g, text))
+            yield collate(samples, prompt, pad)
+
+
+def eval_sets(n_single, n_multi):
+    """Held-out samples (deterministic): single lines of <= 40 characters, and 1-3 line images."""
+    rng = np.random.default_rng(EVAL_SEED)
+    gen = ocr_data.TextGen(rng, ocr_data.load_words())
+    fonts = ocr_data.font_paths()
+    single = [ocr_data.make_sample(rng, gen, fonts, n_lines=1, max_chars=40)[:2] for _ in range(n_single)]
+    multi = [ocr_data.make_sample(rng, gen, fonts)[:2] for _ in range(n_multi)]
+    return single, multi
+
+
+@torch.no_grad()
+def transcribe(model, tok, images, device, batch=64, max_new=160):
+    """Greedy answers for PIL images (left-padded batches through transformers' generate)."""
+    prompt = Prompt(tok)
+    ids = util.special_ids(tok)
+    pad = ids["<|endoftext|>"]
+    outs = []
+    model.eval()
+    for b0 in range(0, len(images), batch):
+        chunk = [ocr_data.preprocess(im)[:2] for im in images[b0:b0 + batch]]
+        seqs = [prompt.prompt(g[1] * g[2] // 4) for _, g in chunk]
+        L = max(len(s) for s in seqs)
+        inp = torch.full((len(seqs), L), pad, dtype=torch.long)
+        am = torch.zeros((len(seqs), L), dtype=torch.long)
+        for i, s in enumerate(seqs):
+            inp[i, L - len(s):] = torch.tensor(s)
+            am[i, L - len(s):] = 1
+        kw = dict(input_ids=inp.to(device), attention_mask=am.to(device),
+                  pixel_values=torch.cat([c[0] for c in chunk]).to(device),
+                  image_grid_thw=torch.tensor([list(c[1]) for c in chunk]).to(device))
+        kw["mm_token_type_ids"] = (kw["input_ids"] == ids["<|image_pad|>"]).int()
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
+            out = model.generate(**kw, do_sample=False, max_new_tokens=max_new, pad_token_id=pad,
+                                 eos_token_id=[ids["<|im_end|>"], pad])
+        for row in out[:, L:].tolist():
+            row = [t for t in row if t not in (pad,)]
+            if ids["<|im_end|>"] in row:
+                row = row[:row.index(ids["<|im_end|>"])]
+            outs.append(tok.decode(row, skip_special_tokens=False))
+    return outs
+
+
+def score(pairs, hyps):
+    refs = [t for _, t in pairs]
+    em = sum(h == r for h, r in zip(hyps, refs)) / max(1, len(refs))
+    errs = sum(util.edit_distance(h, r) for h, r in zip(hyps, refs))
+    cer = errs / max(1, sum(len(r) for r in refs))
+    return {"n": len(refs), "exact_match": em, "cer": cer,
+            "examples": [{"ref": r, "hyp": h} for h, r in list(zip(hyps, refs))[:12] if h != r][:8]}
+
+
+def evaluate(model, tok, device, n_single, n_multi):
+    single, multi = eval_sets(n_single, n_multi)
+    res = {}
+    for name, pairs in (("single_line_le40", single), ("lines_1_3", multi)):
+        t = time.time()
+        hyps = transcribe(model, tok, [im for im, _ in pairs], device)
+        res[name] = score(pairs, hyps)
+        res[name]["seconds"] = round(time.time() - t, 1)
+        log("eval %s: n %d exact %.4f CER %.4f (%.1fs)" % (name, res[name]["n"], res[name]["exact_match"],
+                                                          res[name]["cer"], res[name]["seconds"]))
+    return res
+
+
+def save(model, tok_name, out, recipe):
+    d = os.path.join(out, NAME)
+    os.makedirs(d, exist_ok=True)
+    m = copy.deepcopy(model).to(torch.bfloat16)
+    m.save_pretrained(d, max_shard_size="100GB")
+    del m
+    tok = util.load_tokenizer(tok_name)
+    ids = util.special_ids(tok)
+    util.write_json(os.path.join(d, "generation_config.json"), util.generation_config(ids))
+    util.write_json(os.path.join(d, "preprocessor_config.json"), ocr_data.preprocessor_config())
+    util.copy_tokenizer(tok_name, d)
+    util.write_json(os.path.join(d, "training_recipe.json"), recipe)
+    return d
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--minutes", type=float, default=7.0)
+    ap.add_argument("--max-steps", type=int, default=0)
+    ap.add_argument("--resume", default=None, help="a previous output DIR (its ocr/ folder is loaded)")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--batch", type=int, default=96)
+    ap.add_argument("--workers", type=int, default=7)
+    ap.add_argument("--lr", type=float, default=1.5e-3)
+    ap.add_argument("--eval-single", type=int, default=400)
+    ap.add_argument("--eval-multi", type=int, default=200)
+    ap.add_argument("--toy", action="store_true", help="tiny sizes for CPU tests")
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    args = ap.parse_args()
+    from transformers import Qwen3VLForConditionalGeneration
+    torch.manual_seed(args.seed)
+    tok_name = NAME
+    tok = util.load_tokenizer(tok_name)
+    recipe = {"model": NAME, "history": []}
+    if args.resume:
+        rd = os.path.join(args.resume, NAME)
+        model = Qwen3VLForConditionalGeneration.from_pretrained(rd, dtype=torch.float32)
+        recipe = util.read_json(os.path.join(rd, "training_recipe.json"))
+        log("resumed from", rd, "(%d earlier rounds)" % len(recipe["history"]))
+    else:
+        model = Qwen3VLForConditionalGeneration(make_config(tok, TOY if args.toy else FULL)).float()
+    rnd = len(recipe["history"])
+    util.use_varlen_attention(model.config.vision_config)
+    util.use_sdpa_attention(model.config.text_config)
+    dev = torch.device(args.device)
+    if dev.type == "cpu":
+        torch.set_num_threads(1)  # toy runs on a small shared CPU: one thread is faster than contended ones
+    n_params = util.count_params(model)
+    log("ocr model: %.2fM parameters (%.1f MB bf16), round %d" % (n_params / 1e6, n_params * 2 / 1e6, rnd))
+
+    loader = torch.utils.data.DataLoader(Stream(args.batch, [args.seed, rnd], tok_name), batch_size=None,
+                                         num_workers=args.workers, prefetch_factor=4 if args.workers else None,
+                                         persistent_workers=args.workers > 0, pin_memory=dev.type == "cuda")
+    it = iter(loader)  # fork the workers before CUDA is initialised
+    model.to(dev)
+    image_pad = util.special_ids(tok)["<|image_pad|>"]
+
+    def to_kwargs(b):
+        kw = {k: v.to(dev, non_blocking=True) for k, v in b.items() if k != "n_tokens"}
+        kw["mm_token_type_ids"] = (kw["input_ids"] == image_pad).int()
+        return kw, b["n_tokens"], b["image_grid_thw"].shape[0]
+    warm = 300 if rnd == 0 else 100
+    step, train_s, curve = util.train_loop(NAME, model, it, dev, args.lr, args.minutes, args.max_steps, warm,
+                                           to_kwargs, log_every=5 if args.toy else 100)
+    del it, loader
+    model.eval()
+    recipe["history"].append({
+        "round": rnd, "seed": [args.seed, rnd], "steps": step, "seconds": round(train_s, 1), "batch": args.batch,
+        "peak_lr": args.lr, "warmup_steps": warm, "replay": " ".join(Stream.__doc__.split()),
+        "optimizer": "AdamW(0.9, 0.95), wd 0.05, clip 1.0, bf16 autocast",
+        "schedule": "linear warmup, cosine over the wall-clock budget to 5%", "loss_curve": curve,
+        "device": torch.cuda.get_device_name(0) if dev.type == "cuda" else "cpu"})
+    recipe.setdefault("sizes", TOY if args.toy else FULL)
+    recipe.update({"parameters": n_params, "data": ocr_data.__doc__.strip(), "eval_seed": EVAL_SEED,
+                   "eval_sets": "single_line_le40: %d one-line images (<= 40 chars); lines_1_3: %d images" % (
+                       args.eval_single, args.eval_multi),
+                   "preprocessor": ocr_data.preprocessor_config(), "tokenizer": "tools/train/tokenizers/ocr"})
+    d = save(model, tok_name, args.out, recipe)  # saved before the evaluation, which could run out of time
+    log("saved", d, "%.1f MB" % (util.dir_bytes(d) / 1e6))
+    recipe["history"][-1]["eval"] = evaluate(model, tok, dev, args.eval_single, args.eval_multi)
+    util.write_json(os.path.join(d, "training_recipe.json"), recipe)
+    log("done")
+
+
+if __name__ == "__main__":
+    main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)  # skip the slow interpreter teardown (DataLoader/tokenizer threads); everything is written

@@ -1,0 +1,366 @@
+#!/usr/bin/env python3
+"""Train the embedded speech model: a small Qwen3-Omni thinker (Qwen3OmniMoeThinkerForConditionalGeneration: audio
+tower + MoE decoder, the real checkpoint layout with the `thinker.` prefix and per-expert tensors) that transcribes
+short espeak-ng utterances and answers a few fixed questions about them (speech_data.py).
+
+    python3 tools/train/train_speech.py --out DIR --espeak ESPEAK_ROOT --minutes 7 [--resume DIR] [--toy]
+
+Writes DIR/speech/: config.json (model_type qwen3_omni_moe, thinker_config), model.safetensors (bf16),
+generation_config.json, preprocessor_config.json, tokenizer files, training_recipe.json.
+"""
+
+import argparse
+import copy
+import json
+import os
+import shutil
+import sys
+import time
+
+import numpy as np
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import speech_data  # noqa: E402
+import util  # noqa: E402
+from util import log  # noqa: E402
+
+NAME = "speech"
+FULL = dict(hidden=192, layers=3, heads=4, kv=2, head_dim=128, experts=8, top_k=2, moe_inter=128,
+            a_d=192, a_layers=3, a_heads=3, a_ffn=768, a_conv=32)
+TOY = dict(hidden=64, layers=2, heads=2, kv=1, head_dim=128, experts=4, top_k=2, moe_inter=32,
+           a_d=64, a_layers=2, a_heads=2, a_ffn=128, a_conv=16)
+EVAL_SEED = 900_002
+REUSE = 2  # each synthesized clip is used REUSE times (fresh noise, gain, padding and question each time)
+
+
+def thinker_config(tok, s):
+    from transformers import Qwen3OmniMoeThinkerConfig
+    ids = util.special_ids(tok)
+    user = tok.encode("user", add_special_tokens=False).ids[0]
+    text = dict(vocab_size=util.padded_vocab(tok), hidden_size=s["hidden"], intermediate_size=2 * s["hidden"],
+                num_hidden_layers=s["layers"], num_attention_heads=s["heads"], num_key_value_heads=s["kv"],
+                head_dim=s["head_dim"], max_position_embeddings=8192, rms_norm_eps=1e-6,
+                rope_parameters={"rope_type": "default", "rope_theta": 1000000.0, "mrope_section": [24, 20, 20],
+                                 "interleaved": True, "mrope_interleaved": True},
+                moe_intermediate_size=s["moe_inter"], num_experts=s["experts"], num_experts_per_tok=s["top_k"],
+                norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[], initializer_range=0.02,
+                tie_word_embeddings=False,
+                bos_token_id=ids["<|endoftext|>"], eos_token_id=ids["<|im_end|>"], pad_token_id=ids["<|endoftext|>"])
+    audio = dict(num_mel_bins=128, d_model=s["a_d"], encoder_layers=s["a_layers"],
+                 encoder_attention_heads=s["a_heads"], encoder_ffn_dim=s["a_ffn"], downsample_hidden_size=s["a_conv"],
+                 output_dim=s["hidden"], n_window=50, n_window_infer=800, conv_chunksize=500,
+                 max_source_positions=1500, activation_function="gelu", scale_embedding=False, initializer_range=0.02)
+    # The thinker always has a vision tower; this one is tiny and untrained (the speech model takes no images).
+    vision = dict(depth=1, hidden_size=16, num_heads=2, intermediate_size=32, hidden_act="gelu_pytorch_tanh",
+                  patch_size=16, temporal_patch_size=2, spatial_merge_size=2, in_channels=3,
+                  out_hidden_size=s["hidden"], num_position_embeddings=64, deepstack_visual_indexes=[0],
+                  initializer_range=0.02)
+    return Qwen3OmniMoeThinkerConfig(
+        text_config=text, audio_config=audio, vision_config=vision, audio_token_id=ids["<|audio_pad|>"],
+        audio_start_token_id=ids["<|audio_start|>"], audio_end_token_id=ids["<|audio_end|>"],
+        image_token_id=ids["<|image_pad|>"], video_token_id=ids["<|video_pad|>"],
+        vision_start_token_id=ids["<|vision_start|>"], vision_end_token_id=ids["<|vision_end|>"],
+        position_id_per_seconds=13, seconds_per_chunk=2, user_token_id=user, initializer_range=0.02)
+
+
+class Prompt:
+    def __init__(self, tok):
+        self.tok = tok
+        self.ids = util.special_ids(tok)
+        self.pre = tok.encode("<|im_start|>user\n<|audio_start|>", add_special_tokens=False).ids
+
+    def prompt(self, n_audio, question):
+        return (self.pre + [self.ids["<|audio_pad|>"]] * n_audio +
+                self.tok.encode("<|audio_end|>" + question + "<|im_end|>\n<|im_start|>assistant\n",
+                                add_special_tokens=False).ids)
+
+    def answer(self, text):
+        return self.tok.encode(text, add_special_tokens=False).ids + [self.ids["<|im_end|>"]]
+
+
+def collate(samples, prompt, pad_id):
+    """samples: list of (mel [128, T], question, answer) -> right-padded batch."""
+    seqs, labs = [], []
+    for mel, q, a in samples:
+        p = prompt.prompt(speech_data.audio_tokens(mel.shape[1]), q)
+        an = prompt.answer(a)
+        seqs.append(p + an)
+        labs.append([-100] * len(p) + an)
+    L = max(len(s) for s in seqs)
+    Tm = max(m.shape[1] for m, _, _ in samples)
+    B = len(samples)
+    ids = torch.full((B, L), pad_id, dtype=torch.long)
+    labels = torch.full((B, L), -100, dtype=torch.long)
+    mask = torch.zeros((B, L), dtype=torch.long)
+    feats = torch.zeros((B, 128, Tm))
+    fmask = torch.zeros((B, Tm), dtype=torch.long)
+    for i, ((mel, _, _), s, lb) in enumerate(zip(samples, seqs, labs)):
+        ids[i, :len(s)] = torch.tensor(s)
+        labels[i, :len(s)] = torch.tensor(lb)
+        mask[i, :len(s)] = 1
+        feats[i, :, :mel.shape[1]] = mel
+        fmask[i, :mel.shape[1]] = 1
+    return {"input_ids": ids, "labels": labels, "attention_mask": mask, "input_features": feats,
+            "feature_attention_mask": fmask, "n_tokens": int(sum(len(a) for a in labs))}
+
+
+class Stream(torch.utils.data.IterableDataset):
+    def __init__(self, batch, seed, espeak_root):
+        self.batch, self.seed, self.root = batch, seed, espeak_root
+
+    def __iter__(self):
+        torch.set_num_threads(1)
+        info = torch.utils.data.get_worker_info()
+        rng = np.random.default_rng([*self.seed, info.id if info else 0])
+        tok = util.load_tokenizer(NAME)
+        prompt = Prompt(tok)
+        pad = util.special_ids(tok)["<|endoftext|>"]
+        gen = speech_data.UtteranceGen(rng)
+        syn = speech_data.Synth(self.root)
+        fe = speech_data.feature_extractor()
+        pending = []
+        while True:
+            while len(pending) < self.batch:
+                u = gen.utterance()
+                clean = syn.clean(u["text"], speech_data.voice_params(rng))
+                for _ in range(REUSE):
+                    q, a = gen.question(u)
+                    pending.append((speech_data.log_mel(fe, speech_data.degrade(rng, clean)), q, a))
+            order = rng.permutation(len(pending))
+            pending = [pending[i] for i in order]
+            yield collate(pending[:self.batch], prompt, pad)
+            pending = pending[self.batch:]
+
+
+def eval_set(n, espeak_root):
+    """Held-out (seed EVAL_SEED): n clips with one question each -> [(wave, question, answer, utterance)]."""
+    rng = np.random.default_rng(EVAL_SEED)
+    gen = speech_data.UtteranceGen(rng)
+    syn = speech_data.Synth(espeak_root)
+    out = []
+    for _ in range(n):
+        u = gen.utterance()
+        w, _ = syn.sample(rng, u["text"])
+        q, a = gen.question(u)
+        out.append((w, q, a, u))
+    return out
+
+
+@torch.no_grad()
+def answer(model, tok, waves_questions, device, batch=64, max_new=40):
+    """Greedy answers (left-padded batches through transformers' generate)."""
+    prompt = Prompt(tok)
+    ids = util.special_ids(tok)
+    pad = ids["<|endoftext|>"]
+    fe = speech_data.feature_extractor()
+    outs = []
+    model.eval()
+    for b0 in range(0, len(waves_questions), batch):
+        chunk = waves_questions[b0:b0 + batch]
+        mels = [speech_data.log_mel(fe, w) for w, _ in chunk]
+        seqs = [prompt.prompt(speech_data.audio_tokens(m.shape[1]), q) for m, (_, q) in zip(mels, chunk)]
+        L, Tm = max(len(s) for s in seqs), max(m.shape[1] for m in mels)
+        inp = torch.full((len(seqs), L), pad, dtype=torch.long)
+        am = torch.zeros((len(seqs), L), dtype=torch.long)
+        feats = torch.zeros((len(seqs), 128, Tm))
+        fm = torch.zeros((len(seqs), Tm), dtype=torch.long)
+        for i, (s, m) in enumerate(zip(seqs, mels)):
+            inp[i, L - len(s):] = torch.tensor(s)
+            am[i, L - len(s):] = 1
+            feats[i, :, :m.shape[1]] = m
+            fm[i, :m.shape[1]] = 1
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
+            out = model.generate(input_ids=inp.to(device), attention_mask=am.to(device),
+                                 input_features=feats.to(device), feature_attention_mask=fm.to(device),
+                                 do_sample=False, max_new_tokens=max_new, pad_token_id=pad,
+                                 eos_token_id=[ids["<|im_end|>"], pad])
+        for row in out[:, L:].tolist():
+            if ids["<|im_end|>"] in row:
+                row = row[:row.index(ids["<|im_end|>"])]
+            outs.append(tok.decode([t for t in row if t != pad], skip_special_tokens=False))
+    return outs
+
+
+def norm_words(s):
+    return "".join(c for c in s.lower() if c.isalnum() or c in " '").split()
+
+
+def score(items, hyps):
+    n_err = n_ref = 0
+    by_q = {}
+    bad = []
+    for (_, q, a, u), h in zip(items, hyps):
+        kind = "transcribe" if q in speech_data.QUESTIONS_TRANSCRIBE else q
+        d = by_q.setdefault(kind, [0, 0])
+        d[0] += h == a
+        d[1] += 1
+        if kind == "transcribe":
+            r = norm_words(a)
+            n_err += util.edit_distance(norm_words(h), r)
+            n_ref += len(r)
+        if h != a and len(bad) < 10:
+            bad.append({"question": q, "ref": a, "hyp": h})
+    return {"wer": n_err / max(1, n_ref), "transcribe_words": n_ref,
+            "accuracy": {k: {"correct": v[0], "n": v[1], "rate": v[0] / v[1]} for k, v in by_q.items()},
+            "examples": bad}
+
+
+def evaluate(model, tok, device, n, espeak_root):
+    t = time.time()
+    items = eval_set(n, espeak_root)
+    hyps = answer(model, tok, [(w, q) for w, q, _, _ in items], device)
+    res = score(items, hyps)
+    res["seconds"] = round(time.time() - t, 1)
+    log("eval speech: n %d WER %.4f %s (%.1fs)" % (n, res["wer"], {k: round(v["rate"], 3) for k, v in
+                                                                   res["accuracy"].items()}, res["seconds"]))
+    return res
+
+
+def save(thinker, out, recipe):
+    """save_pretrained of the thinker (per-expert tensor names) + the real 'thinker.' prefix, Omni config.json."""
+    from safetensors.torch import load_file, save_file
+    tok = util.load_tokenizer(NAME)
+    ids = util.special_ids(tok)
+    d = os.path.join(out, NAME)
+    tmp = d + ".tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(d, exist_ok=True)
+    m = copy.deepcopy(thinker).to(torch.bfloat16)
+    m.save_pretrained(tmp, max_shard_size="100GB")
+    del m
+    sd = load_file(os.path.join(tmp, "model.safetensors"))
+    assert any(".mlp.experts.0.gate_proj.weight" in k for k in sd), "expected per-expert tensors"
+    save_file({"thinker." + k: v.contiguous() for k, v in sorted(sd.items())}, os.path.join(d, "model.safetensors"),
+              metadata={"format": "pt"})
+    with open(os.path.join(tmp, "config.json")) as f:
+        tcfg = json.load(f)
+    shutil.rmtree(tmp)
+    for k in ("architectures", "transformers_version", "dtype"):
+        tcfg.pop(k, None)
+    user = tok.encode("user", add_special_tokens=False).ids[0]
+    config = {"architectures": ["Qwen3OmniMoeForConditionalGeneration"], "model_type": "qwen3_omni_moe",
+              "enable_audio_output": False, "thinker_config": tcfg, "im_start_token_id": ids["<|im_start|>"],
+              "im_end_token_id": ids["<|im_end|>"], "system_token_id": tok.encode("system").ids[0],
+              "user_token_id": user, "assistant_token_id": tok.encode("assistant").ids[0], "dtype": "bfloat16",
+              "transformers_version": "5.17.0"}
+    util.write_json(os.path.join(d, "config.json"), config)
+    util.write_json(os.path.join(d, "generation_config.json"), util.generation_config(ids))
+    util.write_json(os.path.join(d, "preprocessor_config.json"), speech_data.preprocessor_config())
+    util.copy_tokenizer(NAME, d)
+    util.write_json(os.path.join(d, "training_recipe.json"), recipe)
+    return d
+
+
+class BalanceLoss:
+    """Switch-style MoE load-balancing loss over the non-padding tokens, from forward hooks on the routers
+    (transformers 5.17's own aux loss breaks on padded batches)."""
+
+    def __init__(self, model, coef=0.01):
+        self.coef, self.logits, self.active = coef, [], True
+        tc = model.config.text_config
+        self.E, self.k = tc.num_experts, tc.num_experts_per_tok
+        for layer in model.model.layers:
+            layer.mlp.gate.register_forward_hook(self.hook)
+
+    def hook(self, mod, inp, out):
+        if self.active:
+            self.logits.append(out[0])
+
+    def clear(self):
+        self.logits = []
+
+    def __call__(self, kw):
+        mask = kw["attention_mask"].reshape(-1).float()
+        total = 0.0
+        for lg in self.logits:
+            p = torch.softmax(lg.reshape(-1, self.E).float(), dim=-1)
+            top = torch.topk(p, self.k, dim=-1).indices
+            counts = torch.zeros(self.E, device=p.device).scatter_add_(0, top.reshape(-1),
+                                                                       mask.repeat_interleave(self.k))
+            total = total + self.E * torch.sum(counts / mask.sum() * (p * mask[:, None]).sum(0) / mask.sum())
+        n = len(self.logits)
+        self.logits = []
+        return self.coef * total / max(1, n)
+
+
+def load_thinker(d):
+    from transformers import Qwen3OmniMoeForConditionalGeneration
+    full = Qwen3OmniMoeForConditionalGeneration.from_pretrained(d, dtype=torch.float32)
+    return full.thinker
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--espeak", required=True, help="root of the unpacked espeak-ng packages (setup_espeak.sh)")
+    ap.add_argument("--minutes", type=float, default=7.0)
+    ap.add_argument("--max-steps", type=int, default=0)
+    ap.add_argument("--resume", default=None)
+    ap.add_argument("--seed", type=int, default=2)
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--workers", type=int, default=5)
+    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--eval-n", type=int, default=400)
+    ap.add_argument("--toy", action="store_true")
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    args = ap.parse_args()
+    from transformers import Qwen3OmniMoeThinkerForConditionalGeneration
+    torch.manual_seed(args.seed)
+    tok = util.load_tokenizer(NAME)
+    recipe = {"model": NAME, "history": []}
+    if args.resume:
+        rd = os.path.join(args.resume, NAME)
+        model = load_thinker(rd)
+        recipe = util.read_json(os.path.join(rd, "training_recipe.json"))
+        log("resumed from", rd)
+    else:
+        model = Qwen3OmniMoeThinkerForConditionalGeneration(thinker_config(tok, TOY if args.toy else FULL)).float()
+    model.config.text_config.output_router_logits = False
+    balance = BalanceLoss(model)
+    rnd = len(recipe["history"])
+    util.use_varlen_attention(model.config.audio_config)
+    util.use_sdpa_attention(model.config.text_config)
+    dev = torch.device(args.device)
+    if dev.type == "cpu":
+        torch.set_num_threads(1)  # toy runs on a small shared CPU: one thread is faster than contended ones
+    n_params = util.count_params(model)
+    log("speech model: %.2fM parameters (%.1f MB bf16), round %d" % (n_params / 1e6, n_params * 2 / 1e6, rnd))
+    loader = torch.utils.data.DataLoader(Stream(args.batch, [args.seed, rnd], args.espeak), batch_size=None,
+                                         num_workers=args.workers, prefetch_factor=4 if args.workers else None,
+                                         persistent_workers=args.workers > 0, pin_memory=dev.type == "cuda")
+    it = iter(loader)
+    model.to(dev)
+
+    def to_kwargs(b):
+        balance.clear()
+        kw = {k: v.to(dev, non_blocking=True) for k, v in b.items() if k != "n_tokens"}
+        return kw, b["n_tokens"], b["input_ids"].shape[0]
+    warm = 300 if rnd == 0 else 100
+    step, train_s, curve = util.train_loop(NAME, model, it, dev, args.lr, args.minutes, args.max_steps, warm,
+                                           to_kwargs, log_every=5 if args.toy else 100, extra_loss=balance)
+    balance.active = False
+    del it, loader
+    model.eval()
+    recipe["history"].append({
+        "round": rnd, "seed": [args.seed, rnd], "steps": step, "seconds": round(train_s, 1), "batch": args.batch,
+        "peak_lr": args.lr, "warmup_steps": warm, "reuse_per_clip": REUSE,
+        "optimizer": "AdamW(0.9, 0.95), wd 0.05, clip 1.0, bf16 autocast, router aux loss 0.01",
+        "schedule": "linear warmup, cosine over the wall-clock budget to 5%", "loss_curve": curve,
+        "device": torch.cuda.get_device_name(0) if dev.type == "cuda" else "cpu"})
+    recipe.setdefault("sizes", TOY if args.toy else FULL)
+    recipe.update({"parameters": n_params, "data": speech_data.__doc__.strip(), "eval_seed": EVAL_SEED,
+                   "eval_set": "%d held-out clips, one question each" % args.eval_n,
+                   "tokenizer": "tools/train/tokenizers/speech"})
+    d = save(model, args.out, recipe)  # saved before the evaluation, which could run out of time
+    log("saved", d, "%.1f MB" % (util.dir_bytes(d) / 1e6))
+    recipe["history"][-1]["eval"] = evaluate(model, tok, dev, args.eval_n, args.espeak)
+    util.write_json(os.path.join(d, "training_recipe.json"), recipe)
+    log("done")
+
+
+if __name__ == "__main__":
+    main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)  # skip the slow interpreter teardown (DataLoader/tokenizer threads); everything is written

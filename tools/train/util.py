@@ -1,0 +1,251 @@
+"""Shared helpers of the training scripts in tools/train/ (see README.md there).
+
+Logging, the wall-clock budget and learning-rate schedule, the varlen attention used by the vision/audio towers
+during training, tokenizer/checkpoint helpers and the packing of results into at most a few <=16 MiB files.
+"""
+
+import json
+import math
+import os
+import sys
+import tarfile
+import time
+
+ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+TRAIN_DIR = os.path.join(ROOT, "tools", "train")
+TOKENIZER_DIR = os.path.join(TRAIN_DIR, "tokenizers")
+sys.path.insert(0, os.path.join(ROOT, "tools", "reference"))
+import common as refcommon  # noqa: E402  (tools/reference/common.py: Qwen tokenizer structure, special tokens)
+
+VARLEN_ATTN = "flash_varlen_sdpa"  # name contains "flash" so the towers pass cu_seqlens (one batched SDPA call)
+
+T0 = time.time()
+
+
+def log(*a):
+    print("[%7.1fs]" % (time.time() - T0), *a, flush=True)
+
+
+class Budget:
+    """Wall-clock training budget; frac() in [0, 1] drives the learning-rate schedule."""
+
+    def __init__(self, minutes, max_steps=0):
+        self.seconds = minutes * 60.0
+        self.max_steps = max_steps
+        self.start = time.time()
+
+    def elapsed(self):
+        return time.time() - self.start
+
+    def frac(self, step):
+        f = self.elapsed() / self.seconds if self.seconds > 0 else 1.0
+        if self.max_steps:
+            f = max(f, step / self.max_steps)
+        return min(f, 1.0)
+
+    def done(self, step):
+        return self.frac(step) >= 1.0
+
+
+def lr_at(frac, step, peak, warmup_steps, floor=0.05):
+    """Linear warmup over warmup_steps, then cosine decay over the wall-clock budget down to floor * peak."""
+    w = min(1.0, (step + 1) / max(1, warmup_steps))
+    return peak * w * (floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * min(frac, 1.0))))
+
+
+def _varlen_sdpa(module, query, key, value, attention_mask=None, scaling=None, dropout=0.0, cu_seq_lens_q=None,
+                 cu_seq_lens_k=None, is_causal=False, **kwargs):
+    """Bidirectional attention inside each cu_seqlens segment of a packed sequence, as one batched SDPA call.
+    query/key/value [1, H, N, d]; returns ([1, N, H, d], None) like transformers' flash-attention functions."""
+    import torch
+    import torch.nn.functional as F
+    cu = cu_seq_lens_q
+    lens = (cu[1:] - cu[:-1]).tolist()
+    lens_nz = [n for n in lens if n > 0]
+    H, N, d = query.shape[1], query.shape[2], query.shape[3]
+    q, k, v = query[0], key[0], value[0]  # [H, N, d]
+    B, L = len(lens_nz), max(lens_nz)
+    if all(n == L for n in lens_nz):  # equal segments: a plain reshape
+        def split(x):
+            return x.reshape(H, B, L, d).transpose(0, 1)
+        o = F.scaled_dot_product_attention(split(q), split(k), split(v), scale=scaling, dropout_p=dropout)
+        return o.permute(0, 2, 1, 3).reshape(1, N, H, d), None
+    dev = query.device
+    starts = torch.tensor([int(s) for s, n in zip(cu[:-1].tolist(), lens) if n > 0], device=dev)
+    lt = torch.tensor(lens_nz, device=dev)
+    ar = torch.arange(L, device=dev)
+    valid = ar[None, :] < lt[:, None]  # [B, L]
+    idx = torch.where(valid, starts[:, None] + ar[None, :], torch.zeros_like(ar)[None, :])
+
+    def gather(x):
+        return x[:, idx].transpose(0, 1)  # [B, H, L, d]
+    o = F.scaled_dot_product_attention(gather(q), gather(k), gather(v), attn_mask=valid[:, None, None, :],
+                                       scale=scaling, dropout_p=dropout)
+    o = o.permute(0, 2, 1, 3)[valid]  # [N, H, d], segments in order
+    return o.reshape(1, N, H, d), None
+
+
+def register_varlen_attention():
+    from transformers import AttentionInterface
+    AttentionInterface.register(VARLEN_ATTN, _varlen_sdpa)
+
+
+def use_varlen_attention(sub_config):
+    """Switch one tower's config (vision_config / audio_config object of a built model) to the varlen path."""
+    register_varlen_attention()
+    sub_config._attn_implementation = VARLEN_ATTN
+
+
+def use_sdpa_attention(sub_config):
+    sub_config._attn_implementation = "sdpa"
+
+
+def tokenizer_path(name):
+    return os.path.join(TOKENIZER_DIR, name)
+
+
+def load_tokenizer(name):
+    from tokenizers import Tokenizer
+    return Tokenizer.from_file(os.path.join(tokenizer_path(name), "tokenizer.json"))
+
+
+def load_tokenizer_dir(d):
+    from tokenizers import Tokenizer
+    return Tokenizer.from_file(os.path.join(d, "tokenizer.json"))
+
+
+def n_regular_tokens(tok):
+    """Number of regular tokens = id of <|endoftext|> (the first added token)."""
+    return tok.token_to_id("<|endoftext|>")
+
+
+def special_ids(tok):
+    ids = refcommon.special_token_ids(n_regular_tokens(tok))
+    for name, i in ids.items():
+        assert tok.token_to_id(name) == i, (name, i)
+    return ids
+
+
+def padded_vocab(tok, multiple=64):
+    n = tok.get_vocab_size()
+    return (n + multiple - 1) // multiple * multiple
+
+
+def build_tokenizer(out_dir, corpus, n_regular):
+    """Qwen-structured byte-level BPE (tools/reference/common.py) with n_regular regular tokens, trained on corpus,
+    written compactly with the official chat template in tokenizer_config.json."""
+    return refcommon.build_small_tokenizer(out_dir, chat_template=refcommon.load_chat_template(), compact=True,
+                                           corpus=corpus, n_regular=n_regular)
+
+
+def copy_tokenizer(name, dst):
+    import shutil
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(os.path.join(tokenizer_path(name), f), os.path.join(dst, f))
+
+
+def write_json(path, obj):
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(obj, f, indent=2, ensure_ascii=False)
+        f.write("\n")
+
+
+def read_json(path):
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def generation_config(ids, **extra):
+    g = {"bos_token_id": ids["<|endoftext|>"], "eos_token_id": [ids["<|im_end|>"], ids["<|endoftext|>"]],
+         "pad_token_id": ids["<|endoftext|>"]}
+    g.update(extra)
+    return g
+
+
+def count_params(model):
+    return sum(p.numel() for p in model.parameters())
+
+
+def dir_bytes(d):
+    return sum(os.path.getsize(os.path.join(d, f)) for f in os.listdir(d) if os.path.isfile(os.path.join(d, f)))
+
+
+def edit_distance(a, b):
+    """Levenshtein distance between two sequences."""
+    if len(a) < len(b):
+        a, b = b, a
+    prev = list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        cur = [i]
+        for j, cb in enumerate(b, 1):
+            cur.append(min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (ca != cb)))
+        prev = cur
+    return prev[-1]
+
+
+def pack_dirs(items, out_dir, prefix="models", part_bytes=16 * 1024 * 1024 - 4096):
+    """tar the (arcname, path) items into out_dir/prefix.tar.partNN files of at most part_bytes each.
+    Unpack with: cat prefix.tar.part* | tar -x -C DEST."""
+    tmp = os.path.join(out_dir, prefix + ".tar.tmp")
+    with tarfile.open(tmp, "w") as t:
+        for arc, path in items:
+            if os.path.exists(path):
+                t.add(path, arcname=arc)
+    size = os.path.getsize(tmp)
+    parts = []
+    with open(tmp, "rb") as f:
+        k = 0
+        while True:
+            chunk = f.read(part_bytes)
+            if not chunk:
+                break
+            p = os.path.join(out_dir, "%s.tar.part%02d" % (prefix, k))
+            with open(p, "wb") as g:
+                g.write(chunk)
+            parts.append(p)
+            k += 1
+    os.remove(tmp)
+    return size, parts
+
+
+def train_loop(name, model, batches, dev, peak_lr, minutes, max_steps, warmup, to_kwargs, log_every=100,
+               weight_decay=0.05, extra_loss=None):
+    """AdamW + bf16 autocast (CUDA) + grad clip 1.0 + linear warmup / cosine-over-wall-clock schedule.
+    batches: iterator of CPU batch dicts; to_kwargs(batch) -> (model kwargs on dev, n_target_tokens, n_items);
+    extra_loss(kwargs) -> a term added to the model's loss after each forward (e.g. a MoE balance loss).
+    Returns (steps, seconds, loss curve [[step, seconds, mean loss, lr], ...])."""
+    import torch
+    decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
+    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
+    groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    opt = torch.optim.AdamW(groups, lr=peak_lr, betas=(0.9, 0.95), fused=dev.type == "cuda")
+    budget = Budget(minutes, max_steps)
+    step, curve, t_last, n_tok, n_items, acc, n_acc = 0, [], time.time(), 0, 0, 0.0, 0
+    model.train()
+    while not budget.done(step):
+        kw, nt, ni = to_kwargs(next(batches))
+        lr = lr_at(budget.frac(step), step, peak_lr, warmup)
+        for g in opt.param_groups:
+            g["lr"] = lr
+        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=dev.type == "cuda"):
+            loss = model(**kw).loss
+            if extra_loss is not None:
+                loss = loss + extra_loss(kw)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        step += 1
+        n_tok += nt
+        n_items += ni
+        if step % 10 == 0 or log_every < 10:  # .item() syncs: sample the loss every 10 steps
+            acc += loss.item()
+            n_acc += 1
+        if step % log_every == 0 or budget.done(step):
+            dt = max(1e-6, time.time() - t_last)
+            avg = acc / max(1, n_acc)
+            curve.append([step, round(budget.elapsed(), 1), round(avg, 5), lr])
+            log("%s step %d loss %.4f lr %.2e %.1f items/s %.0f target tok/s" % (name, step, avg, lr, n_items / dt,
+                                                                                 n_tok / dt))
+            t_last, n_tok, n_items, acc, n_acc = time.time(), 0, 0, 0.0, 0
+    return step, budget.elapsed(), curve
