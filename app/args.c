@@ -114,9 +114,13 @@ static int value_opt(omni_args *a, const char *o, const char *v, omni_status *st
     } else if (!strcmp(o, "--chunk")) *st = to_int(v, o, 1, 1 << 16, &a->chunk);
     else if (!strcmp(o, "-t") || !strcmp(o, "--threads")) *st = to_int(v, o, 1, 1024, &a->threads);
     else if (!strcmp(o, "--top")) *st = to_int(v, o, 1, 1 << 24, &a->top_n);
-    else if (!strcmp(o, "--image-min-tokens")) *st = to_int(v, o, 1, 1 << 20, &a->image_min_tokens);
-    else if (!strcmp(o, "--image-max-tokens")) *st = to_int(v, o, 1, 1 << 20, &a->image_max_tokens);
-    else if (!strcmp(o, "--batch")) a->batch_list = v;
+    else if (!strcmp(o, "--image-min-tokens")) {
+        *st = to_int(v, o, 1, 1 << 20, &a->image_min_tokens);
+        a->image_budget_preferred = 0;
+    } else if (!strcmp(o, "--image-max-tokens")) {
+        *st = to_int(v, o, 1, 1 << 20, &a->image_max_tokens);
+        a->image_budget_preferred = 0;
+    } else if (!strcmp(o, "--batch")) a->batch_list = v;
     else if (!strcmp(o, "--random")) a->random_config = v;
     else if (!strcmp(o, "--csv")) a->csv = v;
     else if (!strcmp(o, "--png")) a->png = v;

@@ -34,6 +34,7 @@ typedef struct {
     int json;               /* --json */
     int no_perf, verbose;
     int image_min_tokens, image_max_tokens;
+    int image_budget_preferred; /* set by a command's defaults (ocr); cleared by --image-*-tokens */
     const char *images[OMNI_MAX_MEDIA];
     int n_images;
     const char *audios[OMNI_MAX_MEDIA];

@@ -1,28 +1,45 @@
-/* cmd_media.c - the media commands: `omni ocr IMAGE...` and `omni ask --audio FILE "question"`. */
+/* cmd_media.c - the media commands: `omni ocr IMAGE...` and `omni ask --audio FILE "question"`; without -m they
+ * use the embedded models assets/models/ocr and assets/models/speech (trained by tools/train). */
 #include <stdio.h>
 #include <string.h>
 
 #include "app/commands.h"
+#include "app/model_path.h"
 
 #define OCR_PROMPT "Read all the text in the image."
 
-/* OCR defaults (spec/ux.md): greedy, a 1024-2048 visual-token budget, room for a full page of text. */
+/* OCR defaults (spec/ux.md): greedy, a 1024-2048 visual-token budget (kept inside the model's own pixel limits:
+ * the small embedded model reads 4-256 tokens), room for a full page of text. */
 void ocr_defaults(omni_args *a) {
     a->temp = 0.f;
     a->n_predict = 2048;
     a->image_min_tokens = 1024;
     a->image_max_tokens = 2048;
+    a->image_budget_preferred = 1;
+}
+
+/* -m, or the embedded model `name` (dir: storage for the path). */
+static omni_status model_or_embedded(omni_args *a, const char *name, char *dir, size_t cap) {
+    if (a->model) return OMNI_OK;
+    omni_status st = omni_embedded_model(name, dir, cap);
+    if (!st) {
+        a->model = dir;
+        omni_log(1, "model: embedded %s\n", dir);
+    }
+    return st;
 }
 
 /* Each positional argument (and --image) is one image, answered on its own: its text on stdout, a blank line
  * between answers; a header naming the file goes to stderr when there are several. */
-omni_status cmd_ocr(const omni_args *a, volatile int *intr) {
+omni_status cmd_ocr(const omni_args *args, volatile int *intr) {
     const char *imgs[2 * OMNI_MAX_MEDIA];
     int n = 0;
-    for (int i = 0; i < a->n_images; i++) imgs[n++] = a->images[i];
-    for (int i = 0; i < a->n_positional; i++) imgs[n++] = a->positional[i];
-    if (!n) return omni_fail(OMNI_ERR_USAGE, "usage: omni ocr IMAGE... -m MODEL [--prompt TEXT]");
-    omni_status st = OMNI_OK;
+    for (int i = 0; i < args->n_images; i++) imgs[n++] = args->images[i];
+    for (int i = 0; i < args->n_positional; i++) imgs[n++] = args->positional[i];
+    if (!n) return omni_fail(OMNI_ERR_USAGE, "usage: omni ocr IMAGE... [-m MODEL] [--prompt TEXT]");
+    omni_args with_model = *args, *a = &with_model;
+    char dir[4096];
+    omni_status st = model_or_embedded(a, "ocr", dir, sizeof dir);
     for (int i = 0; !st && i < n && !*intr; i++) {
         omni_args one = *a;
         one.images[0] = imgs[i];
@@ -56,7 +73,11 @@ void ask_defaults(omni_args *a) {
 }
 
 /* generate with the Omni defaults; audio is required. */
-omni_status cmd_ask(const omni_args *a, volatile int *intr) {
-    if (a->n_audios == 0) return omni_fail(OMNI_ERR_USAGE, "usage: omni ask -m MODEL --audio FILE \"question\"");
-    return cmd_generate(a, intr);
+omni_status cmd_ask(const omni_args *args, volatile int *intr) {
+    if (args->n_audios == 0)
+        return omni_fail(OMNI_ERR_USAGE, "usage: omni ask [-m MODEL] --audio FILE \"question\"");
+    omni_args a = *args;
+    char dir[4096];
+    omni_status st = model_or_embedded(&a, "speech", dir, sizeof dir);
+    return st ? st : cmd_generate(&a, intr);
 }

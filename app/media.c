@@ -23,7 +23,7 @@ struct media_encoder {
 };
 
 media_params media_default_params(void) {
-    media_params p = {0, 0, 0};
+    media_params p = {0, 0, 0, 0};
     return p;
 }
 
@@ -74,7 +74,10 @@ static omni_status ensure_vision(media_encoder *e) {
         e->prep.max_pixels = 12845056;
     }
     st = vision_prep_load_config(e->dir, &e->prep);
-    if (!st) st = vision_prep_set_token_limits(&e->prep, e->p.image_min_tokens, e->p.image_max_tokens);
+    if (!st)
+        st = e->p.budget_preferred
+                 ? vision_prep_prefer_token_limits(&e->prep, e->p.image_min_tokens, e->p.image_max_tokens)
+                 : vision_prep_set_token_limits(&e->prep, e->p.image_min_tokens, e->p.image_max_tokens);
     if (!st) st = vision_tower_load(e->dir, llm_model_ckpt(e->m), &e->vt);
     if (!st && vision_tower_config(e->vt)->out_hidden != e->cfg->hidden)
         st = omni_fail(OMNI_ERR_MODEL, "vision out_hidden_size %d != text hidden %d",

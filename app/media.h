@@ -22,6 +22,8 @@
 typedef struct {
     int image_min_tokens, image_max_tokens; /* visual-token budget per image; 0: the model's pixel limits */
     int64_t max_image_pixels;               /* width*height refused from the header; 0: the vision default */
+    int budget_preferred; /* 1: the budget is a command's default, kept inside the model's own pixel limits
+                           * (vision_prep_prefer_token_limits); 0: it overrides them (--image-*-tokens) */
 } media_params;
 
 media_params media_default_params(void);

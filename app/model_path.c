@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 static int is_dir(const char *p) {
     struct stat st;
@@ -67,6 +68,35 @@ static int try_hub(const char *hub, const char *org_name, char *out, size_t cap)
     snprintf(p, sizeof p, "%s/%s", hub, name);
     if (!is_dir(p)) return 0;
     return cache_snapshot(p, out, cap) == OMNI_OK;
+}
+
+omni_status omni_embedded_model(const char *name, char *out, size_t cap) {
+    const char *env = getenv("OMNI_MODELS");
+    if (env && env[0]) {
+        snprintf(out, cap, "%s/%s", env, name);
+        if (has_config(out)) return OMNI_OK;
+        return omni_fail(OMNI_ERR_MODEL, "embedded model not found: $OMNI_MODELS/%s (%s) has no config.json", name,
+                         out);
+    }
+    char exe[4096];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n > 0) {
+        exe[n] = 0;
+        char *slash = strrchr(exe, '/');
+        if (slash) *slash = 0;
+        const char *rel[] = {"/../assets/models/", "/assets/models/"};
+        for (int i = 0; i < 2; i++) {
+            snprintf(out, cap, "%s%s%s", exe, rel[i], name);
+            if (has_config(out)) return OMNI_OK;
+        }
+    }
+#ifdef OMNI_SOURCE_DIR
+    snprintf(out, cap, "%s/assets/models/%s", OMNI_SOURCE_DIR, name);
+    if (has_config(out)) return OMNI_OK;
+#endif
+    return omni_fail(OMNI_ERR_MODEL,
+                     "no -m given and the embedded model assets/models/%s was not found beside the program or in "
+                     "its source tree (set OMNI_MODELS=DIR or pass -m MODEL)", name);
 }
 
 omni_status omni_resolve_model(const char *arg, char *out, size_t cap) {

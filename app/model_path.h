@@ -12,4 +12,10 @@
 
 omni_status omni_resolve_model(const char *arg, char *out, size_t cap);
 
+/* The embedded model NAME ("ocr", "speech": assets/models/NAME, trained by tools/train) that `omni ocr` and
+ * `omni ask` use without -m: $OMNI_MODELS/NAME if OMNI_MODELS is set, else assets/models/NAME beside the program
+ * (its directory's parent, e.g. build/omni -> ./assets, or its own directory), else in the source tree the
+ * program was built from. OMNI_ERR_MODEL naming the places tried when none has a config.json. */
+omni_status omni_embedded_model(const char *name, char *out, size_t cap);
+
 #endif

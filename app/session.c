@@ -34,6 +34,7 @@ omni_status session_open(omni_session *s, const omni_args *a, int n_seqs, int ch
     media_params mp = media_default_params();
     mp.image_min_tokens = a->image_min_tokens;
     mp.image_max_tokens = a->image_max_tokens;
+    mp.budget_preferred = a->image_budget_preferred;
     if ((st = media_encoder_init(s->model, s->model_dir, &mp, &s->media))) return st;
     ep.runner.n_threads = a->threads;
     ep.runner.max_seqs = n_seqs;

@@ -79,6 +79,16 @@ omni_status vision_prep_set_token_limits(vision_prep_params *p, int min_tokens, 
     return OMNI_OK;
 }
 
+omni_status vision_prep_prefer_token_limits(vision_prep_params *p, int min_tokens, int max_tokens) {
+    vision_prep_params want = *p;
+    omni_status st = vision_prep_set_token_limits(&want, min_tokens, max_tokens);
+    if (st) return st;
+    int64_t lo = want.min_pixels > p->min_pixels ? want.min_pixels : p->min_pixels;
+    int64_t hi = want.max_pixels < p->max_pixels ? want.max_pixels : p->max_pixels;
+    if (lo <= hi) p->min_pixels = lo, p->max_pixels = hi; /* no overlap: the model's own limits stay */
+    return OMNI_OK;
+}
+
 /* transformers' smart_resize; Python round() is half-to-even = nearbyint() in the default rounding mode. */
 omni_status vision_smart_resize(int height, int width, const vision_prep_params *p, int *out_h, int *out_w) {
     const int factor = p->patch_size * p->merge_size;

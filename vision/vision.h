@@ -65,6 +65,11 @@ omni_status vision_prep_load_config(const char *model_dir, vision_prep_params *p
 /* Express the pixel budget in visual tokens (one token = (patch*merge)^2 pixels): min_tokens/max_tokens <= 0
  * leave that bound unchanged. Fails with OMNI_ERR_USAGE if min > max. */
 omni_status vision_prep_set_token_limits(vision_prep_params *p, int min_tokens, int max_tokens);
+/* A preferred budget (a command's default, e.g. OCR's 1024-2048 tokens) rather than a demand: it is narrowed to
+ * the model's own [min_pixels, max_pixels] (from preprocessor_config.json), and when the two ranges do not overlap
+ * the model's own limits stay (a model trained for 4-256 tokens keeps them). Fails with OMNI_ERR_USAGE if
+ * min > max. */
+omni_status vision_prep_prefer_token_limits(vision_prep_params *p, int min_tokens, int max_tokens);
 
 /* smart_resize: target (h, w), multiples of factor = patch*merge, within [min_pixels, max_pixels].
  * OMNI_ERR_INPUT for an aspect ratio over 200 or a zero-sized image. */

@@ -177,6 +177,23 @@ static void test_token_limits(void) {
     CHECK(vision_prep_set_token_limits(&p, 3000, 2000) == OMNI_ERR_USAGE, "min > max accepted");
 }
 
+/* A preferred budget is narrowed to the model's own pixel limits, and dropped when the ranges do not overlap. */
+static void test_preferred_limits(void) {
+    vision_prep_params p = vision_prep_default_params(); /* Qwen3-VL: 64..16384 tokens */
+    CHECK(vision_prep_prefer_token_limits(&p, 1024, 2048) == OMNI_OK && p.min_pixels == 1024 * 1024 &&
+              p.max_pixels == 2048 * 1024, "inside: min %lld max %lld", (long long)p.min_pixels,
+          (long long)p.max_pixels);
+    p = vision_prep_default_params();
+    p.min_pixels = 4 * 1024, p.max_pixels = 256 * 1024; /* a small model trained for 4..256 tokens */
+    CHECK(vision_prep_prefer_token_limits(&p, 1024, 2048) == OMNI_OK && p.min_pixels == 4 * 1024 &&
+              p.max_pixels == 256 * 1024, "disjoint: min %lld max %lld", (long long)p.min_pixels,
+          (long long)p.max_pixels);
+    CHECK(vision_prep_prefer_token_limits(&p, 100, 2048) == OMNI_OK && p.min_pixels == 100 * 1024 &&
+              p.max_pixels == 256 * 1024, "overlap: min %lld max %lld", (long long)p.min_pixels,
+          (long long)p.max_pixels);
+    CHECK(vision_prep_prefer_token_limits(&p, 300, 200) == OMNI_ERR_USAGE, "min > max accepted");
+}
+
 int main(void) {
     cJSON *man = vfix_manifest();
     CHECK(man != NULL, "manifest.json missing in %s", VFIX_DIR);
@@ -186,6 +203,7 @@ int main(void) {
         test_resize(man);
     }
     test_token_limits();
+    test_preferred_limits();
     test_omni_config();
     cJSON_Delete(man);
     return check_exit();
