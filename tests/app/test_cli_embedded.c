@@ -136,5 +136,6 @@ int main(void) {
     char cmd[4200];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmp);
+    free(tmp);
     return check_exit();
 }

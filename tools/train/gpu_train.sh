@@ -43,7 +43,7 @@ if [ "${TOY:-0}" = 1 ]; then
     common="--toy --device cpu --workers 1 --batch 4"
     ocr_x="--eval-single 2 --eval-multi 1" speech_x="--eval-n 2" text_x=""
 else
-    common="" ocr_x="--workers 6 --batch 96" speech_x="--workers 5 --batch 64" text_x="--workers 2 --batch 16"
+    common="" ocr_x="--workers 7 --batch 96" speech_x="--workers 4 --batch 64" text_x="--workers 2 --batch 16"
 fi
 resume() { [ -n "$RESUME" ] && [ -f "$RESUME/$1/config.json" ] && echo "--resume $RESUME"; }
 limit=$(python3 -c "print(int($M * 60 + 150))")

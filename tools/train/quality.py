@@ -129,7 +129,7 @@ def text_set(work, model_dir, lengths, per_length, passkey_lengths, depths, keys
 
 def run_ocr(omni, model, items, flags):
     """One omni process for all images; answers are separated by a blank line (they contain no blank lines)."""
-    out = omni(["ocr"] + [it["file"] for it in items] + ["-m", model, "--image-min-tokens", "4",
+    out = omni(["ocr"] + [it["file"] for it in items] + ["-m", model, "-n", "200", "--image-min-tokens", "4",
                                                           "--image-max-tokens", "256"] + flags)
     hyps = out[:-1].split("\n\n") if out.endswith("\n") else out.split("\n\n")
     if len(hyps) != len(items):
@@ -266,11 +266,11 @@ def kv_stats(model_dir, kind, work, plot_path=None, n_tokens=2048):
         import matplotlib.pyplot as plt
         fig, ax = plt.subplots(1, 2, figsize=(11, 3.6))
         for li, (kc, vc) in enumerate(zip(knorm_curves, vnorm_curves)):
-            ax[0].plot(np.arange(len(kc)), kc, lw=0.7, label="layer %d" % li)
-            ax[1].plot(np.arange(len(vc)), vc, lw=0.7, label="layer %d" % li)
+            ax[0].plot(np.arange(1, len(kc) + 1), kc, lw=0.7, label="layer %d" % li)
+            ax[1].plot(np.arange(1, len(vc) + 1), vc, lw=0.7, label="layer %d" % li)
         for a_, t in zip(ax, ("key L2 norm (post-RoPE, mean over KV heads)", "value L2 norm (mean over KV heads)")):
-            a_.set_xscale("symlog", linthresh=8)
-            a_.set_xlabel("position")
+            a_.set_xscale("log")
+            a_.set_xlabel("position + 1")
             a_.set_title(t, fontsize=9)
             a_.grid(alpha=0.3)
         ax[1].legend(fontsize=7, ncol=2)
