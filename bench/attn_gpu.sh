@@ -118,3 +118,5 @@ for bs, ctx in [(1, 4096), (1, 32768), (1, 131072), (8, 32768), (48, 4096)]:
 print("bf16 column: time / SDPA (target <= 1.10); int2: SDPA / time (target >= 4.5 at bs1/128K, <= 33 us);"
       " % = of copy (int2 target >= 80% at bs1/128K, bs8/32K, bs48/4K)")
 EOF
+grep -h "^prefill\|^segments" $OUT/bench.log
+[ -f $OUT/bench_magic.csv ] && echo "int2 with OMNI_KVC_MAGIC=1 (bs,ctx,us): $(cut -d, -f2,3,4 $OUT/bench_magic.csv | tr '\n' ' ')"

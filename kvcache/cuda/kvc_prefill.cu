@@ -392,9 +392,13 @@ template <int DP> __global__ void __launch_bounds__(KVP_NT) kvp_kernel(const __g
 
 template <int DP> static cudaError_t kvp_launch(const kvp_args &a, int tiles, int rows, cudaStream_t st) {
     const size_t smem = sizeof(kvp_smem<DP>);
-    cudaError_t e = cudaFuncSetAttribute((const void *)kvp_kernel<DP>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         (int)smem);
-    if (e != cudaSuccess) return e;
+    static int ready = 0; /* the shared-memory limit is raised once (not inside a later graph capture) */
+    if (!ready) {
+        cudaError_t e = cudaFuncSetAttribute((const void *)kvp_kernel<DP>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             (int)smem);
+        if (e != cudaSuccess) return e;
+        ready = 1;
+    }
     return kvc_launch(kvp_kernel<DP>, dim3(tiles, rows), dim3(KVP_NT), smem, st, 0, a);
 }
 

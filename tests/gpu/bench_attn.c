@@ -183,6 +183,60 @@ static int bench_one(const char *mode, int bs, int64_t L, double copy, FILE *csv
     return !ok;
 }
 
+/* Prefill / segment attention timing (no history): causal chunk of T tokens (32/8 heads, D 128) and the vision
+ * tower's non-causal segments (16 heads, D 72, one 1024-token image) - TFLOP/s counting 4 T^2 H D (causal: half). */
+static void bench_prefill(FILE *csv) {
+    for (int kind = 0; kind < 2; kind++) {
+        const int T = kind ? 1024 : 4096, Hq = kind ? 16 : 32, Hkv = kind ? 16 : 8, D = kind ? 72 : 128;
+        const size_t nq = (size_t)T * Hq * D, nk = (size_t)T * Hkv * D;
+        uint16_t *h = malloc(nq * 2), *dq, *dk, *dv, *dout;
+        rng_t r = {77};
+        atu_rand_bf16(h, nq, &r, 1.0f);
+        ATU_CU(cudaMalloc((void **)&dq, nq * 2));
+        ATU_CU(cudaMalloc((void **)&dk, nk * 2));
+        ATU_CU(cudaMalloc((void **)&dv, nk * 2));
+        ATU_CU(cudaMalloc((void **)&dout, nq * 2));
+        ATU_CU(cudaMemcpy(dq, h, nq * 2, cudaMemcpyHostToDevice));
+        ATU_CU(cudaMemcpy(dk, h, nk * 2, cudaMemcpyHostToDevice));
+        ATU_CU(cudaMemcpy(dv, h + 7, nk * 2, cudaMemcpyHostToDevice));
+        int32_t cu[2] = {0, T}, *dcu, len0 = 0, *dlen, tab = -1, *dtab;
+        ATU_CU(cudaMalloc((void **)&dcu, 8));
+        ATU_CU(cudaMalloc((void **)&dlen, 4));
+        ATU_CU(cudaMalloc((void **)&dtab, 4));
+        ATU_CU(cudaMemcpy(dcu, cu, 8, cudaMemcpyHostToDevice));
+        ATU_CU(cudaMemcpy(dlen, &len0, 4, cudaMemcpyHostToDevice));
+        ATU_CU(cudaMemcpy(dtab, &tab, 4, cudaMemcpyHostToDevice));
+        kv_layer_view v;
+        memset(&v, 0, sizeof v);
+        v.n_layers = 1, v.n_kv_heads = Hkv, v.head_dim = D, v.k_esz = v.v_esz = 2, v.window = 128;
+        v.raw_page_bytes = 16, v.raw_kh = v.raw_vh = (int64_t)32 * D * 2, v.raw_pool = (uint8_t *)dout;
+        v.raw_tab = dtab, v.quant_tab = dtab, v.len = dlen, v.tab_stride = 1, v.max_seqs = 1;
+        const float scale = 1.0f / sqrtf((float)D);
+        cudaEvent_t e0, e1;
+        cudaEventCreate(&e0), cudaEventCreate(&e1);
+        float t[20];
+        int ok = 1;
+        for (int i = 0; i < 23; i++) {
+            cudaEventRecord(e0, NULL);
+            omni_status st = kind ? kvc_attn_segments(Hq, D, dcu, 1, T, dq, dk, dv, (int64_t)Hq * D, dout, scale, NULL)
+                                  : kvc_prefill(&v, 1, NULL, dcu, T, dq, dk, dv, dout, Hq, scale, NULL);
+            cudaEventRecord(e1, NULL);
+            cudaEventSynchronize(e1);
+            ok &= st == OMNI_OK;
+            if (i >= 3) cudaEventElapsedTime(&t[i - 3], e0, e1);
+        }
+        ATU_CU(cudaGetLastError());
+        qsort(t, 20, sizeof(float), cmp_f);
+        const double us = t[10] * 1e3, flops = 4.0 * T * T * Hq * D * (kind ? 1.0 : 0.5);
+        printf("%-9s T %5d heads %2d/%2d D %3d: %8.1f us, %6.1f TFLOP/s%s\n", kind ? "segments" : "prefill", T, Hq,
+               Hkv, D, us, flops / (us * 1e-6) / 1e12, ok ? "" : "  FAILED");
+        if (csv) fprintf(csv, "%s,1,%d,%.2f,%.2f,%.0f,0,%d\n", kind ? "segments" : "prefill", T, us, us, flops, ok);
+        cudaEventDestroy(e0), cudaEventDestroy(e1);
+        cudaFree(dq), cudaFree(dk), cudaFree(dv), cudaFree(dout), cudaFree(dcu), cudaFree(dlen), cudaFree(dtab);
+        free(h);
+    }
+}
+
 int main(int argc, char **argv) {
     int ndev = 0;
     if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
@@ -205,6 +259,7 @@ int main(int argc, char **argv) {
             if (!shape || !strcmp(shape, name)) rc |= bench_one(fmts[f], shapes[s][0], shapes[s][1], copy, csv);
         }
     }
+    if (!only) bench_prefill(NULL);
     if (csv) fclose(csv);
     return rc;
 }
