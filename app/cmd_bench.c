@@ -397,40 +397,55 @@ static omni_status measure_fits(bench_run *b, const char *kv, int ctx, bench_fit
 
 /* ---- the run ---------------------------------------------------------------------------------------------- */
 
-static omni_status run_points(bench_run *b) {
-    omni_status st = OMNI_OK;
-    for (int f = 0; f < b->n_kv && !st; f++)
-        for (int c = 0; c < b->n_ctx && !st; c++) {
-            bench_fit x;
-            double tf = omni_time_ms();
-            st = measure_fits(b, b->kv[f], b->ctx[c], &x);
-            omni_log(2, "bench: %s ctx %d: %d sequences fit (budget arithmetic %d) (%.1f s)\n", b->kv[f], b->ctx[c],
-                     x.fits, x.fits_budget, (omni_time_ms() - tf) / 1e3);
-            if (!st) st = bench_add_fit(&b->res, &x);
-            if (!st && x.fits != x.fits_budget)
-                omni_log(0, "bench: warning: %s at %d tokens: the engine admitted %d sequences, the budget says %d\n",
-                         x.kv, x.ctx, x.fits, x.fits_budget);
-            for (int n = 0; n < b->n_batch && !st; n++) {
-                if (b->intr && *b->intr) return OMNI_OK;
-                int batch = b->batch[n], ctx = b->ctx[c];
-                double need = (double)batch * x.seq_kv_mib * point_n_ctx(b, batch, ctx) / ctx / 1024;
-                if (need > b->kv_mem_gib) {
-                    omni_log(1, "bench: skip %s batch %d ctx %d: about %.1f GiB of KV > --kv-mem %g\n", b->kv[f],
-                             batch, ctx, need, b->kv_mem_gib);
-                    continue;
-                }
-                bench_point p;
-                double t0 = omni_time_ms();
-                st = measure_point(b, b->kv[f], batch, ctx, &p);
-                if (!st && !(b->intr && *b->intr)) {
-                    st = bench_add_point(&b->res, &p);
-                    omni_log(1, "bench: %-5s batch %4d ctx %7d: %9.2f tok/s (p50 %.3f ms, %.0f%% of roofline), "
-                             "prefill %.1f tok/s, KV %.2f MiB (%.1f s)\n", p.kv, batch, ctx, p.decode_tok_s,
-                             p.step_ms_p50, p.roofline_pct, p.prefill_tok_s, p.kv_mib, (omni_time_ms() - t0) / 1e3);
-                }
-            }
+/* The fits-count and every point of one format at one context. */
+static omni_status run_context(bench_run *b, const char *kv, int ctx) {
+    bench_fit x;
+    double tf = omni_time_ms();
+    omni_status st = measure_fits(b, kv, ctx, &x);
+    if (st) return st;
+    omni_log(2, "bench: %s ctx %d: %d sequences fit (budget arithmetic %d) (%.1f s)\n", kv, ctx, x.fits,
+             x.fits_budget, (omni_time_ms() - tf) / 1e3);
+    if (x.fits != x.fits_budget)
+        omni_log(0, "bench: warning: %s at %d tokens: the engine admitted %d sequences, the budget says %d\n", kv, ctx,
+                 x.fits, x.fits_budget);
+    if ((st = bench_add_fit(&b->res, &x))) return st;
+    for (int n = 0; n < b->n_batch && !st; n++) {
+        if (b->intr && *b->intr) return OMNI_OK;
+        int batch = b->batch[n];
+        double need = (double)batch * x.seq_kv_mib * point_n_ctx(b, batch, ctx) / ctx / 1024;
+        if (need > b->kv_mem_gib) {
+            omni_log(1, "bench: skip %s batch %d ctx %d: about %.1f GiB of KV > --kv-mem %g\n", kv, batch, ctx, need,
+                     b->kv_mem_gib);
+            continue;
         }
+        bench_point p;
+        double t0 = omni_time_ms();
+        st = measure_point(b, kv, batch, ctx, &p);
+        if (!st && !(b->intr && *b->intr)) {
+            st = bench_add_point(&b->res, &p);
+            omni_log(1, "bench: %-5s batch %4d ctx %7d: %9.2f tok/s (p50 %.3f ms, %.0f%% of roofline), prefill %.1f "
+                     "tok/s, KV %.2f MiB (%.1f s)\n", p.kv, batch, ctx, p.decode_tok_s, p.step_ms_p50, p.roofline_pct,
+                     p.prefill_tok_s, p.kv_mib, (omni_time_ms() - t0) / 1e3);
+        }
+    }
     return st;
+}
+
+/* Every format and context. A format the device cannot run (OMNI_ERR_UNSUPPORTED, e.g. a quantized cache on a
+ * device without its kernels) is skipped with a line on stderr; the others go on. */
+static omni_status run_points(bench_run *b) {
+    int ran = 0;
+    for (int f = 0; f < b->n_kv; f++) {
+        omni_status st = OMNI_OK;
+        for (int c = 0; c < b->n_ctx && !st; c++) st = run_context(b, b->kv[f], b->ctx[c]);
+        if (st == OMNI_ERR_UNSUPPORTED) {
+            omni_log(0, "bench: skip %s on %s: %s\n", b->kv[f], b->res.device, omni_last_error());
+            continue;
+        }
+        if (st) return st;
+        ran++;
+    }
+    return ran ? OMNI_OK : omni_fail(OMNI_ERR_UNSUPPORTED, "bench: no KV format of --kv runs on %s", b->res.device);
 }
 
 static omni_status write_outputs(bench_run *b) {
