@@ -245,25 +245,8 @@ static omni_status work_alloc(aut_work *w, const audio_tower *t, int Lc, int G, 
     return OMNI_OK;
 }
 
-/* 3x3 stride-2 pad-1 im2col of nb channel-last images x [nb][H, W, C] -> col [nb·Ho·Wo, C·9]
- * (column = c·9 + kh·3 + kw, the flattening of a PyTorch [C_out, C_in, 3, 3] weight). */
-static void im2col(float *col, const float *x, int nb, int H, int W, int C) {
-    int Ho = conv_len(H), Wo = conv_len(W);
-#pragma omp parallel for schedule(static) if ((int64_t)nb * Ho * Wo * C > (1 << 16))
-    for (int bh = 0; bh < nb * Ho; bh++) {
-        int b = bh / Ho, ho = bh % Ho;
-        const float *xb = x + (size_t)b * H * W * C;
-        for (int wo = 0; wo < Wo; wo++) {
-            float *cr = col + ((size_t)bh * Wo + wo) * C * 9;
-            for (int kh = 0; kh < 3; kh++)
-                for (int kw = 0; kw < 3; kw++) {
-                    int hi = 2 * ho - 1 + kh, wi = 2 * wo - 1 + kw, j = kh * 3 + kw;
-                    const float *src = (hi >= 0 && hi < H && wi >= 0 && wi < W) ? xb + ((size_t)hi * W + wi) * C : NULL;
-                    for (int c = 0; c < C; c++) cr[c * 9 + j] = src ? src[c] : 0.0f;
-                }
-        }
-    }
-}
+/* 3x3 stride-2 pad-1 im2col of nb channel-last images (kernels/ops.h). */
+static void im2col(float *col, const float *x, int nb, int H, int W, int C) { op_im2col_3x3s2(col, x, nb, H, W, C); }
 
 /* Conv stem + conv_out + positions for chunks [c0, c0+nb) of L frames (the last one `tail` frames), each
  * zero-padded to Lc. Writes the chunks' valid token rows to h; returns the row count. */

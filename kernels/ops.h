@@ -55,6 +55,30 @@ void op_softmax(float *x, int rows, int n);
  * x[d]' = x[d]·cos[d] - x[d+D/2]·sin[d];  x[d+D/2]' = x[d+D/2]·cos[d+D/2] + x[d]·sin[d+D/2]. */
 void op_rope_neox(float *x, int T, int H, int D, int64_t ld, const float *cos, const float *sin);
 
+/* Multi-stream RoPE tables (interleaved MRoPE of Qwen3-VL/Omni, plain RoPE when all streams agree), as
+ * transformers computes them in fp32: angle f = (float)pos[stream(j)][t] · inv_freq[j] for frequency slot
+ * j < D/2, where stream(j) = slot_stream[j] selects a position stream; cos[t][j] = cos[t][j + D/2] = cosf(f),
+ * likewise sin. pos: [n_streams][T] (row s at pos + s·pos_stride); cos, sin: [T, D]. */
+void op_rope_tables(float *cos, float *sin, const int32_t *pos, int64_t pos_stride, int T, int D,
+                    const float *inv_freq, const int *slot_stream);
+
+/* 2D RoPE tables of the ViT (Qwen3-VL vision tower): with nf = D/4 frequencies, slot j < nf takes the angle
+ * row[t]·inv_freq[j], slot nf + j takes col[t]·inv_freq[j] (fp32 products), and the D/2 slots are duplicated:
+ * cos[t][j] = cos[t][j + D/2]. D % 4 == 0. cos, sin: [T, D]. */
+void op_rope2d_tables(float *cos, float *sin, const int32_t *row, const int32_t *col, int T, int D,
+                      const float *inv_freq);
+
+/* Learned position embedding resampled bilinearly with align_corners=True (transformers v5's interpolation, fp32
+ * weights, the 4 taps summed in fp32 in the order (fy,fx), (fy,cx), (cy,fx), (cy,cx)): for patch n at full grid
+ * coordinates (row[n], col[n]) of a gh x gw grid, x[n, :] += Σ w · table[tap, :]. table: [side², D] f32. */
+void op_pos_embed_bilinear(float *x, const float *table, int side, const int32_t *row, const int32_t *col, int N,
+                           int D, int gh, int gw);
+
+/* im2col of a 3x3 convolution with stride 2 and padding 1 over nb channel-last images x [nb][H, W, C]:
+ * col [nb·Ho·Wo, C·9] with Ho = (H-1)/2+1, Wo = (W-1)/2+1, column c·9 + kh·3 + kw (the flattening of a PyTorch
+ * [C_out, C_in, 3, 3] weight), zero outside the image. */
+void op_im2col_3x3s2(float *col, const float *x, int nb, int H, int W, int C);
+
 /* y[i,:] = table[ids[i], :] as f32. table: [vocab, dim]. Caller validates ids. */
 void op_embed(float *y, const omni_tensor *table, const int32_t *ids, int n);
 

@@ -91,6 +91,85 @@ omni_status omni_cuda_add_bf16(uint16_t *y, const uint16_t *a, const uint16_t *b
 omni_status omni_cuda_embed_bf16(uint16_t *y, const uint16_t *table, int64_t vocab, int dim, const int32_t *ids,
                                  int n, void *stream);
 
+/* ---- decoder fusions ------------------------------------------------------------------------------------ */
+
+/* Per-head RMSNorm of q and k (q_norm / k_norm) followed by multi-stream RoPE (interleaved MRoPE), in place, with
+ * the RoPE tables made on the device as transformers makes them: f = (float)pos[stream(j)][t] · inv_freq[j] in
+ * fp32, c = bf16(cosf(f)), s = bf16(sinf(f)) for slot j < D/2 (and j + D/2). Per head (the same
+ * rounding points as omni_cuda_rmsnorm_bf16 then omni_cuda_rope_neox_bf16 with those tables; the fp32 sum of
+ * squares may be added in another order):
+ *     n = bf16(bf16(x · rsqrt(mean(x²) + eps)) · w);  n'_d = bf16(bf16(n_d·c) + bf16(-n_{d+D/2}·s)),
+ *     n'_{d+D/2} = bf16(bf16(n_{d+D/2}·c) + bf16(n_d·s)).
+ * q: T tokens of Hq heads, k: T tokens of Hkv heads, both with token row stride ld elements (q and k may be the
+ * two parts of one fused QKV row). q_w, k_w: [D] bf16. pos: device int32, stream s of token t at
+ * pos[s·pos_stride + t]; inv_freq: device [D/2] f32; slot_stream: device [D/2] int32 (stream of each slot).
+ * D must be 32, 64, 128 or 256. */
+omni_status omni_cuda_qk_norm_rope_bf16(uint16_t *q, uint16_t *k, int T, int64_t ld, int Hq, int Hkv, int D,
+                                       const uint16_t *q_w, const uint16_t *k_w, float eps, const int32_t *pos,
+                                       int64_t pos_stride, const float *inv_freq, const int32_t *slot_stream,
+                                       void *stream);
+
+/* SwiGLU over a fused gate/up row: y[r, i] = bf16(bf16(silu(gu[r, i])) · gu[r, I + i]) (omni_cuda_silu_mul_bf16's
+ * arithmetic). gu: [rows, 2I] (gate columns, then up columns), y: [rows, I]; y must not alias gu. */
+omni_status omni_cuda_swiglu_bf16(uint16_t *y, const uint16_t *gu, int rows, int I, void *stream);
+
+/* Embedding gather with substituted rows: y[i, :] = src_row[i] >= 0 ? rows[src_row[i], :] : table[ids[i], :]
+ * (an id outside [0, vocab) gives zeros). table: [vocab, dim], rows: [*, dim] bf16 (the encoders' embeddings);
+ * ids, src_row: device [n] int32; src_row may be NULL (no substitution). */
+omni_status omni_cuda_embed_rows_bf16(uint16_t *y, const uint16_t *table, int64_t vocab, int dim, const int32_t *ids,
+                                     const int32_t *src_row, const uint16_t *rows, int n, void *stream);
+
+/* Scattered residual add (DeepStack): x[dst_row[i], :] = bf16(x[dst_row[i], :] + src[i, :]) for i < n.
+ * x: [*, dim], src: [n, dim] bf16, dst_row: device [n] int32, distinct rows. */
+omni_status omni_cuda_add_rows_bf16(uint16_t *x, int dim, const int32_t *dst_row, const uint16_t *src, int n,
+                                   void *stream);
+
+/* y = bf16(x), round-to-nearest-even, n elements (f32 inputs from the host side: pixels, encoder outputs). */
+omni_status omni_cuda_f32_to_bf16(uint16_t *y, const float *x, int64_t n, void *stream);
+/* y = (float)x, n elements (bf16 logits or hidden states to f32). */
+omni_status omni_cuda_bf16_to_f32(float *y, const uint16_t *x, int64_t n, void *stream);
+
+/* ---- sparse MoE (Qwen3-Omni thinker), no host round trip --------------------------------------------------
+ * A step: router logits (omni_cuda_linear, bf16 out) -> omni_cuda_moe_route -> either the per-entry GEMVs (few
+ * tokens: omni_cuda_moe_entry_linear for gate/up, omni_cuda_swiglu_bf16, entry_linear for down) or the grouped
+ * path (omni_cuda_moe_group, omni_cuda_moe_grouped_linear twice with swiglu between) -> omni_cuda_moe_combine.
+ * "Entries" are the T·k (token, choice) pairs, entry e = t·k + j. Expert weights live in one allocation per
+ * matrix kind: gate/up fused [E][2I][H] (gate rows, then up rows), down [E][H][I]. */
+
+/* Router: p = softmax(logits[t, :]) in fp32; the k largest p (descending; the lower expert index first on ties,
+ * as llm/moe.c); with norm, w_j = p_j / Σ p (summed in that order in fp32); w rounded to bf16 (transformers casts
+ * the routing weights to the activation dtype). logits: [T, E] bf16; sel_e: [T, k] int32; sel_w: [T, k] f32
+ * holding bf16 values. 1 <= k <= min(E, 32), E <= 4096. */
+omni_status omni_cuda_moe_route(int32_t *sel_e, float *sel_w, const uint16_t *logits, int T, int E, int k, int norm,
+                                void *stream);
+
+/* Group the entries by expert: offsets[e] .. offsets[e + 1] are the grouped rows of expert e (offsets: [E + 1]
+ * int32), perm_tok[r] the token of grouped row r, slot_pos[t·k + j] the grouped row of entry (t, j) ([T·k] each).
+ * The order of the rows inside a group is unspecified (it does not change any result: rows are independent).
+ * One block; T·k <= 1 << 20. */
+omni_status omni_cuda_moe_group(int32_t *offsets, int32_t *perm_tok, int32_t *slot_pos, const int32_t *sel_e, int T,
+                                int E, int k, void *stream);
+
+/* Grouped linear (tensor cores, fp32 accumulation, one rounding): for every expert e and grouped row
+ * r in [offsets[e], offsets[e + 1]): y[r, :] = A[r, :] · W[e]ᵀ with A[r] = x[perm ? perm[r] : r] (row stride ldx).
+ * W: [E][N][K] bf16; y: [rows, N] bf16 with rows = offsets[E] <= max_rows (sizes the launch). K % 8 == 0,
+ * N % 8 == 0, 16-byte aligned x, W and ldx. */
+omni_status omni_cuda_moe_grouped_linear(uint16_t *y, const uint16_t *x, int64_t ldx, const int32_t *perm,
+                                         const uint16_t *w, const int32_t *offsets, int E, int max_rows, int N, int K,
+                                         void *stream);
+
+/* Per-entry linear (decode, few entries): y[e, :] = x[e / xdiv, :] · W[sel_e[e]]ᵀ for e < n (xdiv = k for the
+ * gate/up of token rows, 1 for the down projection of entry rows). W: [E][N][K]; y: [n, N] bf16. K % 8 == 0,
+ * 16-byte aligned x (row stride ldx) and W. */
+omni_status omni_cuda_moe_entry_linear(uint16_t *y, const uint16_t *x, int64_t ldx, int xdiv, const uint16_t *w,
+                                       const int32_t *sel_e, int n, int N, int K, void *stream);
+
+/* Combine: y[t, :] = the bf16 sum, from zero in ascending expert order, of bf16(out[row(t, j), :] · sel_w[t, j])
+ * (transformers' index_add loop over experts), row(t, j) = slot_pos ? slot_pos[t·k + j] : t·k + j.
+ * out: [T·k, H] bf16; y: [T, H] bf16. Experts of one token are distinct. */
+omni_status omni_cuda_moe_combine(uint16_t *y, const uint16_t *out, const int32_t *slot_pos, const int32_t *sel_e,
+                                  const float *sel_w, int T, int k, int H, void *stream);
+
 /* ---- softmax, selection ---------------------------------------------------------------------------------- */
 
 /* Row softmax in place, fp32, max-subtracted; a row of all -inf becomes zeros (as op_softmax). x: [rows, n]. */
@@ -99,11 +178,44 @@ omni_status omni_cuda_softmax_f32(float *x, int rows, int n, void *stream);
 /* idx[r] = index of the largest x[r, :] (first on ties). x: [rows, n] fp32, idx: [rows] int32 (device). */
 omni_status omni_cuda_argmax_f32(int32_t *idx, const float *x, int rows, int n, void *stream);
 
+/* ---- sampling on the device ------------------------------------------------------------------------------ */
+
+/* Per-row sampling parameters (llm/sampler.h semantics): temp <= 0 greedy; top_k <= 0 or >= vocab: no limit;
+ * top_p >= 1: no limit. */
+typedef struct {
+    float temp;
+    int top_k;
+    float top_p;
+    int reserved; /* 0 */
+} omni_cuda_sample_params;
+
+/* The generator state llm/sampler.c starts from for `seed` (xoshiro256** seeded by splitmix64): 4 words.
+ * Host only; copy the words into the device state array. */
+void omni_cuda_sampler_seed(uint64_t state[4], uint64_t seed);
+
+/* Next token of each row, on the device; logits never leave it.
+ * What "equals the CPU sampler" (llm_sampler_sample) means:
+ *  - greedy rows: the same index exactly (first on ties); the generator is not advanced (as on the CPU);
+ *  - other rows: the same candidate set (top-k by logit, ties to the lower id; then the smallest prefix of the
+ *    temperature softmax in descending order whose mass reaches top_p), the same order of the cumulative scan
+ *    (descending logit, lower id first) and the same generator stream (one uniform u = (next >> 11)·2^-53 per
+ *    draw, state advanced once per sampled row). So for equal logits and seed the token equals the CPU's, except
+ *    when u·Σ falls within floating-point rounding (~1e-9 relative) of a cumulative boundary, or the top-p mass
+ *    lies that close to top_p. Results are deterministic per seed (no floating-point atomics).
+ * Rows with top_k in 1..1024 sort their candidates in shared memory; larger or no top_k takes the radix path
+ * (several passes over the row). NaN logits count as -inf; -0 equals +0.
+ * out: device [rows] int32; logits: [rows][ld] f32; params: device [rows]; rng: device [rows][4] uint64,
+ * advanced in place. One block per row. */
+omni_status omni_cuda_sample(int32_t *out, const float *logits, int64_t ld, int rows, int vocab,
+                             const omni_cuda_sample_params *params, uint64_t *rng, void *stream);
+
 /* ---- linear (cuBLAS) ------------------------------------------------------------------------------------- */
 
 /* y[M, N] = x[M, K] · W[N, K]ᵀ (+ b[N]) on the context's stream: bf16 x, W, b; fp32 accumulation (reductions in
  * fp32, no reduced-precision split-K); y_dtype OMNI_BF16 (exactly one rounding of the fp32 x·Wᵀ + b) or OMNI_F32
- * (logits). All row-major contiguous; b may be NULL; y must not alias x or W. A bias with bf16 output goes through
+ * (logits). All row-major contiguous; b may be NULL; y must not alias x or W. M <= 8 with K % 8 == 0 and 16-byte
+ * aligned x and W (decode) runs a weight-streaming GEMV kernel (bias added in fp32 before the one rounding);
+ * larger M runs cuBLAS. With cuBLAS, a bias with bf16 output goes through
  * the context's fp32 scratch (M·N floats; see omni_cuda_ctx_reserve), because cuBLAS's own bias paths (beta = 1
  * on a bf16 C, cuBLASLt's bias epilogue) were seen rounding twice on the H200. */
 omni_status omni_cuda_linear(omni_cuda_ctx *ctx, void *y, omni_dtype y_dtype, const uint16_t *x, const uint16_t *w,

@@ -265,53 +265,15 @@ static void patch_coords(int gt, int gh, int gw, int *row, int *col) {
                     for (int j = 0; j < 2; j++, n++) row[n] = 2 * R + i, col[n] = 2 * C + j;
 }
 
-/* One axis of transformers' _interpolation_axis_taps_weights (bilinear, align_corners=True), in float. */
-static void axis_taps(int index, int size, int side, int tap[2], float wt[2]) {
-    float src = (float)index * (float)(side - 1) / (float)(size - 1 > 1 ? size - 1 : 1);
-    float fl = floorf(src), frac = src - fl;
-    for (int o = 0; o < 2; o++) {
-        int tp = (int)fl + o;
-        tap[o] = tp < 0 ? 0 : tp > side - 1 ? side - 1 : tp;
-        float w = 1.0f - fabsf(frac - (float)o);
-        wt[o] = w > 0.0f ? w : 0.0f;
-    }
-}
-
-/* x[n] += sum of the 4 weighted pos_embed rows (summed in fp32 first, as transformers does). */
+/* x[n] += the bilinear (align_corners=True) resampling of pos_embed at the patch's coordinates (fp32 weights,
+ * the 4 taps summed in fp32 first, as transformers v5 does). */
 static void add_pos_embed(const vision_tower *t, float *x, const int *row, const int *col, int N, int gh, int gw) {
-    const int D = t->cfg.hidden, side = t->side;
-#pragma omp parallel for schedule(static) if ((int64_t)N * D > 65536)
-    for (int n = 0; n < N; n++) {
-        int th[2], tw[2];
-        float wh[2], ww[2];
-        axis_taps(row[n], gh, side, th, wh);
-        axis_taps(col[n], gw, side, tw, ww);
-        const float *e[4];
-        float w[4];
-        for (int a = 0; a < 2; a++)
-            for (int b = 0; b < 2; b++) e[2 * a + b] = t->pos_embed + (size_t)(th[a] * side + tw[b]) * D, w[2 * a + b] = wh[a] * ww[b];
-        float *xr = x + (size_t)n * D;
-        for (int d = 0; d < D; d++) {
-            float p = e[0][d] * w[0];
-            p += e[1][d] * w[1];
-            p += e[2][d] * w[2];
-            p += e[3][d] * w[3];
-            xr[d] += p;
-        }
-    }
+    op_pos_embed_bilinear(x, t->pos_embed, t->side, row, col, N, t->cfg.hidden, gh, gw);
 }
 
 /* cos/sin [N, hd]: angles [row·inv_freq, col·inv_freq] (hd/2), duplicated. */
 static void rope_tables(const vision_tower *t, const int *row, const int *col, int N, float *cs, float *sn) {
-    const int hd = t->cfg.head_dim, nf = hd / 4;
-    for (int n = 0; n < N; n++) {
-        float *c = cs + (size_t)n * hd, *s = sn + (size_t)n * hd;
-        for (int k = 0; k < nf; k++) {
-            float ar = (float)row[n] * t->inv_freq[k], ac = (float)col[n] * t->inv_freq[k];
-            c[k] = c[k + hd / 2] = cosf(ar), s[k] = s[k + hd / 2] = sinf(ar);
-            c[nf + k] = c[nf + k + hd / 2] = cosf(ac), s[nf + k] = s[nf + k + hd / 2] = sinf(ac);
-        }
-    }
+    op_rope2d_tables(cs, sn, row, col, N, t->cfg.head_dim, t->inv_freq);
 }
 
 /* Bidirectional attention over the image's N patches (op_attention takes the blocked sgemm path at this length).

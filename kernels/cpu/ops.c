@@ -220,6 +220,86 @@ void op_rope_neox(float *x, int T, int H, int D, int64_t ld, const float *cos, c
     }
 }
 
+void op_rope_tables(float *cos, float *sin, const int32_t *pos, int64_t pos_stride, int T, int D,
+                    const float *inv_freq, const int *slot_stream) {
+    int half = D / 2;
+    for (int t = 0; t < T; t++) {
+        float *c = cos + (int64_t)t * D, *s = sin + (int64_t)t * D;
+        for (int j = 0; j < half; j++) {
+            float f = (float)pos[slot_stream[j] * pos_stride + t] * inv_freq[j];
+            c[j] = c[j + half] = cosf(f);
+            s[j] = s[j + half] = sinf(f);
+        }
+    }
+}
+
+void op_rope2d_tables(float *cos, float *sin, const int32_t *row, const int32_t *col, int T, int D,
+                      const float *inv_freq) {
+    int nf = D / 4, half = D / 2;
+    for (int t = 0; t < T; t++) {
+        float *c = cos + (int64_t)t * D, *s = sin + (int64_t)t * D;
+        for (int k = 0; k < nf; k++) {
+            float ar = (float)row[t] * inv_freq[k], ac = (float)col[t] * inv_freq[k];
+            c[k] = c[k + half] = cosf(ar), s[k] = s[k + half] = sinf(ar);
+            c[nf + k] = c[nf + k + half] = cosf(ac), s[nf + k] = s[nf + k + half] = sinf(ac);
+        }
+    }
+}
+
+/* One axis of the align_corners=True bilinear taps: source coordinate index·(side-1)/(size-1) in float. */
+static void axis_taps(int index, int size, int side, int tap[2], float wt[2]) {
+    float src = (float)index * (float)(side - 1) / (float)(size - 1 > 1 ? size - 1 : 1);
+    float fl = floorf(src), frac = src - fl;
+    for (int o = 0; o < 2; o++) {
+        int tp = (int)fl + o;
+        tap[o] = tp < 0 ? 0 : tp > side - 1 ? side - 1 : tp;
+        float w = 1.0f - fabsf(frac - (float)o);
+        wt[o] = w > 0.0f ? w : 0.0f;
+    }
+}
+
+void op_pos_embed_bilinear(float *x, const float *table, int side, const int32_t *row, const int32_t *col, int N,
+                           int D, int gh, int gw) {
+#pragma omp parallel for schedule(static) if ((int64_t)N * D > 65536)
+    for (int n = 0; n < N; n++) {
+        int th[2], tw[2];
+        float wh[2], ww[2];
+        axis_taps(row[n], gh, side, th, wh);
+        axis_taps(col[n], gw, side, tw, ww);
+        const float *e[4];
+        float w[4];
+        for (int a = 0; a < 2; a++)
+            for (int b = 0; b < 2; b++)
+                e[2 * a + b] = table + (size_t)(th[a] * side + tw[b]) * D, w[2 * a + b] = wh[a] * ww[b];
+        float *xr = x + (size_t)n * D;
+        for (int d = 0; d < D; d++) {
+            float p = e[0][d] * w[0];
+            p += e[1][d] * w[1];
+            p += e[2][d] * w[2];
+            p += e[3][d] * w[3];
+            xr[d] += p;
+        }
+    }
+}
+
+void op_im2col_3x3s2(float *col, const float *x, int nb, int H, int W, int C) {
+    int Ho = (H - 1) / 2 + 1, Wo = (W - 1) / 2 + 1;
+#pragma omp parallel for schedule(static) if ((int64_t)nb * Ho * Wo * C > (1 << 16))
+    for (int bh = 0; bh < nb * Ho; bh++) {
+        int b = bh / Ho, ho = bh % Ho;
+        const float *xb = x + (size_t)b * H * W * C;
+        for (int wo = 0; wo < Wo; wo++) {
+            float *cr = col + ((size_t)bh * Wo + wo) * C * 9;
+            for (int kh = 0; kh < 3; kh++)
+                for (int kw = 0; kw < 3; kw++) {
+                    int hi = 2 * ho - 1 + kh, wi = 2 * wo - 1 + kw, j = kh * 3 + kw;
+                    const float *src = (hi >= 0 && hi < H && wi >= 0 && wi < W) ? xb + ((size_t)hi * W + wi) * C : NULL;
+                    for (int c = 0; c < C; c++) cr[c * 9 + j] = src ? src[c] : 0.0f;
+                }
+        }
+    }
+}
+
 void op_embed(float *y, const omni_tensor *table, const int32_t *ids, int n) {
     int64_t dim = table->shape[1];
     size_t es = omni_dtype_size(table->dtype);

@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include "cuda_check.h"
+#include "gemv.cuh"
 #include "kernels/ops_cuda.h"
 
 struct omni_cuda_ctx {
@@ -171,6 +172,10 @@ extern "C" omni_status omni_cuda_linear(omni_cuda_ctx *ctx, void *y, omni_dtype 
     if (M == 0 || N == 0) return OMNI_OK;
     if (!y || !x || !w) return omni_fail(OMNI_ERR_USAGE, "%s: NULL pointer", __func__);
     omni_status st;
+    if (omni_gemv_ok(M, K, x, K, w)) { /* few rows (decode): stream W with the GEMV kernel, bias in fp32 */
+        omni_gemv_args a = {y, N, 0, x, K, 0, NULL, 1, w, 0, NULL, b, 0, M, N, K, 1, y_dtype == OMNI_F32};
+        return omni_gemv_launch(&a, ctx->stream);
+    }
     if (b && y_dtype == OMNI_BF16) {
         /* bf16 y with bias: fp32 GEMM into scratch, then one rounding of (t + b). cublasGemmEx with beta = 1 on a
          * bf16 C, and cuBLASLt's bias epilogue, were both measured on the H200 to round twice for some shapes

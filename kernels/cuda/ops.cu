@@ -11,74 +11,11 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include "common.cuh"
 #include "cuda_check.h"
 #include "kernels/ops_cuda.h"
 
-typedef __nv_bfloat16 bf16;
-
-#define ROW_THREADS 256
-#define EW_THREADS 256
-#define EW_MAX_BLOCKS 8192
-
-__device__ __forceinline__ float bf(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
-__device__ __forceinline__ float ld_bf(const uint16_t *p, int64_t i) { return __bfloat162float(((const bf16 *)p)[i]); }
-__device__ __forceinline__ void st_bf(uint16_t *p, int64_t i, float v) { ((bf16 *)p)[i] = __float2bfloat16_rn(v); }
-
-/* Sum over the block; every thread gets the result. sh: 32 floats of shared memory. */
-__device__ float block_sum(float v, float *sh) {
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
-    __syncthreads(); /* sh may still be read by a previous call */
-    if (lane == 0) sh[wid] = v;
-    __syncthreads();
-    v = lane < nw ? sh[lane] : 0.f;
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
-
-__device__ float block_max(float v, float *sh) {
-    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-    int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
-    __syncthreads();
-    if (lane == 0) sh[wid] = v;
-    __syncthreads();
-    v = lane < nw ? sh[lane] : -INFINITY;
-    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-    return v;
-}
-
-static int ew_blocks(int64_t n) {
-    int64_t b = (n + EW_THREADS - 1) / EW_THREADS;
-    return (int)(b < EW_MAX_BLOCKS ? b : EW_MAX_BLOCKS);
-}
-
-static int row_threads(int dim) { return dim >= ROW_THREADS ? ROW_THREADS : ((dim + 31) / 32) * 32; }
-
-#define GRID_STRIDE(i, n)                                                                                      \
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < (n); i += (int64_t)gridDim.x * blockDim.x)
-
 /* ---- RMSNorm ----------------------------------------------------------------------------------------------- */
-
-/* VEC consecutive bf16 moved as one 2-, 4- or 16-byte access. */
-template <int VEC> struct vec_of;
-template <> struct vec_of<1> { typedef uint16_t T; };
-template <> struct vec_of<2> { typedef uint32_t T; };
-template <> struct vec_of<8> { typedef uint4 T; };
-
-template <int VEC> __device__ __forceinline__ void load_vec(float *f, const uint16_t *p, int i) {
-    typename vec_of<VEC>::T u = ((const typename vec_of<VEC>::T *)p)[i];
-    const bf16 *h = (const bf16 *)&u;
-#pragma unroll
-    for (int k = 0; k < VEC; k++) f[k] = __bfloat162float(h[k]);
-}
-
-template <int VEC> __device__ __forceinline__ void store_vec(uint16_t *p, int i, const float *f) {
-    typename vec_of<VEC>::T u;
-    bf16 *h = (bf16 *)&u;
-#pragma unroll
-    for (int k = 0; k < VEC; k++) h[k] = __float2bfloat16_rn(f[k]);
-    ((typename vec_of<VEC>::T *)p)[i] = u;
-}
 
 /* This thread's share (vectors t0, t0 + stride, ...) of the row's sum of squares; nv = dim / VEC.
  * With a residual ar: first x = bf16(x + a), stored back (the same thread reads it again in rms_write). */
@@ -135,8 +72,6 @@ __global__ void rmsnorm_lanes_kernel(uint16_t *y, uint16_t *x, const uint16_t *a
     rms_write<VEC>(y + off, x + off, w, nv, rsqrtf(ss / (float)dim + eps), lane, LANES);
 }
 
-static int aligned(const void *p, unsigned a) { return ((uintptr_t)p % a) == 0; }
-
 template <int VEC>
 static void rmsnorm_launch(uint16_t *y, uint16_t *x, const uint16_t *a, const uint16_t *w, int rows, int dim,
                            float eps, cudaStream_t s) {
@@ -155,8 +90,8 @@ static omni_status rmsnorm_any(uint16_t *y, uint16_t *x, const uint16_t *a, cons
     if (rows < 0 || dim <= 0) return omni_fail(OMNI_ERR_USAGE, "%s: rows %d dim %d", fn, rows, dim);
     if (rows == 0) return OMNI_OK;
     /* 16-byte accesses when every row starts 16-byte aligned, else 4 bytes when 4-byte aligned, else 2 */
-    int al16 = aligned(x, 16) && aligned(y, 16) && aligned(w, 16) && aligned(a, 16);
-    int al4 = aligned(x, 4) && aligned(y, 4) && aligned(w, 4) && aligned(a, 4);
+    int al16 = is_aligned(x, 16) && is_aligned(y, 16) && is_aligned(w, 16) && is_aligned(a, 16);
+    int al4 = is_aligned(x, 4) && is_aligned(y, 4) && is_aligned(w, 4) && is_aligned(a, 4);
     if (dim % 8 == 0 && al16)
         rmsnorm_launch<8>(y, x, a, w, rows, dim, eps, s);
     else if (dim % 2 == 0 && al4)
@@ -164,7 +99,9 @@ static omni_status rmsnorm_any(uint16_t *y, uint16_t *x, const uint16_t *a, cons
     else
         rmsnorm_launch<1>(y, x, a, w, rows, dim, eps, s);
     cudaError_t e = cudaGetLastError();
-    if (e != cudaSuccess) return omni_fail(OMNI_ERR_RUNTIME, "%s: %s", fn, cudaGetErrorString(e));
+    if (e != cudaSuccess)
+        return omni_fail(OMNI_ERR_RUNTIME, "%s: kernel launch (%s:%d): %s", fn, __FILE__, __LINE__,
+                         cudaGetErrorString(e));
     return OMNI_OK;
 }
 

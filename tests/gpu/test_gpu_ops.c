@@ -8,141 +8,17 @@
  * absolute error per op are printed at the end, so a bound that is much too loose shows up in the log.
  * Outputs are poisoned (0xFF bytes: NaN for bf16/f32) before each launch, so an unwritten element fails the NaN
  * parity check, and every device buffer has CANARY_BYTES of a known pattern behind it that must survive. */
-#include <math.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-
-#include "check.h"
+#include "gpu_test_util.h"
 #include "kernels/ops.h"
-#include "kernels/ops_cuda.h"
-#include "kernels/status.h"
-#include "kernels/tensor.h"
-
-#define U 0x1p-24
-#define B 0x1p-8 /* bf16 unit roundoff: 8 significant bits (7 stored + implicit) */
-#define CANARY_BYTES 1024
-#define ATOL_SUB 0x1p-126 /* below the smallest normal bf16 the relative bounds no longer hold: absolute floor */
-
-static void *g_stream;
-static omni_cuda_ctx *g_ctx;
-
-/* ---- helpers: random numbers, status, device buffers with canaries ------------------------------------- */
-
-static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
-static uint64_t rng_u64(void) {
-    uint64_t z = (g_rng += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-static double rng_unif(void) { return ((rng_u64() >> 11) + 0.5) * 0x1p-53; }
-static float rng_normal(void) { return (float)(sqrt(-2 * log(rng_unif())) * cos(6.283185307179586 * rng_unif())); }
-
-#define TRY(call)                                                                                              \
-    do {                                                                                                       \
-        omni_status st_ = (call);                                                                              \
-        if (st_ != OMNI_OK) {                                                                                  \
-            fprintf(stderr, "FATAL %s:%d: %s: %s\n", __FILE__, __LINE__, #call, omni_last_error());            \
-            exit(1);                                                                                           \
-        }                                                                                                      \
-    } while (0)
-
-static void *xmalloc(size_t n) {
-    void *p = calloc(1, n ? n : 1);
-    if (!p) {
-        fprintf(stderr, "FATAL: out of host memory\n");
-        exit(1);
-    }
-    return p;
-}
-
-/* bf16 host data: bits h[i] and their exact f32 values f[i] = bf16(scale·N(0,1) + shift). */
-static void rand_bf16(uint16_t *h, float *f, int64_t n, float scale, float shift) {
-    for (int64_t i = 0; i < n; i++) {
-        h[i] = omni_f32_to_bf16(scale * rng_normal() + shift);
-        f[i] = omni_bf16_to_f32(h[i]);
-    }
-}
-
-static uint8_t canary_byte(size_t i) { return (uint8_t)(0x5a ^ (i * 131u)); }
-
-/* Device buffer of `bytes` followed by CANARY_BYTES of pattern; the first `bytes` hold `host` or 0xFF poison. */
-static void *dev_buf(const void *host, size_t bytes) {
-    static uint8_t pat[CANARY_BYTES];
-    for (size_t i = 0; i < CANARY_BYTES; i++) pat[i] = canary_byte(i);
-    void *d;
-    TRY(omni_cuda_malloc(&d, bytes + CANARY_BYTES));
-    if (host)
-        TRY(omni_cuda_h2d(d, host, bytes, g_stream));
-    else
-        TRY(omni_cuda_memset(d, 0xff, bytes, g_stream));
-    TRY(omni_cuda_h2d((char *)d + bytes, pat, CANARY_BYTES, g_stream));
-    return d;
-}
-
-/* The canary behind a device buffer must be intact; frees the buffer. */
-static void dev_done(const char *what, void *d, size_t bytes) {
-    uint8_t got[CANARY_BYTES];
-    TRY(omni_cuda_d2h(got, (char *)d + bytes, CANARY_BYTES, g_stream));
-    int bad = 0;
-    for (size_t i = 0; i < CANARY_BYTES; i++) bad += got[i] != canary_byte(i);
-    CHECK(bad == 0, "%s: %d canary bytes overwritten", what, bad);
-    omni_cuda_free(d);
-}
-
-static void fetch_bf16(float *dst, const void *d, int64_t n) {
-    uint16_t *h = xmalloc(sizeof(uint16_t) * n);
-    TRY(omni_cuda_d2h(h, d, sizeof(uint16_t) * n, g_stream));
-    for (int64_t i = 0; i < n; i++) dst[i] = omni_bf16_to_f32(h[i]);
-    free(h);
-}
-
-/* ---- comparison and the per-op summary ----------------------------------------------------------------- */
 
 enum { O_RMS, O_ADD_RMS, O_LN, O_ROPE, O_SILU, O_GELU_ERF, O_GELU_TANH, O_ADD, O_EMBED, O_SOFTMAX, O_ARGMAX, O_LINEAR,
        O_LINEAR32, O_COUNT };
-static const char *g_oname[O_COUNT] = {"rmsnorm", "add_rmsnorm", "layernorm", "rope_neox", "silu_mul",
-                                       "gelu_erf", "gelu_tanh", "add", "embed", "softmax", "argmax",
-                                       "linear_bf16out", "linear_f32out"};
-static double g_ratio[O_COUNT], g_abs[O_COUNT], g_nmse[O_COUNT];
-static int g_cases[O_COUNT];
-static char g_worst[O_COUNT][160]; /* where the worst err/tol of each op was seen */
-
-/* Elements with |got - ref| > tol (NaN/Inf must match the reference's class); reports the first few. */
-static void compare(int op, const char *what, const float *got, const float *ref, const double *tol, int64_t n) {
-    int64_t bad = 0;
-    double se = 0, sr = 0;
-    for (int64_t i = 0; i < n; i++) {
-        double err;
-        if (!isfinite(ref[i]))
-            err = (isnan(ref[i]) ? isnan(got[i]) : got[i] == ref[i]) ? 0 : INFINITY;
-        else
-            err = isfinite(got[i]) ? fabs((double)got[i] - ref[i]) : INFINITY;
-        if (!(err <= tol[i])) {
-            if (bad++ < 3)
-                fprintf(stderr, "  %s: [%lld] got %.9g ref %.9g err %.3g tol %.3g\n", what, (long long)i, got[i],
-                        ref[i], err, tol[i]);
-        }
-        double r = tol[i] > 0 ? err / tol[i] : (err > 0 ? INFINITY : 0);
-        if (r > g_ratio[op]) {
-            g_ratio[op] = r;
-            snprintf(g_worst[op], sizeof g_worst[op], "%s [%lld] got %.9g ref %.9g tol %.3g", what, (long long)i,
-                     got[i], ref[i], tol[i]);
-        }
-        if (isfinite(ref[i])) {
-            if (err > g_abs[op]) g_abs[op] = err;
-            se += err * err, sr += (double)ref[i] * ref[i];
-        }
-    }
-    double nmse = sr > 0 ? se / sr : 0;
-    if (nmse > g_nmse[op]) g_nmse[op] = nmse;
-    g_cases[op]++;
-    CHECK(bad == 0, "%s: %lld of %lld elements out of tolerance", what, (long long)bad, (long long)n);
-}
-
-static omni_tensor bf16_vec(uint16_t *h, int64_t n) { return omni_tensor_make(h, OMNI_BF16, 1, &n); }
+static op_stats g_ops[O_COUNT] = {
+    {.name = "rmsnorm"},   {.name = "add_rmsnorm"}, {.name = "layernorm"}, {.name = "rope_neox"},
+    {.name = "silu_mul"},  {.name = "gelu_erf"},    {.name = "gelu_tanh"}, {.name = "add"},
+    {.name = "embed"},     {.name = "softmax"},     {.name = "argmax"},    {.name = "linear_bf16out"},
+    {.name = "linear_f32out"}};
+#define compare(op, ...) compare(&g_ops[op], __VA_ARGS__)
 
 /* ---- rmsnorm (also per-head q_norm/k_norm shapes) ------------------------------------------------------ */
 
@@ -469,7 +345,7 @@ static void embed_case(int64_t vocab, int dim, int n) {
     char what[64];
     snprintf(what, sizeof what, "embed vocab=%lld dim=%d n=%d", (long long)vocab, dim, n);
     CHECK(diff == 0, "%s: %lld elements differ", what, (long long)diff);
-    g_cases[O_EMBED]++;
+    g_ops[O_EMBED].cases++;
     dev_done(what, dt, tb), dev_done(what, dy, yb), dev_done(what, di, ib);
     free(th), free(yh), free(tf), free(ref), free(ids);
 }
@@ -545,7 +421,7 @@ static void argmax_case(int rows, int n) {
     char what[64];
     snprintf(what, sizeof what, "argmax rows=%d n=%d", rows, n);
     CHECK(bad == 0, "%s: %d rows differ", what, bad);
-    g_cases[O_ARGMAX]++;
+    g_ops[O_ARGMAX].cases++;
     dev_done(what, dx, bytes), dev_done(what, di, ib);
     free(x), free(got);
 }
@@ -600,10 +476,13 @@ static void linear_case(int M, int N, int K, int bias, omni_dtype ydt) {
     free(xh), free(wh), free(bh), free(xf), free(wf), free(bf), free(ref), free(mag), free(got), free(tol);
 }
 
+/* M <= 8 with K % 8 == 0 runs the GEMV kernel (every M, N tails of its 2-row warps, K tails of its 4-chunk
+ * steps), everything else cuBLAS. */
 static void test_linear(void) {
-    const int shapes[][3] = {{1, 19, 33}, {19, 127, 1025}, {33, 1025, 128}, {1, 1, 1},
-                             {1, 4096, 4096}, {127, 259, 4096}, {5, 12288, 4096}, {2, 19, 12288}};
-    for (int s = 0; s < 8; s++)
+    const int shapes[][3] = {{1, 19, 33},   {19, 127, 1025}, {33, 1025, 128},  {1, 1, 1},     {1, 4096, 4096},
+                             {127, 259, 4096}, {5, 12288, 4096}, {2, 19, 12288}, {3, 1, 8},     {7, 33, 264},
+                             {8, 1025, 4104}, {4, 3, 2056},    {6, 19, 48},     {9, 127, 1024}, {1, 151, 2048}};
+    for (int s = 0; s < (int)(sizeof shapes / sizeof shapes[0]); s++)
         for (int v = 0; v < 4; v++)
             linear_case(shapes[s][0], shapes[s][1], shapes[s][2], v & 1, v & 2 ? OMNI_F32 : OMNI_BF16);
 }
@@ -627,14 +506,10 @@ static void test_contracts(void) {
 }
 
 int main(void) {
-    int ndev = -1;
-    CHECK(omni_cuda_available(&ndev) == OMNI_OK, "omni_cuda_available never fails");
-    if (ndev <= 0) {
+    if (!gpu_test_open()) {
         printf("SKIP: no CUDA device\n");
         return 77;
     }
-    TRY(omni_cuda_ctx_init(&g_ctx, 0));
-    g_stream = omni_cuda_ctx_stream(g_ctx);
     double t0 = omni_time_ms();
     test_contracts();
     test_rmsnorm();
@@ -646,12 +521,8 @@ int main(void) {
     test_softmax();
     test_argmax();
     test_linear();
-    printf("%-16s %6s %12s %12s %12s\n", "op", "cases", "max|err|", "err/tol", "nmse");
-    for (int o = 0; o < O_COUNT; o++)
-        printf("%-16s %6d %12.4g %12.4g %12.4g\n", g_oname[o], g_cases[o], g_abs[o], g_ratio[o], g_nmse[o]);
+    stats_print(g_ops, O_COUNT);
     printf("(embed, argmax, add: exact comparisons) %.0f ms\n", omni_time_ms() - t0);
-    for (int o = 0; o < O_COUNT; o++)
-        if (g_worst[o][0]) printf("worst %s: %s\n", g_oname[o], g_worst[o]);
     omni_cuda_ctx_free(g_ctx);
     return check_exit();
 }

@@ -646,6 +646,37 @@ static void test_rope(void) {
                 for (int real = 0; real < 2; real++) rope_case(TS[t], HS[h], DS[d], (t + d) % 2 ? 3 : 0, real);
 }
 
+/* op_rope_tables: slot j of token t uses stream slot_stream[j] (angle (float)pos·inv_freq[j]), both halves equal.
+ * op_rope2d_tables: slots [0, D/4) from row, [D/4, D/2) from col, duplicated. Values vs double cos/sin of the same
+ * f32 angle: tol 2u (libm's cosf/sinf are within 1 ulp of a value <= 1). */
+static void test_rope_tables(void) {
+    enum { T = 19, D = 128, HALF = 64 };
+    int32_t pos[3 * T], row[T], col[T];
+    int slot[HALF];
+    float inv[HALF], c[T * D], s[T * D];
+    for (int i = 0; i < 3 * T; i++) pos[i] = (int32_t)(rng_u64() % 300000);
+    for (int j = 0; j < HALF; j++) inv[j] = 1.0f / powf(5e6f, (float)(2 * j) / D), slot[j] = (int)(rng_u64() % 3);
+    op_rope_tables(c, s, pos, T, T, D, inv, slot);
+    int bad = 0;
+    for (int t = 0; t < T; t++)
+        for (int j = 0; j < HALF; j++) {
+            float f = (float)pos[slot[j] * T + t] * inv[j];
+            bad += fabs(c[t * D + j] - cos(f)) > 2 * U || fabs(s[t * D + j] - sin(f)) > 2 * U;
+            bad += c[t * D + j] != c[t * D + j + HALF] || s[t * D + j] != s[t * D + j + HALF];
+        }
+    CHECK(bad == 0, "rope_tables: %d wrong entries", bad);
+    for (int t = 0; t < T; t++) row[t] = (int32_t)(rng_u64() % 100), col[t] = (int32_t)(rng_u64() % 100);
+    op_rope2d_tables(c, s, row, col, T, D, inv);
+    bad = 0;
+    for (int t = 0; t < T; t++)
+        for (int j = 0; j < HALF; j++) {
+            float f = (float)(j < D / 4 ? row[t] : col[t]) * inv[j % (D / 4)];
+            bad += fabs(c[t * D + j] - cos(f)) > 2 * U || fabs(s[t * D + j] - sin(f)) > 2 * U;
+            bad += c[t * D + j] != c[t * D + j + HALF] || s[t * D + j] != s[t * D + j + HALF];
+        }
+    CHECK(bad == 0, "rope2d_tables: %d wrong entries", bad);
+}
+
 /* ---- embedding, argmax, top-k --------------------------------------------------------------------------- */
 
 /* Rows are copied and converted exactly (every 16-bit value is an f32). */
@@ -848,6 +879,7 @@ int main(void) {
     run("elementwise", test_elementwise);
     run("softmax", test_softmax);
     run("rope", test_rope);
+    run("rope tables", test_rope_tables);
     run("embed", test_embed);
     run("argmax", test_argmax);
     run("topk", test_topk);

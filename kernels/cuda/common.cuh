@@ -1,0 +1,80 @@
+/* common.cuh - device helpers shared by the kernels/cuda sources (internal): bf16 load/store/rounding, block
+ * reductions, grid-stride loops and launch sizing. Not part of the public API (kernels/ops_cuda.h). */
+#ifndef OMNI_CUDA_COMMON_CUH
+#define OMNI_CUDA_COMMON_CUH
+
+#include <math.h>
+#include <stdint.h>
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+typedef __nv_bfloat16 bf16;
+
+#define ROW_THREADS 256
+#define EW_THREADS 256
+#define EW_MAX_BLOCKS 8192
+
+/* v rounded to bf16 (round-to-nearest-even) and back to f32. */
+__device__ __forceinline__ float bf(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
+__device__ __forceinline__ float ld_bf(const uint16_t *p, int64_t i) { return __bfloat162float(((const bf16 *)p)[i]); }
+__device__ __forceinline__ void st_bf(uint16_t *p, int64_t i, float v) { ((bf16 *)p)[i] = __float2bfloat16_rn(v); }
+
+/* Sum over the block; every thread gets the result. sh: 32 floats of shared memory. */
+__device__ __forceinline__ float block_sum(float v, float *sh) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+    __syncthreads(); /* sh may still be read by a previous call */
+    if (lane == 0) sh[wid] = v;
+    __syncthreads();
+    v = lane < nw ? sh[lane] : 0.f;
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__device__ __forceinline__ float block_max(float v, float *sh) {
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+    __syncthreads();
+    if (lane == 0) sh[wid] = v;
+    __syncthreads();
+    v = lane < nw ? sh[lane] : -INFINITY;
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+/* VEC consecutive bf16 moved as one 2-, 4- or 16-byte access. */
+template <int VEC> struct vec_of;
+template <> struct vec_of<1> { typedef uint16_t T; };
+template <> struct vec_of<2> { typedef uint32_t T; };
+template <> struct vec_of<4> { typedef uint2 T; };
+template <> struct vec_of<8> { typedef uint4 T; };
+
+template <int VEC> __device__ __forceinline__ void load_vec(float *f, const uint16_t *p, int i) {
+    typename vec_of<VEC>::T u = ((const typename vec_of<VEC>::T *)p)[i];
+    const bf16 *h = (const bf16 *)&u;
+#pragma unroll
+    for (int k = 0; k < VEC; k++) f[k] = __bfloat162float(h[k]);
+}
+
+template <int VEC> __device__ __forceinline__ void store_vec(uint16_t *p, int i, const float *f) {
+    typename vec_of<VEC>::T u;
+    bf16 *h = (bf16 *)&u;
+#pragma unroll
+    for (int k = 0; k < VEC; k++) h[k] = __float2bfloat16_rn(f[k]);
+    ((typename vec_of<VEC>::T *)p)[i] = u;
+}
+
+static inline int ew_blocks(int64_t n) {
+    int64_t b = (n + EW_THREADS - 1) / EW_THREADS;
+    return (int)(b < EW_MAX_BLOCKS ? b : EW_MAX_BLOCKS);
+}
+
+static inline int row_threads(int dim) { return dim >= ROW_THREADS ? ROW_THREADS : ((dim + 31) / 32) * 32; }
+
+static inline int is_aligned(const void *p, unsigned a) { return ((uintptr_t)p % a) == 0; }
+
+#define GRID_STRIDE(i, n)                                                                                      \
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < (n); i += (int64_t)gridDim.x * blockDim.x)
+
+#endif
