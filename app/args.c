@@ -12,7 +12,7 @@ void omni_args_defaults(omni_args *a) {
     a->top_k = 20;
     a->top_p = 0.8f;
     a->ctx = 4096;
-    a->device = "cpu";
+    a->device = NULL; /* auto: cuda when a GPU is present (and the KV format runs there), else cpu */
     a->kv = "f32";
     a->kv_window = a->kv_sink = a->kv_rotate = a->kv_scale = -1;
     a->top_n = 0;

@@ -14,7 +14,7 @@ typedef struct {
     const char *prompt_file;/* -f */
     const char *system;     /* --system */
     const char *out;        /* -o (logits) */
-    const char *device;     /* --device cpu|cuda */
+    const char *device;     /* --device cpu|cuda; NULL: cuda when a GPU is present, else cpu */
     const char *kv;         /* --kv MODE */
     const char *kv_layers;  /* --kv-layers SPEC */
     const char *text_file;  /* --text (eval) */

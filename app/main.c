@@ -51,7 +51,7 @@ static void usage(FILE *f) {
             "  --system TEXT      system message             --raw      no chat template\n"
             "  -c, --ctx-size N   KV capacity in tokens (default 4096)\n"
             "  -t, --threads N    CPU threads\n"
-            "  --device cpu|cuda  (default cpu)\n"
+            "  --device cpu|cuda  (default cuda when a GPU is present and --kv is f32 or bf16, else cpu)\n"
             "  --image FILE       image input (repeatable)   --audio FILE   audio input (repeatable)\n"
             "  --image-min-tokens N, --image-max-tokens N   visual-token budget per image\n"
             "  --kv MODE          KV cache: f32 (default on CPU), bf16, int2, int4, kivi2, kivi4, k4v2 ...\n"

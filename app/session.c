@@ -8,6 +8,9 @@
 
 #include "app/model_path.h"
 #include "kernels/ops.h"
+#ifdef OMNI_HAVE_CUDA_RUNNER
+#include "kernels/ops_cuda.h"
+#endif
 
 #define PREFILL_CHUNK 512
 
@@ -17,7 +20,16 @@ omni_status session_open(omni_session *s, const omni_args *a, int n_seqs, int ch
     s->cache = -1;
     s->t_start = omni_time_ms();
     llm_engine_params ep = llm_engine_default_params();
-    if (llm_device_parse(a->device, &ep.runner.device))
+    ep.runner.device = LLM_DEVICE_CPU;
+#ifdef OMNI_HAVE_CUDA_RUNNER
+    kv_format kf;
+    int n_gpu = 0;
+    if (!a->device && !kv_parse_mode(a->kv, &kf) && (kf.k_type == KV_F32 || kf.k_type == KV_BF16) && !a->kv_layers &&
+        !a->compare && !omni_cuda_available(&n_gpu) && n_gpu > 0) /* default: the GPU when present and the caches
+                                                                      run there (bf16/f32 until OScaR is on it) */
+        ep.runner.device = LLM_DEVICE_CUDA;
+#endif
+    if (a->device && llm_device_parse(a->device, &ep.runner.device))
         return omni_fail(OMNI_ERR_USAGE, "--device: expected cpu or cuda, got '%s'", a->device);
     omni_status st = OMNI_OK;
 #ifndef OMNI_HAVE_CUDA_RUNNER

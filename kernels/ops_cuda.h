@@ -189,25 +189,20 @@ typedef struct {
     int reserved; /* 0 */
 } omni_cuda_sample_params;
 
-/* The generator state llm/sampler.c starts from for `seed` (xoshiro256** seeded by splitmix64): 4 words.
- * Host only; copy the words into the device state array. */
-void omni_cuda_sampler_seed(uint64_t state[4], uint64_t seed);
-
-/* Next token of each row, on the device; logits never leave it.
+/* Next token of each row, on the device; logits never leave it. The uniform draw of each sampled row comes from
+ * the host (u[row], drawn with llm_sampler_uniform), so the generator stream is the same on every device.
  * What "equals the CPU sampler" (llm_sampler_sample) means:
- *  - greedy rows: the same index exactly (first on ties); the generator is not advanced (as on the CPU);
+ *  - greedy rows (temp <= 0): the same index exactly (first on ties); u is not used (the CPU draws nothing);
  *  - other rows: the same candidate set (top-k by logit, ties to the lower id; then the smallest prefix of the
  *    temperature softmax in descending order whose mass reaches top_p), the same order of the cumulative scan
- *    (descending logit, lower id first) and the same generator stream (one uniform u = (next >> 11)·2^-53 per
- *    draw, state advanced once per sampled row). So for equal logits and seed the token equals the CPU's, except
- *    when u·Σ falls within floating-point rounding (~1e-9 relative) of a cumulative boundary, or the top-p mass
- *    lies that close to top_p. Results are deterministic per seed (no floating-point atomics).
- * Rows with top_k in 1..1024 sort their candidates in shared memory; larger or no top_k takes the radix path
- * (several passes over the row). NaN logits count as -inf; -0 equals +0.
- * out: device [rows] int32; logits: [rows][ld] f32; params: device [rows]; rng: device [rows][4] uint64,
- * advanced in place. One block per row. */
+ *    (descending logit, lower id first) and the same draw u·Σ. So for equal logits and u the token equals the
+ *    CPU's, except when u·Σ falls within floating-point rounding (~1e-9 relative) of a cumulative boundary, or
+ *    the top-p mass lies that close to top_p. Results are deterministic (no floating-point atomics).
+ * Rows with top_k in 1..1024 (or a vocabulary <= 1024) sort their candidates in shared memory; larger or no top_k
+ * takes the radix path (several passes over the row). NaN logits count as -inf; -0 equals +0.
+ * out: device [rows] int32; logits: [rows][ld] f32; params, u: device [rows]. One block per row. */
 omni_status omni_cuda_sample(int32_t *out, const float *logits, int64_t ld, int rows, int vocab,
-                             const omni_cuda_sample_params *params, uint64_t *rng, void *stream);
+                             const omni_cuda_sample_params *params, const double *u, void *stream);
 
 /* ---- linear (cuBLAS) ------------------------------------------------------------------------------------- */
 

@@ -101,6 +101,12 @@ omni_status kv_forward(kv_cache *c, int layer, int n_seq, const int *seq_ids, co
     return OMNI_OK;
 }
 
+omni_status kv_reserve(kv_cache *c, int n_seq, const int *seq_ids, const int *n_new) {
+    if (!c) return omni_fail(OMNI_ERR_USAGE, "kv: no cache");
+    if (n_seq > 0 && (!seq_ids || !n_new)) return omni_fail(OMNI_ERR_USAGE, "kv: NULL argument to kv_reserve");
+    return kv_pages_begin(c->pages, n_seq, seq_ids, n_new);
+}
+
 omni_status kv_commit(kv_cache *c, int n_seq, const int *seq_ids, const int *n_new) {
     return kv_pages_commit(c->pages, n_seq, seq_ids, n_new);
 }

@@ -156,6 +156,11 @@ omni_status kv_forward(kv_cache *c, int layer, int n_seq, const int *seq_ids, co
 /* After every layer ran kv_forward for this batch: lengths += n_new; flushed window pages go back to the pool. */
 omni_status kv_commit(kv_cache *c, int n_seq, const int *seq_ids, const int *n_new);
 
+/* For runners that keep the K/V data elsewhere (a GPU) and use this cache for the bookkeeping only: validate the
+ * batch and reserve its pages exactly as the first kv_forward of a step does, computing nothing; kv_commit then
+ * ends the step (or kv_seq_clear / kv_seq_remove drop it). Errors as kv_forward's, before anything changes. */
+omni_status kv_reserve(kv_cache *c, int n_seq, const int *seq_ids, const int *n_new);
+
 typedef struct {
     int64_t k_bytes, v_bytes, total_bytes; /* true bytes of pages in use (codes, scales, norms, windows, sinks) */
     int64_t cells_used, cells_capacity;    /* committed tokens over all sequences; max_tokens */

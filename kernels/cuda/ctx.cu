@@ -16,7 +16,10 @@ struct omni_cuda_ctx {
     cublasHandle_t blas;
     void *scratch; /* fp32 GEMM results of biased bf16 linears: scratch_bytes, grown on demand */
     size_t scratch_bytes;
+    void *blas_ws; /* cuBLAS workspace, set explicitly so that GEMMs can be captured in CUDA graphs */
 };
+
+#define BLAS_WS_BYTES ((size_t)32 << 20)
 
 extern "C" omni_status omni_cuda_available(int *n_devices) {
     if (!n_devices) return omni_fail(OMNI_ERR_USAGE, "%s: NULL argument", __func__);
@@ -37,7 +40,8 @@ extern "C" omni_status omni_cuda_ctx_init(omni_cuda_ctx **out, int device) {
     cudaError_t e = cudaSetDevice(device);
     if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking);
     if (e != cudaSuccess) {
-        st = omni_fail(OMNI_ERR_RUNTIME, "%s: device %d: %s", __func__, device, cudaGetErrorString(e));
+        st = omni_fail(OMNI_ERR_RUNTIME, "%s: device %d (%s:%d): %s", __func__, device, __FILE__, __LINE__,
+                       cudaGetErrorString(e));
     } else {
         cublasStatus_t s = cublasCreate(&c->blas);
         if (s == CUBLAS_STATUS_SUCCESS) s = cublasSetStream(c->blas, c->stream);
@@ -46,8 +50,20 @@ extern "C" omni_status omni_cuda_ctx_init(omni_cuda_ctx **out, int device) {
             int mode = CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION;
             s = cublasSetMathMode(c->blas, (cublasMath_t)mode);
         }
-        if (s != CUBLAS_STATUS_SUCCESS)
-            st = omni_fail(OMNI_ERR_RUNTIME, "%s: cuBLAS: %s", __func__, cublasGetStatusString(s));
+        if (s == CUBLAS_STATUS_SUCCESS) {
+            cudaError_t we = cudaMalloc(&c->blas_ws, BLAS_WS_BYTES);
+            if (we != cudaSuccess) {
+                (void)cudaGetLastError();
+                c->blas_ws = NULL;
+                st = omni_fail(OMNI_ERR_NOMEM, "%s: cuBLAS workspace (%s:%d): %s", __func__, __FILE__, __LINE__,
+                               cudaGetErrorString(we));
+            } else {
+                s = cublasSetWorkspace(c->blas, c->blas_ws, BLAS_WS_BYTES);
+            }
+        }
+        if (s != CUBLAS_STATUS_SUCCESS && st == OMNI_OK)
+            st = omni_fail(OMNI_ERR_RUNTIME, "%s: cuBLAS (%s:%d): %s", __func__, __FILE__, __LINE__,
+                           cublasGetStatusString(s));
     }
     if (st != OMNI_OK) {
         omni_cuda_ctx_free(c);
@@ -62,6 +78,7 @@ extern "C" void omni_cuda_ctx_free(omni_cuda_ctx *c) {
     if (c->stream) cudaStreamSynchronize(c->stream);
     if (c->blas) cublasDestroy(c->blas);
     cudaFree(c->scratch);
+    cudaFree(c->blas_ws);
     if (c->stream) cudaStreamDestroy(c->stream);
     free(c);
 }
@@ -81,7 +98,8 @@ extern "C" omni_status omni_cuda_malloc(void **ptr, size_t bytes) {
         (void)cudaGetLastError();
         *ptr = NULL;
         return omni_fail(e == cudaErrorMemoryAllocation ? OMNI_ERR_NOMEM : OMNI_ERR_RUNTIME,
-                         "%s: %zu bytes: %s", __func__, bytes, cudaGetErrorString(e));
+                         "%s: cudaMalloc of %zu bytes (%s:%d): %s", __func__, bytes, __FILE__, __LINE__,
+                         cudaGetErrorString(e));
     }
     return OMNI_OK;
 }
@@ -96,7 +114,9 @@ static omni_status copy(void *dst, const void *src, size_t bytes, cudaMemcpyKind
     if (!dst || !src) return omni_fail(OMNI_ERR_USAGE, "%s: NULL pointer", fn);
     cudaError_t e = cudaMemcpyAsync(dst, src, bytes, kind, (cudaStream_t)stream);
     if (e == cudaSuccess && wait) e = cudaStreamSynchronize((cudaStream_t)stream);
-    if (e != cudaSuccess) return omni_fail(OMNI_ERR_RUNTIME, "%s: %zu bytes: %s", fn, bytes, cudaGetErrorString(e));
+    if (e != cudaSuccess)
+        return omni_fail(OMNI_ERR_RUNTIME, "%s: cudaMemcpyAsync/cudaStreamSynchronize of %zu bytes (%s:%d): %s", fn,
+                         bytes, __FILE__, __LINE__, cudaGetErrorString(e));
     return OMNI_OK;
 }
 

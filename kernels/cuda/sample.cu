@@ -1,5 +1,6 @@
 /* sample.cu - next-token sampling on the device with llm/sampler.c's semantics (see omni_cuda_sample in
- * kernels/ops_cuda.h for what "equal" means). One block of 512 threads per row.
+ * kernels/ops_cuda.h for what "equal" means). One block of 512 threads per row; the uniform draw of a row comes
+ * from the host (llm_sampler_uniform), so the generator stream stays on the host.
  *
  * Order of candidates = descending logit, lower id first on ties; a logit's radix key (32-bit, larger float ->
  * larger key, -0 -> +0, NaN -> -inf) gives that order with the index as tiebreak.
@@ -19,34 +20,6 @@
 #define SB 512            /* threads per block (<= 1024, a multiple of 32) */
 #define FAST_MAX 1024     /* candidates sorted in shared memory */
 #define FIX_ONE 0x1p44    /* fixed-point scale of the weights: every weight <= 1, vocab < 2^19 -> sums < 2^63 */
-
-/* ---- generator (mirror of llm/sampler.c) ------------------------------------------------------------------ */
-
-static uint64_t splitmix64_host(uint64_t *x) {
-    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-extern "C" void omni_cuda_sampler_seed(uint64_t state[4], uint64_t seed) {
-    uint64_t x = seed;
-    for (int i = 0; i < 4; i++) state[i] = splitmix64_host(&x);
-}
-
-__device__ __forceinline__ uint64_t rotl64(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-
-/* xoshiro256** step on s[4], u = (next >> 11)·2^-53 (llm_sampler_uniform). */
-__device__ double next_uniform(uint64_t *s) {
-    uint64_t r = rotl64(s[1] * 5, 7) * 9, t = s[1] << 17;
-    s[2] ^= s[0];
-    s[3] ^= s[1];
-    s[1] ^= s[2];
-    s[0] ^= s[3];
-    s[2] ^= t;
-    s[3] = rotl64(s[3], 45);
-    return (double)(r >> 11) * (1.0 / 9007199254740992.0);
-}
 
 /* ---- keys and block scans ---------------------------------------------------------------------------------- */
 
@@ -335,7 +308,7 @@ __device__ int sample_radix(const float *l, int n, topk_set set, float temp, flo
 
 __global__ void __launch_bounds__(SB)
 sample_kernel(int32_t *out, const float *logits, int64_t ld, int vocab, const omni_cuda_sample_params *params,
-              uint64_t *rng) {
+              const double *uu) {
     __shared__ samp_smem sm;
     const float *l = logits + (int64_t)blockIdx.x * ld;
     const omni_cuda_sample_params p = params[blockIdx.x];
@@ -345,14 +318,7 @@ sample_kernel(int32_t *out, const float *logits, int64_t ld, int vocab, const om
         if (threadIdx.x == 0) out[blockIdx.x] = a;
         return;
     }
-    if (threadIdx.x == 0) {
-        uint64_t *s = rng + 4 * (int64_t)blockIdx.x, st[4] = {s[0], s[1], s[2], s[3]};
-        double u = next_uniform(st);
-        for (int i = 0; i < 4; i++) s[i] = st[i];
-        sm.s_u64[1] = __double_as_longlong(u);
-    }
-    __syncthreads();
-    const double u = __longlong_as_double(sm.s_u64[1]);
+    const double u = uu[blockIdx.x];
     const int k = p.top_k > 0 && p.top_k < vocab ? p.top_k : vocab;
     topk_set set;
     int rem;
@@ -364,11 +330,11 @@ sample_kernel(int32_t *out, const float *logits, int64_t ld, int vocab, const om
 }
 
 extern "C" omni_status omni_cuda_sample(int32_t *out, const float *logits, int64_t ld, int rows, int vocab,
-                                        const omni_cuda_sample_params *params, uint64_t *rng, void *stream) {
+                                        const omni_cuda_sample_params *params, const double *u, void *stream) {
     if (rows < 0 || vocab <= 0 || vocab >= (1 << 19) || ld < vocab)
         return omni_fail(OMNI_ERR_USAGE, "%s: rows %d vocab %d ld %lld", __func__, rows, vocab, (long long)ld);
     if (rows == 0) return OMNI_OK;
-    sample_kernel<<<rows, SB, 0, (cudaStream_t)stream>>>(out, logits, ld, vocab, params, rng);
+    sample_kernel<<<rows, SB, 0, (cudaStream_t)stream>>>(out, logits, ld, vocab, params, u);
     OMNI_CUDA_LAUNCHED();
     return OMNI_OK;
 }

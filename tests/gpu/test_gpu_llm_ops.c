@@ -2,7 +2,7 @@
  * of awkward sizes: q/k norm + multi-stream RoPE (tables made on the device), SwiGLU over fused gate/up rows,
  * embedding with substituted rows, scattered adds, f32 <-> bf16, the sparse MoE pieces (router, grouping, grouped
  * and per-entry linears, combine, and the whole block against an f32 evaluation with the same routing) and the
- * sampler (greedy exact; sampled tokens equal llm/sampler.c's with the same seed; deterministic per seed).
+ * sampler (greedy exact; sampled tokens equal llm/sampler.c's for the same uniform draws; deterministic).
  * Outputs are poisoned with 0xFF (NaN) and followed by canaries (gpu_test_util.h). Exit 77 without a GPU. */
 #include "gpu_test_util.h"
 #include "kernels/ops.h"
@@ -512,56 +512,56 @@ static void sample_logits(float *l, int vocab, float scale) {
     if (vocab > 20) l[vocab - 1] = l[3] = l[11] = 4 * scale; /* a three-way tie for the maximum */
 }
 
-/* rows rows x steps draws with seeds seed0 + row; every token against llm_sampler (same seed, same logits).
- * Mismatches are allowed only at floating-point boundaries (~1e-9 per draw): more than max(1, draws/1000)
- * fails. A second GPU run from the same seeds must repeat every token. */
+/* rows rows x steps draws; row r has its own pair of CPU samplers seeded 1000 + r: one picks the reference token
+ * (llm_sampler_sample), the other draws the GPU's uniforms (llm_sampler_uniform, once per sampled token, as a
+ * device runner does), so both see the same stream. Mismatches are allowed only at floating-point boundaries
+ * (~1e-9 per draw): more than max(1, draws/1000) fails; greedy must match exactly. The same uniforms run again
+ * must repeat every token (deterministic). */
 static void sample_case(int vocab, float temp, int top_k, float top_p, int rows, int steps, float scale) {
     const int64_t ld = vocab + 3;
     float *l = xmalloc(4 * (size_t)rows * ld);
     for (int r = 0; r < rows; r++) sample_logits(l + r * ld, vocab, scale);
-    if (rows > 1) memcpy(l + ld, l, 4 * (size_t)vocab); /* two rows with equal logits, different seeds */
+    if (rows > 1) memcpy(l + ld, l, 4 * (size_t)vocab); /* two rows with equal logits, different draws */
     omni_cuda_sample_params *p = xmalloc(sizeof *p * rows);
-    uint64_t *st = xmalloc(8 * 4 * (size_t)rows);
+    llm_sampler **ref = xmalloc(sizeof *ref * rows), **gen = xmalloc(sizeof *gen * rows);
+    double *u = xmalloc(sizeof(double) * (size_t)rows * steps);
     for (int r = 0; r < rows; r++) {
         p[r].temp = temp, p[r].top_k = top_k, p[r].top_p = top_p, p[r].reserved = 0;
-        omni_cuda_sampler_seed(st + 4 * r, 1000 + r);
+        llm_sampler_params sp = {temp, top_k, top_p, 1000 + (uint64_t)r};
+        TRY(llm_sampler_init(&sp, vocab, &ref[r]));
+        TRY(llm_sampler_init(&sp, vocab, &gen[r]));
+        for (int s = 0; s < steps; s++) u[(int64_t)s * rows + r] = temp > 0 ? llm_sampler_uniform(gen[r]) : 0.5;
     }
     float *dl = dev_buf(l, 4 * (size_t)rows * ld);
     omni_cuda_sample_params *dp = dev_buf(p, sizeof *p * rows);
-    uint64_t *drng = dev_buf(st, 8 * 4 * (size_t)rows);
+    double *du = dev_buf(u, sizeof(double) * (size_t)rows * steps);
     int32_t *dout = dev_buf(NULL, 4 * (size_t)rows), *got = xmalloc(4 * (size_t)rows * steps),
             *again = xmalloc(4 * (size_t)rows * steps);
-    for (int pass = 0; pass < 2; pass++) {
-        TRY(omni_cuda_h2d(drng, st, 8 * 4 * (size_t)rows, g_stream));
+    for (int pass = 0; pass < 2; pass++)
         for (int s = 0; s < steps; s++) {
-            TRY(omni_cuda_sample(dout, dl, ld, rows, vocab, dp, drng, g_stream));
+            TRY(omni_cuda_sample(dout, dl, ld, rows, vocab, dp, du + (int64_t)s * rows, g_stream));
             TRY(omni_cuda_d2h((pass ? again : got) + (int64_t)s * rows, dout, 4 * (size_t)rows, g_stream));
         }
-    }
     int64_t mism = 0, rep = 0, draws = (int64_t)rows * steps;
-    for (int r = 0; r < rows; r++) {
-        llm_sampler_params sp = {temp, top_k, top_p, 1000 + (uint64_t)r};
-        llm_sampler *cs;
-        TRY(llm_sampler_init(&sp, vocab, &cs));
+    for (int r = 0; r < rows; r++)
         for (int s = 0; s < steps; s++) {
-            int want = llm_sampler_sample(cs, l + r * ld), g = got[(int64_t)s * rows + r];
+            int want = llm_sampler_sample(ref[r], l + r * ld), g = got[(int64_t)s * rows + r];
             if (g != want && mism++ < 3)
-                fprintf(stderr, "  sample vocab=%d temp=%g k=%d p=%g row %d step %d: gpu %d cpu %d\n", vocab, temp,
-                        top_k, top_p, r, s, g, want);
+                fprintf(stderr, "  sample vocab=%d temp=%g k=%d p=%g row %d step %d: gpu %d cpu %d (u %.17g)\n", vocab,
+                        temp, top_k, top_p, r, s, g, want, u[(int64_t)s * rows + r]);
             rep += again[(int64_t)s * rows + r] != g;
         }
-        llm_sampler_free(cs);
-    }
     char what[96];
     snprintf(what, sizeof what, "sample vocab=%d temp=%g top_k=%d top_p=%g", vocab, temp, top_k, top_p);
     int64_t allow = draws / 1000 > 1 ? draws / 1000 : 1;
     CHECK(mism <= (temp > 0 ? allow : 0), "%s: %lld of %lld tokens differ from llm_sampler", what, (long long)mism,
           (long long)draws);
-    CHECK(rep == 0, "%s: %lld tokens differ between two runs from the same seeds", what, (long long)rep);
+    CHECK(rep == 0, "%s: %lld tokens differ between two runs with the same draws", what, (long long)rep);
     printf("%-52s %6lld draws, %lld differ from the CPU\n", what, (long long)draws, (long long)mism);
     dev_done(what, dl, 4 * (size_t)rows * ld), dev_done(what, dp, sizeof *p * rows);
-    dev_done(what, drng, 8 * 4 * (size_t)rows), dev_done(what, dout, 4 * (size_t)rows);
-    free(l), free(p), free(st), free(got), free(again);
+    dev_done(what, du, sizeof(double) * (size_t)rows * steps), dev_done(what, dout, 4 * (size_t)rows);
+    for (int r = 0; r < rows; r++) llm_sampler_free(ref[r]), llm_sampler_free(gen[r]);
+    free(l), free(p), free(ref), free(gen), free(u), free(got), free(again);
 }
 
 static void test_sampler(void) {

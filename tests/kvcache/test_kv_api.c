@@ -231,7 +231,37 @@ static void test_capacity_and_misuse(void) {
     kv_free(c);
 }
 
+/* kv_reserve (bookkeeping for device runners): reserves like the first kv_forward, kv_commit ends the step, the
+ * same limits apply, and the page accounting equals a cache fed through kv_forward. */
+static void test_reserve(void) {
+    kv_cache *c = kvt_cache("bf16", 32, 0, 2, 2, 64, 100, 2, 64), *ref = kvt_cache("bf16", 32, 0, 2, 2, 64, 100, 2, 64);
+    int a, b, ra;
+    kv_seq_add(c, &a), kv_seq_add(c, &b), kv_seq_add(ref, &ra);
+    int n = 40, ids2[2] = {a, a}, n2[2] = {1, 1};
+    CHECK(kv_reserve(c, 1, &a, &n) == OMNI_OK && kv_seq_len(c, a) == 0, "reserve: %s", omni_last_error());
+    CHECK(kv_reserve(c, 1, &a, &n) == OMNI_OK, "a second reserve of the same step: %s", omni_last_error());
+    CHECK(kv_commit(c, 1, &a, &n) == OMNI_OK && kv_seq_len(c, a) == 40, "commit after reserve: %s", omni_last_error());
+    kv_data d = kvd_make(2, 4, 2, 64, 100, 1);
+    float *out = malloc(sizeof(float) * 2 * 100 * 4 * 64);
+    int sp[1] = {40};
+    CHECK(kvt_feed(ref, ra, &d, sp, 1, out) == OMNI_OK, "%s", omni_last_error());
+    kv_usage uc, ur;
+    kv_get_usage(c, &uc), kv_get_usage(ref, &ur);
+    CHECK(uc.raw_pages == ur.raw_pages && uc.total_bytes == ur.total_bytes && uc.cells_used == ur.cells_used,
+          "reserve/commit pages %lld bytes %lld != kv_forward's %lld %lld", (long long)uc.raw_pages,
+          (long long)uc.total_bytes, (long long)ur.raw_pages, (long long)ur.total_bytes);
+    CHECK(kv_reserve(c, 2, ids2, n2) == OMNI_ERR_USAGE, "duplicate ids accepted");
+    n = 65;
+    CHECK(kv_reserve(c, 1, &b, &n) == OMNI_ERR_USAGE, "T > max_chunk accepted");
+    n = 61;
+    CHECK(kv_reserve(c, 1, &b, &n) == OMNI_ERR_NOMEM && kv_seq_len(c, b) == 0, "over max_tokens accepted");
+    free(out);
+    kvd_free(&d);
+    kv_free(c), kv_free(ref);
+}
+
 int main(void) {
+    test_reserve();
     test_modes();
     test_overrides();
     test_bad_inputs();

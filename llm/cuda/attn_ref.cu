@@ -1,0 +1,224 @@
+/* attn_ref.cu - the scaffold attention of attn_ref.h: append into a contiguous bf16 store, causal GQA attention
+ * over it, and segment (tower) attention, both split over the keys with a log-sum-exp merge.
+ *
+ * One block of 128 threads per (row, kv head, split) serves the G = Hq / Hkv query heads of the kv head: tiles of
+ * 32 keys are staged in shared memory as f32 (K rows padded to D + 1: conflict-free dot products), one warp per
+ * head keeps the running max and sum, each thread owns output dims t, t + 128. Partials (m, l, o[D]) go to the
+ * workspace; a second kernel merges the splits of each (row, head) and rounds to bf16. */
+#include "llm/cuda/attn_ref.h"
+
+#include <math.h>
+
+#include <cuda_bf16.h>
+
+#include "kernels/cuda/cuda_check.h"
+
+#define AT 128   /* threads */
+#define TK 32    /* keys per tile */
+#define MAXG 8   /* query heads per kv head */
+#define MAXD 256 /* head dim */
+
+typedef __nv_bfloat16 bf16;
+
+__device__ __forceinline__ float ldb(const uint16_t *p) { return __bfloat162float(*(const bf16 *)p); }
+
+/* Keys of row r: [kb, ke) at kbase + j·kstride (K) and vbase + j·vstride (V), head offset already applied. */
+struct key_src {
+    const uint16_t *k, *v;
+    int64_t ks, vs;
+    int kb, ke;
+};
+
+__device__ void attend_block(const uint16_t *q, int G, int D, float scale, key_src src, int split, int split_len,
+                             float *part /* [G][D + 2] for this (row, kv head, split) */, int64_t part_stride) {
+    extern __shared__ float sm[];
+    float *qs = sm;                       /* [G][D] */
+    float *kt = qs + MAXG * MAXD;         /* [TK][D + 1] */
+    float *vt = kt + TK * (MAXD + 1);     /* [TK][D] */
+    float *pt = vt + TK * MAXD;           /* [G][TK] */
+    float *mh = pt + MAXG * TK;           /* [G] running max, then correction */
+    float *cr = mh + MAXG;                /* [G] */
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int j0 = src.kb + split * split_len, j1 = min(src.ke, j0 + split_len);
+    for (int i = tid; i < G * D; i += AT) qs[i] = ldb(q + (i / D) * D + i % D) * scale;
+    if (tid < G) mh[tid] = -INFINITY;
+    float acc[MAXG][2], l[MAXG]; /* dims tid, tid + 128; the running sum is kept by each head's warp lanes */
+#pragma unroll
+    for (int g = 0; g < MAXG; g++) acc[g][0] = acc[g][1] = 0.f, l[g] = 0.f;
+    __syncthreads();
+    for (int t0 = j0; t0 < j1; t0 += TK) {
+        const int nk = min(TK, j1 - t0);
+        for (int i = tid; i < TK * D; i += AT) {
+            int j = i / D, d = i % D;
+            bool ok = j < nk;
+            kt[j * (D + 1) + d] = ok ? ldb(src.k + (int64_t)(t0 + j) * src.ks + d) : 0.f;
+            vt[j * D + d] = ok ? ldb(src.v + (int64_t)(t0 + j) * src.vs + d) : 0.f;
+        }
+        __syncthreads();
+        for (int i = tid; i < G * TK; i += AT) { /* scores */
+            int g = i / TK, j = i % TK;
+            float s = 0.f;
+            for (int d = 0; d < D; d++) s += qs[g * D + d] * kt[j * (D + 1) + d];
+            pt[g * TK + j] = j < nk ? s : -INFINITY;
+        }
+        __syncthreads();
+#pragma unroll
+        for (int g = 0; g < MAXG; g++) { /* online softmax per head: warp g % 4, lane = key */
+            if (g >= G || g % (AT / 32) != warp) continue;
+            float s = pt[g * TK + lane], mx = s;
+            for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+            float mnew = fmaxf(mh[g], mx), p = lane < nk ? expf(s - mnew) : 0.f;
+            float c = mh[g] == -INFINITY ? 0.f : expf(mh[g] - mnew);
+            pt[g * TK + lane] = p;
+            float ps = p;
+            for (int o = 16; o > 0; o >>= 1) ps += __shfl_xor_sync(0xffffffffu, ps, o);
+            l[g] = l[g] * c + ps;
+            __syncwarp();
+            if (lane == 0) mh[g] = mnew, cr[g] = c;
+        }
+        __syncthreads();
+#pragma unroll
+        for (int g = 0; g < MAXG; g++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                int d = tid + h * AT;
+                if (g >= G || d >= D) continue;
+                float a = acc[g][h] * cr[g];
+                for (int j = 0; j < nk; j++) a += pt[g * TK + j] * vt[j * D + d];
+                acc[g][h] = a;
+            }
+        __syncthreads();
+    }
+#pragma unroll
+    for (int g = 0; g < MAXG; g++) {
+        if (g >= G) break;
+        float *pg = part + g * part_stride;
+#pragma unroll
+        for (int h = 0; h < 2; h++)
+            if (tid + h * AT < D) pg[2 + tid + h * AT] = acc[g][h];
+        if (warp == g % (AT / 32) && lane == 0) pg[0] = mh[g], pg[1] = j0 < j1 ? l[g] : 0.f;
+    }
+}
+
+static size_t attend_smem(void) { return sizeof(float) * (MAXG * MAXD + TK * (MAXD + 1) + TK * MAXD + MAXG * TK + 2 * MAXG); }
+
+/* Partial layout: part[((r·Hq + h)·splits + s)·(D + 2) + {0: m, 1: l, 2..: o}]. */
+__global__ void __launch_bounds__(AT)
+causal_kernel(const lca_store *stores, int layer, const uint16_t *q, int64_t ldq, const int32_t *row_store,
+              const int32_t *row_slot, const int32_t *row_pos, int Hq, int Hkv, int D, float scale, int splits,
+              int split_len, float *ws) {
+    const int r = blockIdx.x, kvh = blockIdx.y, s = blockIdx.z, G = Hq / Hkv;
+    const lca_store st = stores[row_store[r]];
+    const int64_t base = layer * st.layer_stride + row_slot[r] * st.slot_stride + (int64_t)kvh * D;
+    key_src src;
+    src.k = st.k + base;
+    src.v = st.v + base;
+    src.ks = src.vs = (int64_t)Hkv * D;
+    src.kb = 0, src.ke = row_pos[r] + 1;
+    float *part = ws + (((int64_t)r * Hq + (int64_t)kvh * G) * splits + s) * (D + 2);
+    attend_block(q + (int64_t)r * ldq + (int64_t)kvh * G * D, G, D, scale, src, s, split_len, part,
+                 (int64_t)splits * (D + 2));
+}
+
+__global__ void __launch_bounds__(AT)
+segment_kernel(const uint16_t *q, int64_t ldq, const uint16_t *k, int64_t ldk, const uint16_t *v, int64_t ldv,
+               const int32_t *seg, const int32_t *seg_of, int H, int D, float scale, int splits, int split_len,
+               float *ws) {
+    const int r = blockIdx.x, h = blockIdx.y, s = blockIdx.z, sg = seg_of[r];
+    key_src src;
+    src.k = k + (int64_t)h * D, src.v = v + (int64_t)h * D;
+    src.ks = ldk, src.vs = ldv;
+    src.kb = seg[sg], src.ke = seg[sg + 1];
+    float *part = ws + (((int64_t)r * H + h) * splits + s) * (D + 2);
+    attend_block(q + (int64_t)r * ldq + (int64_t)h * D, 1, D, scale, src, s, split_len, part, 0);
+}
+
+/* Merge the splits of (row, head); n_keys(r) tells how many splits hold keys. */
+__global__ void combine_kernel(const float *ws, uint16_t *out, int64_t ldo, int Hq, int D, int splits, int split_len,
+                               const int32_t *row_pos, const int32_t *seg, const int32_t *seg_of) {
+    const int r = blockIdx.x, h = blockIdx.y;
+    const int nk = row_pos ? row_pos[r] + 1 : seg[seg_of[r] + 1] - seg[seg_of[r]];
+    const int ns = min(splits, (nk + split_len - 1) / split_len);
+    const float *p = ws + ((int64_t)r * Hq + h) * splits * (D + 2);
+    float M = -INFINITY;
+    for (int s = 0; s < ns; s++)
+        if (p[s * (D + 2) + 1] > 0.f) M = fmaxf(M, p[s * (D + 2)]);
+    float L = 0.f;
+    for (int s = 0; s < ns; s++)
+        if (p[s * (D + 2) + 1] > 0.f) L += p[s * (D + 2) + 1] * expf(p[s * (D + 2)] - M);
+    for (int d = threadIdx.x; d < D; d += blockDim.x) {
+        float o = 0.f;
+        for (int s = 0; s < ns; s++)
+            if (p[s * (D + 2) + 1] > 0.f) o += p[s * (D + 2) + 2 + d] * expf(p[s * (D + 2)] - M);
+        ((bf16 *)out)[(int64_t)r * ldo + (int64_t)h * D + d] = __float2bfloat16_rn(L > 0.f ? o / L : 0.f);
+    }
+}
+
+__global__ void append_kernel(const lca_store *stores, int layer, const uint16_t *k, const uint16_t *v, int64_t ld,
+                              const int32_t *row_store, const int32_t *row_slot, const int32_t *row_pos, int width) {
+    const int r = blockIdx.x;
+    const lca_store st = stores[row_store[r]];
+    const int64_t dst = layer * st.layer_stride + row_slot[r] * st.slot_stride + (int64_t)row_pos[r] * width;
+    for (int i = threadIdx.x; i < width; i += blockDim.x) {
+        st.k[dst + i] = k[(int64_t)r * ld + i];
+        st.v[dst + i] = v[(int64_t)r * ld + i];
+    }
+}
+
+omni_status lca_append(const lca_layer *L, const uint16_t *k, const uint16_t *v, int64_t ld, const int32_t *row_store,
+                       const int32_t *row_slot, const int32_t *row_pos, int T, cudaStream_t s) {
+    if (T <= 0) return OMNI_OK;
+    append_kernel<<<T, 256, 0, s>>>(L->stores, L->layer, k, v, ld, row_store, row_slot, row_pos, L->Hkv * L->D);
+    OMNI_CUDA_LAUNCHED();
+    return OMNI_OK;
+}
+
+int64_t lca_workspace_floats(int T, int Hq, int D, int splits) { return (int64_t)T * Hq * splits * (D + 2); }
+
+omni_status lca_init(void) {
+    OMNI_CUDA_TRY(cudaFuncSetAttribute((const void *)causal_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       (int)attend_smem()));
+    OMNI_CUDA_TRY(cudaFuncSetAttribute((const void *)segment_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       (int)attend_smem()));
+    return OMNI_OK;
+}
+
+omni_status lca_attend(const lca_layer *L, const uint16_t *q, int64_t ldq, uint16_t *out, int64_t ldo,
+                       const int32_t *row_store, const int32_t *row_slot, const int32_t *row_pos, int T, float scale,
+                       int splits, int split_len, float *ws, cudaStream_t s) {
+    const int G = L->Hq / L->Hkv;
+    if (L->Hkv <= 0 || L->Hq % L->Hkv || G > MAXG || L->D > MAXD || splits < 1 || split_len < 1)
+        return omni_fail(OMNI_ERR_UNSUPPORTED, "lca_attend: Hq %d Hkv %d D %d splits %d", L->Hq, L->Hkv, L->D, splits);
+    if (T <= 0) return OMNI_OK;
+    causal_kernel<<<dim3(T, L->Hkv, splits), AT, attend_smem(), s>>>(L->stores, L->layer, q, ldq, row_store, row_slot,
+                                                                     row_pos, L->Hq, L->Hkv, L->D, scale, splits,
+                                                                     split_len, ws);
+    OMNI_CUDA_LAUNCHED();
+    combine_kernel<<<dim3(T, L->Hq), L->D < 128 ? 64 : 128, 0, s>>>(ws, out, ldo, L->Hq, L->D, splits, split_len,
+                                                                     row_pos, NULL, NULL);
+    OMNI_CUDA_LAUNCHED();
+    return OMNI_OK;
+}
+
+omni_status lca_attend_segments(const uint16_t *q, int64_t ldq, const uint16_t *k, int64_t ldk, const uint16_t *v,
+                                int64_t ldv, uint16_t *out, int64_t ldo, const int32_t *seg, const int32_t *seg_of,
+                                int T, int H, int D, int max_seg, float scale, float *ws, int64_t ws_floats,
+                                cudaStream_t s) {
+    if (D > MAXD || H <= 0 || max_seg < 1) return omni_fail(OMNI_ERR_UNSUPPORTED, "lca_attend_segments: H %d D %d", H, D);
+    if (T <= 0) return OMNI_OK;
+    /* splits: enough blocks for ~4 waves, within the workspace and the longest segment */
+    int64_t per = (int64_t)T * H * (D + 2);
+    int splits = (int)((2048 + (int64_t)T * H - 1) / ((int64_t)T * H));
+    int64_t cap = ws_floats / per, most = (max_seg + TK - 1) / TK;
+    if (splits > cap) splits = (int)cap;
+    if (splits > most) splits = (int)most;
+    if (splits < 1) return omni_fail(OMNI_ERR_NOMEM, "lca_attend_segments: workspace of %lld floats < %lld needed",
+                                     (long long)ws_floats, (long long)per);
+    int split_len = (max_seg + splits - 1) / splits;
+    segment_kernel<<<dim3(T, H, splits), AT, attend_smem(), s>>>(q, ldq, k, ldk, v, ldv, seg, seg_of, H, D, scale,
+                                                                 splits, split_len, ws);
+    OMNI_CUDA_LAUNCHED();
+    combine_kernel<<<dim3(T, H), D < 128 ? 64 : 128, 0, s>>>(ws, out, ldo, H, D, splits, split_len, NULL, seg, seg_of);
+    OMNI_CUDA_LAUNCHED();
+    return OMNI_OK;
+}

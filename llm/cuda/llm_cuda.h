@@ -1,0 +1,81 @@
+/* llm_cuda.h - the Qwen3 decoder (dense Qwen3-VL and the MoE Qwen3-Omni thinker) on one CUDA GPU in bf16, as
+ * transformers computes it (bf16 activations between ops, fp32 accumulation, fp32 norms and softmax, RoPE tables
+ * in fp32 cast to bf16; DESIGN.md §4). Library omni_llm_cuda, built only with CUDA; no CUDA types here.
+ * llm_runner (llm/runner.h) with device LLM_DEVICE_CUDA is this module behind the runner's ops table; the
+ * functions below are also usable directly (the benchmark runs random weights made on the device).
+ *
+ * What it owns, all sized at init and never grown: the weights (one device allocation, fused QKV and gate/up made
+ * at load, or random weights of the config's shapes made on the device), a workspace for max_tokens rows and
+ * max_seqs entries, pinned host buffers for the step inputs, a stream, and the CUDA graphs of the decode steps
+ * (one per batch-size bucket 1, 2, 4, ... max_seqs, captured at init; a decode batch is padded to its bucket with
+ * rows of a scratch sequence). KV caches (llm_cuda_cache_init) own their device storage. Nothing is allocated
+ * inside a step.
+ *
+ * A step (llm_cuda_step) takes llm_batch_entry's (llm/runner.h): one chunk of each of several sequences, of one
+ * or several caches, prefill chunks and single decode tokens mixed, with the inputs of llm/model.h (token ids,
+ * 3-stream positions, embedding spans with DeepStack rows). Logits reach the host only for entries that ask;
+ * tokens are sampled on the device (omni_cuda_sample) with the entry's llm_sampler parameters and one
+ * llm_sampler_uniform per sampled token drawn on the host, so token streams equal the CPU runner's for a seed.
+ *
+ * KV caches: a kv_cache (kvcache.h) made by kv_init keeps the bookkeeping (sequence ids, lengths, pages, budgets:
+ * kv_reserve / kv_commit around each step); the K/V themselves live on the device in bf16, contiguous per
+ * sequence slot ([layers][2][max_seqs][max_seq_len][Hkv][D]) until the paged device cache of kvcache/ lands.
+ * Formats: f32 and bf16 caches are stored as bf16 (the GPU computes in bf16); quantized formats are refused.
+ * Errors: a model or cache that does not fit in free GPU memory fails with OMNI_ERR_NOMEM and one line
+ * "... needs X GiB on cuda:N (...), Y GiB free" (the CLI's exit code 4); a CUDA error in a step returns
+ * OMNI_ERR_RUNTIME (OMNI_ERR_NOMEM when the device is out of memory) naming the call and file:line; the step's
+ * sequences then hold an unfinished step (kv_seq_clear / kv_seq_remove them, as llm/runner.h says).
+ * Thread safety: one llm_cuda belongs to one thread at a time. */
+#ifndef OMNI_LLM_CUDA_H
+#define OMNI_LLM_CUDA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels/safetensors.h"
+#include "kvcache/kvcache.h"
+#include "llm/config.h"
+#include "llm/runner.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct llm_cuda llm_cuda;
+
+typedef struct {
+    int device;     /* CUDA device ordinal (0) */
+    int max_seqs;   /* entries per step (64) */
+    int max_tokens; /* tokens per step, prefill chunks included (512) */
+    int graphs;     /* capture decode-only steps as CUDA graphs (1) */
+    int progress;   /* weight-copy progress on stderr: -1 for models over 1 GiB (default), 0 never, 1 always */
+} llm_cuda_params;
+
+llm_cuda_params llm_cuda_default_params(void);
+
+/* Copy the decoder of `cfg` from the checkpoint (tensor names as llm/model.c) to the GPU. cfg and ckpt are read
+ * during the call only. */
+omni_status llm_cuda_init(const llm_config *cfg, const omni_ckpt *ckpt, const llm_cuda_params *p, llm_cuda **out);
+/* Random bf16 weights with the shapes of `cfg`, made on the device (speed work); prints one stderr line saying so. */
+omni_status llm_cuda_init_random(const llm_config *cfg, uint64_t seed, const llm_cuda_params *p, llm_cuda **out);
+void llm_cuda_free(llm_cuda *r); /* NULL is a no-op; its caches must be freed before */
+
+/* A KV cache whose K/V live on this GPU (p as for kv_init; max_chunk is set to max_tokens). */
+omni_status llm_cuda_cache_init(llm_cuda *r, const kv_params *p, kv_cache **out);
+void llm_cuda_cache_free(llm_cuda *r, kv_cache *kv); /* NULL kv is a no-op */
+
+/* One step (the rules of llm_runner_step; entries are validated here too). */
+omni_status llm_cuda_step(llm_cuda *r, int n, llm_batch_entry *batch);
+
+/* Bytes on the device: the weights; the runner's workspace; peak in use on the device since init (cudaMemGetInfo,
+ * every process). */
+size_t llm_cuda_weight_bytes(const llm_cuda *r);
+size_t llm_cuda_workspace_bytes(const llm_cuda *r);
+size_t llm_cuda_peak_bytes(llm_cuda *r);
+/* CUDA graphs ready for decode steps (0 when graphs are off or their capture failed at init). */
+int llm_cuda_graphs(const llm_cuda *r);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,721 @@
+/* runner.cu - the CUDA decoder step (llm_cuda.h): device weights, workspace, KV caches on the device, step inputs,
+ * the layer loop on kernels/cuda ops, logits and device sampling, CUDA graphs of decode steps per batch bucket.
+ *
+ * Dimension letters: T rows of the step, H hidden, Hq/Hkv heads, D head_dim, Q = (Hq + 2·Hkv)·D fused QKV width,
+ * I intermediate (MoE: moe_intermediate), E experts, k experts per token, V vocab, S max_seqs, O output rows.
+ * One layer (rows in entry order; the residual x stays bf16 as in transformers):
+ *   h = rmsnorm(x) (fused with the previous residual add) -> qkv = h·Wqkvᵀ -> q/k norm + MRoPE in place ->
+ *   append k, v -> att = attention -> o = att·Woᵀ -> x += o, h = rmsnorm(x) -> MLP (dense: gu = h·Wguᵀ,
+ *   act = swiglu(gu), m = act·Wdᵀ; MoE: router, top-k, experts, combine) -> x += m (-> DeepStack rows).
+ * Step inputs travel in pinned buffers: int32 [ids T | pos 3T | src_row T | row_store T | row_slot T | row_pos T |
+ * out_row T | ds_dst 4T] (offsets depend on T only, so a graph of bucket T always reads the same addresses), bf16
+ * span rows [n_sp][H] and DeepStack rows [level][n][H], and per output row the sampling parameters and uniform. */
+#include "llm/cuda/llm_cuda.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime.h>
+
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/ops_cuda.h"
+#include "llm/cuda/attn_ref.h"
+#include "llm/cuda/weights.h"
+#include "llm/sampler.h"
+
+#define MAX_DS 4       /* DeepStack levels */
+#define SPLIT_LEN 256  /* attention keys per split in graphs */
+#define ENTRY_MAX 64   /* MoE entries (T·k) up to which the per-entry GEMVs run instead of grouping */
+#define N_BUCKETS 12   /* decode graph buckets: 1, 2, 4, ..., max_seqs */
+#define MAX_CACHES 16  /* KV caches per runner (store 0 is the scratch of padding rows) */
+#define OUT_MIN 64     /* output rows per lm_head pass: max(max_seqs, OUT_MIN) */
+
+typedef struct {
+    int T;            /* bucket */
+    int64_t max_keys; /* longest attended prefix the graph's fixed attention splits cover */
+    cudaGraphExec_t exec;
+} graph_slot;
+
+typedef struct {
+    kv_cache *kv;    /* bookkeeping (NULL: free table entry) */
+    uint16_t *store; /* [L][2][slots][cap][Hkv][D] bf16 */
+    int slots;
+    int64_t cap;
+} dev_cache;
+
+struct llm_cuda {
+    llm_cuda_params p;
+    int H, L, Hq, Hkv, D, Q, I, V, E, K, norm_topk, T_max, S, O;
+    float eps;
+    omni_cuda_ctx *ctx;
+    cudaStream_t s;
+    lcw_weights w;
+    dev_cache caches[MAX_CACHES + 1]; /* [0]: the scratch store of padding rows */
+    lca_store stores_host[MAX_CACHES + 1];
+    lca_store *stores_dev;
+    /* workspace (one allocation) */
+    void *ws;
+    size_t ws_bytes;
+    uint16_t *x, *ha, *hb, *qkv, *att, *gu, *act, *hl, *scratch_kv;
+    float *logits, *attn_ws;
+    int64_t attn_ws_floats;
+    uint16_t *rlog, *mgu, *mact, *mout;
+    int32_t *sel_e, *off, *perm, *slotp, *tok;
+    float *sel_w;
+    omni_cuda_sample_params *sp_dev;
+    double *u_dev;
+    int32_t *in_dev;    /* the packed int32 inputs */
+    uint16_t *rows_dev; /* span rows [T_max][H], then DeepStack rows [MAX_DS][T_max][H] */
+    /* pinned host mirrors */
+    int32_t *in_host, *tok_host;
+    uint16_t *rows_host;
+    omni_cuda_sample_params *sp_host;
+    double *u_host;
+    /* per-step host scratch (sized at init) */
+    int *ent_cache, *grp_n, *grp_seq, *grp_new, *out_ent;
+    graph_slot graphs[N_BUCKETS];
+    int n_graphs;
+    size_t peak;
+};
+
+/* ---- sizes and the workspace -------------------------------------------------------------------------------- */
+
+typedef struct {
+    char *base;
+    size_t off;
+} carver;
+
+static void *carve(carver *c, size_t bytes) {
+    size_t o = (c->off + 255) / 256 * 256;
+    c->off = o + bytes;
+    return c->base ? c->base + o : NULL;
+}
+
+static int64_t ints_per_step(const llm_cuda *r) { return (9 + MAX_DS) * (int64_t)r->T_max; }
+
+/* One walk assigns every workspace pointer (base NULL: size only). */
+static size_t carve_ws(llm_cuda *r, char *base) {
+    carver c = {base, 0};
+    const size_t T = r->T_max, H = r->H, O = r->O, TK = (size_t)r->T_max * (r->E ? r->K : 1);
+    r->x = (uint16_t *)carve(&c, 2 * T * H);
+    r->ha = (uint16_t *)carve(&c, 2 * T * H);
+    r->hb = (uint16_t *)carve(&c, 2 * T * H);
+    r->qkv = (uint16_t *)carve(&c, 2 * T * r->Q);
+    r->att = (uint16_t *)carve(&c, 2 * T * r->Hq * r->D);
+    r->hl = (uint16_t *)carve(&c, 2 * O * H);
+    r->logits = (float *)carve(&c, 4 * O * r->V);
+    r->attn_ws = (float *)carve(&c, 4 * (size_t)r->attn_ws_floats);
+    if (r->E) {
+        r->rlog = (uint16_t *)carve(&c, 2 * T * r->E);
+        r->sel_e = (int32_t *)carve(&c, 4 * TK);
+        r->sel_w = (float *)carve(&c, 4 * TK);
+        r->off = (int32_t *)carve(&c, 4 * (size_t)(r->E + 1));
+        r->perm = (int32_t *)carve(&c, 4 * TK);
+        r->slotp = (int32_t *)carve(&c, 4 * TK);
+        r->mgu = (uint16_t *)carve(&c, 2 * TK * 2 * r->I);
+        r->mact = (uint16_t *)carve(&c, 2 * TK * r->I);
+        r->mout = (uint16_t *)carve(&c, 2 * TK * H);
+    } else {
+        r->gu = (uint16_t *)carve(&c, 2 * T * 2 * r->I);
+        r->act = (uint16_t *)carve(&c, 2 * T * r->I);
+    }
+    r->tok = (int32_t *)carve(&c, 4 * O);
+    r->sp_dev = (omni_cuda_sample_params *)carve(&c, sizeof(omni_cuda_sample_params) * O);
+    r->u_dev = (double *)carve(&c, sizeof(double) * O);
+    r->in_dev = (int32_t *)carve(&c, 4 * (size_t)ints_per_step(r));
+    r->rows_dev = (uint16_t *)carve(&c, 2 * (1 + MAX_DS) * T * H);
+    r->stores_dev = (lca_store *)carve(&c, sizeof(lca_store) * (MAX_CACHES + 1));
+    r->scratch_kv = (uint16_t *)carve(&c, 2 * 2 * (size_t)r->L * r->Hkv * r->D);
+    return (c.off + 255) / 256 * 256;
+}
+
+static size_t carve_pinned(llm_cuda *r, char *base) {
+    carver c = {base, 0};
+    r->in_host = (int32_t *)carve(&c, 4 * (size_t)ints_per_step(r));
+    r->rows_host = (uint16_t *)carve(&c, 2 * (1 + MAX_DS) * (size_t)r->T_max * r->H);
+    r->tok_host = (int32_t *)carve(&c, 4 * (size_t)r->O);
+    r->sp_host = (omni_cuda_sample_params *)carve(&c, sizeof(omni_cuda_sample_params) * r->O);
+    r->u_host = (double *)carve(&c, sizeof(double) * r->O);
+    return c.off;
+}
+
+/* Attention workspace: decode buckets with every split of the longest cache capacity, or T_max rows with two. */
+static int64_t attn_floats(const llm_cuda *r, int64_t max_cap) {
+    int64_t splits = (max_cap + SPLIT_LEN - 1) / SPLIT_LEN;
+    int64_t dec = lca_workspace_floats(r->S, r->Hq, r->D, (int)splits);
+    int64_t pre = lca_workspace_floats(r->T_max, r->Hq, r->D, 2);
+    return dec > pre ? dec : pre;
+}
+
+/* ---- init / free --------------------------------------------------------------------------------------------- */
+
+llm_cuda_params llm_cuda_default_params(void) {
+    llm_cuda_params p = {0, 64, 512, 1, -1};
+    return p;
+}
+
+static omni_status check_params(const llm_config *c, const llm_cuda_params *p) {
+    if (p->max_seqs < 1 || p->max_seqs > LLM_RUNNER_MAX_SEQS || p->max_tokens < 1 || p->max_tokens > (1 << 20))
+        return omni_fail(OMNI_ERR_USAGE, "llm_cuda: max_seqs %d (1..%d), max_tokens %d (1..%d)", p->max_seqs,
+                         LLM_RUNNER_MAX_SEQS, p->max_tokens, 1 << 20);
+    if (c->head_dim != 32 && c->head_dim != 64 && c->head_dim != 128 && c->head_dim != 256)
+        return omni_fail(OMNI_ERR_UNSUPPORTED, "llm_cuda: head_dim %d (32, 64, 128 or 256)", c->head_dim);
+    if (c->n_heads % c->n_kv_heads || c->n_heads / c->n_kv_heads > 8)
+        return omni_fail(OMNI_ERR_UNSUPPORTED, "llm_cuda: %d query heads per kv head (at most 8)",
+                         c->n_heads / c->n_kv_heads);
+    if (c->hidden % 8 || (c->n_experts ? c->moe_intermediate : c->intermediate) % 8)
+        return omni_fail(OMNI_ERR_UNSUPPORTED, "llm_cuda: hidden %d / intermediate not multiples of 8", c->hidden);
+    return OMNI_OK;
+}
+
+static void set_dims(llm_cuda *r, const llm_config *c, const llm_cuda_params *p) {
+    r->p = *p;
+    r->H = c->hidden, r->L = c->n_layers, r->Hq = c->n_heads, r->Hkv = c->n_kv_heads, r->D = c->head_dim;
+    r->Q = (c->n_heads + 2 * c->n_kv_heads) * c->head_dim, r->V = c->vocab, r->E = c->n_experts;
+    r->I = r->E ? c->moe_intermediate : c->intermediate, r->K = r->E ? c->top_k : 0;
+    r->norm_topk = c->norm_topk_prob, r->eps = c->rms_eps, r->S = p->max_seqs;
+    r->T_max = p->max_tokens > p->max_seqs ? p->max_tokens : p->max_seqs; /* a decode step of every entry fits */
+    r->O = r->S > OUT_MIN ? r->S : OUT_MIN;
+}
+
+static omni_status gib_check(const char *what, int device, size_t need, const char *detail) {
+    size_t fr = 0, total = 0;
+    OMNI_CUDA_TRY(cudaMemGetInfo(&fr, &total));
+    if (need > fr)
+        return omni_fail(OMNI_ERR_NOMEM, "%s needs %.2f GiB on cuda:%d (%s), %.2f GiB free", what,
+                         need / 1073741824.0, device, detail, fr / 1073741824.0);
+    return OMNI_OK;
+}
+
+/* Everything but the weights and the caches, after the memory check. */
+static omni_status init_common(llm_cuda *r, size_t weight_bytes) {
+    int n_dev = 0;
+    omni_status st = omni_cuda_available(&n_dev);
+    if (!st && r->p.device >= n_dev)
+        return omni_fail(OMNI_ERR_UNSUPPORTED, "--device cuda: no CUDA device %d (%d found); use --device cpu",
+                         r->p.device, n_dev);
+    if ((st = omni_cuda_ctx_init(&r->ctx, r->p.device))) return st;
+    r->s = (cudaStream_t)omni_cuda_ctx_stream(r->ctx);
+    r->attn_ws_floats = attn_floats(r, 32768); /* decode graphs cover 32K keys; longer histories run eagerly */
+    r->ws_bytes = carve_ws(r, NULL);
+    char detail[160];
+    snprintf(detail, sizeof detail, "weights %.2f + workspace %.2f GiB", weight_bytes / 1073741824.0,
+             r->ws_bytes / 1073741824.0);
+    if ((st = gib_check("the model", r->p.device, weight_bytes + r->ws_bytes + ((size_t)64 << 20), detail)))
+        return st;
+    if ((st = omni_cuda_malloc(&r->ws, r->ws_bytes))) return st;
+    carve_ws(r, (char *)r->ws);
+    void *pin = NULL;
+    OMNI_CUDA_TRY(cudaHostAlloc(&pin, carve_pinned(r, NULL), cudaHostAllocDefault));
+    carve_pinned(r, (char *)pin);
+    const size_t S = (size_t)r->S;
+    r->ent_cache = (int *)calloc(S, sizeof(int)), r->grp_n = (int *)calloc(MAX_CACHES + 1, sizeof(int));
+    r->grp_seq = (int *)calloc(S, sizeof(int)), r->grp_new = (int *)calloc(S, sizeof(int));
+    r->out_ent = (int *)calloc((size_t)r->O, sizeof(int));
+    if (!r->ent_cache || !r->grp_n || !r->grp_seq || !r->grp_new || !r->out_ent)
+        return omni_fail(OMNI_ERR_NOMEM, "llm_cuda: out of host memory");
+    if ((st = lca_init())) return st;
+    /* store 0: one position of scratch per layer for padding rows (slot 0, position 0) */
+    lca_store s0 = {r->scratch_kv, r->scratch_kv + (size_t)r->L * r->Hkv * r->D, (int64_t)r->Hkv * r->D, 0};
+    r->stores_host[0] = s0;
+    OMNI_CUDA_TRY(cudaMemcpyAsync(r->stores_dev, r->stores_host, sizeof(lca_store) * (MAX_CACHES + 1),
+                                  cudaMemcpyHostToDevice, r->s));
+    return OMNI_OK;
+}
+
+static omni_status precapture(llm_cuda *r);
+
+static omni_status init_any(const llm_config *cfg, const omni_ckpt *ck, uint64_t seed, const llm_cuda_params *p,
+                            llm_cuda **out) {
+    *out = NULL;
+    llm_cuda_params dp = llm_cuda_default_params();
+    if (!p) p = &dp;
+    omni_status st = check_params(cfg, p);
+    if (st) return st;
+    llm_cuda *r = (llm_cuda *)calloc(1, sizeof *r);
+    if (!r) return omni_fail(OMNI_ERR_NOMEM, "llm_cuda: out of host memory");
+    set_dims(r, cfg, p);
+    const size_t wb = lcw_bytes(cfg);
+    st = init_common(r, wb);
+    const double t0 = omni_time_ms();
+    if (!st && ck) {
+        int progress = p->progress < 0 ? wb > ((size_t)1 << 30) : p->progress;
+        st = lcw_load(&r->w, cfg, ck, progress, r->s);
+        if (!st && progress)
+            fprintf(stderr, "weights: %.2f GiB on cuda:%d in %.1f s\n", wb / 1073741824.0, p->device,
+                    (omni_time_ms() - t0) / 1000.0);
+    } else if (!st) {
+        st = lcw_random(&r->w, cfg, seed, r->s);
+        if (!st)
+            fprintf(stderr, "weights: RANDOM bf16 weights (seed %llu) with the shapes of %s: %.2f GiB made on cuda:%d\n",
+                    (unsigned long long)seed, cfg->model_type, wb / 1073741824.0, p->device);
+    }
+    if (!st) {
+        cudaError_t e = cudaStreamSynchronize(r->s);
+        if (e != cudaSuccess)
+            st = omni_fail(OMNI_ERR_RUNTIME, "llm_cuda: init (%s:%d): %s", __FILE__, __LINE__, cudaGetErrorString(e));
+    }
+    if (!st && r->p.graphs && precapture(r)) { /* graphs are an optimisation: run eagerly if capture fails */
+        fprintf(stderr, "warning: CUDA graphs disabled: %s\n", omni_last_error());
+        r->p.graphs = 0;
+    }
+    if (st) {
+        llm_cuda_free(r);
+        return st;
+    }
+    llm_cuda_peak_bytes(r);
+    *out = r;
+    return OMNI_OK;
+}
+
+omni_status llm_cuda_init(const llm_config *cfg, const omni_ckpt *ckpt, const llm_cuda_params *p, llm_cuda **out) {
+    if (!cfg || !ckpt || !out) return omni_fail(OMNI_ERR_USAGE, "llm_cuda_init: NULL argument");
+    return init_any(cfg, ckpt, 0, p, out);
+}
+
+omni_status llm_cuda_init_random(const llm_config *cfg, uint64_t seed, const llm_cuda_params *p, llm_cuda **out) {
+    if (!cfg || !out) return omni_fail(OMNI_ERR_USAGE, "llm_cuda_init_random: NULL argument");
+    return init_any(cfg, NULL, seed, p, out);
+}
+
+void llm_cuda_free(llm_cuda *r) {
+    if (!r) return;
+    if (r->s) cudaStreamSynchronize(r->s);
+    for (int i = 0; i < r->n_graphs; i++) cudaGraphExecDestroy(r->graphs[i].exec);
+    for (int i = 1; i <= MAX_CACHES; i++)
+        if (r->caches[i].kv) llm_cuda_cache_free(r, r->caches[i].kv);
+    lcw_free(&r->w);
+    omni_cuda_free(r->ws);
+    if (r->in_host) cudaFreeHost(r->in_host); /* the first carve of the pinned block */
+    omni_cuda_ctx_free(r->ctx);
+    free(r->ent_cache), free(r->grp_n), free(r->grp_seq), free(r->grp_new), free(r->out_ent);
+    free(r);
+}
+
+size_t llm_cuda_weight_bytes(const llm_cuda *r) { return r ? r->w.bytes : 0; }
+size_t llm_cuda_workspace_bytes(const llm_cuda *r) { return r ? r->ws_bytes : 0; }
+
+size_t llm_cuda_peak_bytes(llm_cuda *r) {
+    size_t fr = 0, total = 0;
+    if (cudaMemGetInfo(&fr, &total) == cudaSuccess && total - fr > r->peak) r->peak = total - fr;
+    return r->peak;
+}
+
+/* ---- caches -------------------------------------------------------------------------------------------------- */
+
+omni_status llm_cuda_cache_init(llm_cuda *r, const kv_params *p, kv_cache **out) {
+    *out = NULL;
+    if (p->n_layers != r->L || p->n_kv_heads != r->Hkv || p->head_dim != r->D)
+        return omni_fail(OMNI_ERR_USAGE, "llm_cuda: cache of %d layers x %d KV heads x %d does not match the model",
+                         p->n_layers, p->n_kv_heads, p->head_dim);
+    int stored_raw = (p->fmt.k_type == KV_BF16 || p->fmt.k_type == KV_F32) && p->fmt.k_type == p->fmt.v_type;
+    for (int l = 0; p->layer_fmt && l < p->n_layers && stored_raw; l++)
+        stored_raw = (p->layer_fmt[l].k_type == KV_BF16 || p->layer_fmt[l].k_type == KV_F32) &&
+                     p->layer_fmt[l].k_type == p->layer_fmt[l].v_type;
+    if (!stored_raw)
+        return omni_fail(OMNI_ERR_UNSUPPORTED, "--device cuda keeps the KV cache in bf16 until the device OScaR cache "
+                         "lands: use --kv bf16 (or --device cpu)");
+    int slot = 0;
+    for (int i = 1; i <= MAX_CACHES && !slot; i++)
+        if (!r->caches[i].kv) slot = i;
+    if (!slot) return omni_fail(OMNI_ERR_USAGE, "llm_cuda: more than %d KV caches on one runner", MAX_CACHES);
+    kv_params q = *p;
+    q.max_chunk = r->T_max;
+    const int64_t cap = q.max_seq_len > 0 && q.max_seq_len < q.max_tokens ? q.max_seq_len : q.max_tokens;
+    const size_t bytes = 2 * 2 * (size_t)r->L * q.max_seqs * (size_t)cap * r->Hkv * r->D;
+    char detail[128];
+    snprintf(detail, sizeof detail, "%d sequences x %lld tokens in bf16", q.max_seqs, (long long)cap);
+    omni_status st = gib_check("the KV cache", r->p.device, bytes + ((size_t)16 << 20), detail);
+    if (st) return st;
+    dev_cache c = {NULL, NULL, q.max_seqs, cap};
+    if ((st = omni_cuda_malloc((void **)&c.store, bytes))) return st;
+    if ((st = kv_init(&q, &c.kv))) {
+        omni_cuda_free(c.store);
+        return st;
+    }
+    const int64_t slot_elems = cap * r->Hkv * r->D, layer_elems = 2 * (int64_t)q.max_seqs * slot_elems;
+    lca_store ls = {c.store, c.store + (size_t)q.max_seqs * slot_elems, layer_elems, slot_elems};
+    r->caches[slot] = c;
+    r->stores_host[slot] = ls;
+    cudaError_t e = cudaMemcpyAsync(r->stores_dev + slot, &r->stores_host[slot], sizeof ls, cudaMemcpyHostToDevice, r->s);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(r->s);
+    if (e != cudaSuccess) {
+        llm_cuda_cache_free(r, c.kv);
+        return omni_fail(OMNI_ERR_RUNTIME, "llm_cuda: cache table (%s:%d): %s", __FILE__, __LINE__, cudaGetErrorString(e));
+    }
+    *out = c.kv;
+    return OMNI_OK;
+}
+
+static int cache_index(const llm_cuda *r, const kv_cache *kv) {
+    for (int i = 1; i <= MAX_CACHES; i++)
+        if (r->caches[i].kv == kv) return i;
+    return 0;
+}
+
+void llm_cuda_cache_free(llm_cuda *r, kv_cache *kv) {
+    int i = kv && r ? cache_index(r, kv) : 0;
+    if (!i) return;
+    cudaStreamSynchronize(r->s); /* no step may still read the store */
+    omni_cuda_free(r->caches[i].store);
+    kv_free(r->caches[i].kv);
+    memset(&r->caches[i], 0, sizeof r->caches[i]);
+}
+
+/* ---- step inputs --------------------------------------------------------------------------------------------- */
+
+typedef struct {
+    int T;            /* rows (bucket size in graphs) */
+    int n_out;        /* output rows of the first lm_head pass */
+    int n_sp;         /* substituted rows */
+    int n_ds[MAX_DS]; /* DeepStack rows per level */
+    int max_len;      /* longest attended prefix among the rows */
+} step_shape;
+
+/* Views of the packed int32 inputs for T rows (host or device). */
+typedef struct {
+    int32_t *ids, *pos, *src, *store, *slot, *rpos, *out, *dsdst;
+} step_in;
+
+static step_in in_views(int32_t *base, int T) {
+    step_in v = {base,         base + T,     base + 4 * T, base + 5 * T,
+                 base + 6 * T, base + 7 * T, base + 8 * T, base + 9 * T};
+    return v;
+}
+
+static void put_rows(uint16_t *dst, const float *src, int64_t n) {
+    for (int64_t i = 0; i < n; i++) dst[i] = omni_f32_to_bf16(src[i]);
+}
+
+/* Spans of entry input x at step rows [row0, row0 + n_tokens): substituted rows and DeepStack rows per level. */
+static void pack_spans(llm_cuda *r, const llm_input *x, int row0, step_in *v, step_shape *sh) {
+    const int H = r->H, T = sh->T;
+    uint16_t *ds_rows = r->rows_host + (size_t)r->T_max * H;
+    for (int sp = 0; sp < x->n_spans; sp++) {
+        const llm_span *s = &x->spans[sp];
+        for (int t = 0; t < s->len; t++) {
+            const int rr = row0 + s->start + t;
+            v->src[rr] = sh->n_sp;
+            put_rows(r->rows_host + (size_t)sh->n_sp * H, s->embd + (size_t)t * H, H);
+            for (int k = 0; k < s->n_deepstack && k < MAX_DS; k++) {
+                if (!s->deepstack[k]) continue;
+                v->dsdst[k * T + sh->n_ds[k]] = rr;
+                put_rows(ds_rows + ((size_t)k * r->T_max + sh->n_ds[k]) * H, s->deepstack[k] + (size_t)t * H, H);
+                sh->n_ds[k]++;
+            }
+            sh->n_sp++;
+        }
+    }
+}
+
+/* Sampling parameters and uniform of output row o for entry b (greedy without a sampler; one host draw per
+ * sampled token, exactly when llm_sampler_sample would draw). */
+static void pack_sampling(llm_cuda *r, int o, llm_batch_entry *b) {
+    omni_cuda_sample_params q = {0.f, 0, 1.f, 0};
+    double u = 0.0;
+    if (b && b->sampler) {
+        const llm_sampler_params *sp = llm_sampler_get_params(b->sampler);
+        q.temp = sp->temp, q.top_k = sp->top_k, q.top_p = sp->top_p;
+        if (sp->temp > 0.f) u = llm_sampler_uniform(b->sampler);
+    }
+    r->sp_host[o] = q, r->u_host[o] = u;
+}
+
+/* Fill the pinned inputs. Rows [rows, T) pad a graph bucket: store 0 (scratch), slot 0, position 0, greedy. First
+ * output pass: the last row of every entry that wants logits (last position) or a token; in a graph every row. */
+static step_shape pack_inputs(llm_cuda *r, int n, llm_batch_entry *b, int T, int graph) {
+    step_shape sh;
+    memset(&sh, 0, sizeof sh);
+    sh.T = T;
+    step_in v = in_views(r->in_host, T);
+    int row = 0;
+    for (int i = 0; i < n; i++) {
+        const llm_input *x = &b[i].in;
+        const int c = r->ent_cache[i], q = b[i].seq, nt = x->n_tokens;
+        const int64_t base = kv_seq_len(r->caches[c].kv, q);
+        for (int t = 0; t < nt; t++, row++) {
+            v.ids[row] = x->ids[t], v.src[row] = -1, v.store[row] = c, v.slot[row] = q;
+            v.rpos[row] = (int32_t)(base + t);
+            for (int s = 0; s < 3; s++) v.pos[s * T + row] = x->pos ? x->pos[s * nt + t] : (int32_t)(base + t);
+        }
+        if (base + nt > sh.max_len) sh.max_len = (int)(base + nt);
+        pack_spans(r, x, row - nt, &v, &sh);
+        if (graph || (b[i].logits && !b[i].logits_all) || b[i].sampler) {
+            v.out[sh.n_out] = row - 1, r->out_ent[sh.n_out] = i;
+            pack_sampling(r, sh.n_out++, &b[i]);
+        }
+    }
+    for (; row < T; row++) {
+        v.ids[row] = 0, v.src[row] = -1, v.store[row] = 0, v.slot[row] = 0, v.rpos[row] = 0;
+        for (int s = 0; s < 3; s++) v.pos[s * T + row] = 0;
+        if (graph) v.out[sh.n_out] = row, r->out_ent[sh.n_out] = -1, pack_sampling(r, sh.n_out++, NULL);
+    }
+    return sh;
+}
+
+/* Upload the packed inputs of this step (only the parts in use). */
+static omni_status upload_inputs(llm_cuda *r, const step_shape *sh) {
+    const int T = sh->T, H = r->H;
+    OMNI_CUDA_TRY(cudaMemcpyAsync(r->in_dev, r->in_host, 4 * (size_t)(9 + MAX_DS) * T, cudaMemcpyHostToDevice, r->s));
+    if (sh->n_out) {
+        OMNI_CUDA_TRY(cudaMemcpyAsync(r->sp_dev, r->sp_host, sizeof(omni_cuda_sample_params) * sh->n_out,
+                                      cudaMemcpyHostToDevice, r->s));
+        OMNI_CUDA_TRY(cudaMemcpyAsync(r->u_dev, r->u_host, sizeof(double) * sh->n_out, cudaMemcpyHostToDevice, r->s));
+    }
+    if (sh->n_sp)
+        OMNI_CUDA_TRY(cudaMemcpyAsync(r->rows_dev, r->rows_host, 2 * (size_t)sh->n_sp * H, cudaMemcpyHostToDevice, r->s));
+    for (int k = 0; k < MAX_DS; k++)
+        if (sh->n_ds[k]) {
+            size_t o = ((size_t)(1 + k) * r->T_max) * H;
+            OMNI_CUDA_TRY(cudaMemcpyAsync(r->rows_dev + o, r->rows_host + o, 2 * (size_t)sh->n_ds[k] * H,
+                                          cudaMemcpyHostToDevice, r->s));
+        }
+    return OMNI_OK;
+}
+
+/* ---- the forward ---------------------------------------------------------------------------------------------- */
+
+#define RUN(call)                                                                                              \
+    do {                                                                                                       \
+        omni_status st_ = (call);                                                                              \
+        if (st_) return st_;                                                                                   \
+    } while (0)
+
+static omni_status mlp_moe(llm_cuda *r, const lcw_layer *L, int T) {
+    const int H = r->H, I = r->I, E = r->E, K = r->K, n = T * K;
+    RUN(omni_cuda_linear(r->ctx, r->rlog, OMNI_BF16, r->ha, L->router, NULL, T, E, H));
+    RUN(omni_cuda_moe_route(r->sel_e, r->sel_w, r->rlog, T, E, K, r->norm_topk, r->s));
+    if (n <= ENTRY_MAX) {
+        RUN(omni_cuda_moe_entry_linear(r->mgu, r->ha, H, K, L->gate_up, r->sel_e, n, 2 * I, H, r->s));
+        RUN(omni_cuda_swiglu_bf16(r->mact, r->mgu, n, I, r->s));
+        RUN(omni_cuda_moe_entry_linear(r->mout, r->mact, I, 1, L->down, r->sel_e, n, H, I, r->s));
+        return omni_cuda_moe_combine(r->hb, r->mout, NULL, r->sel_e, r->sel_w, T, K, H, r->s);
+    }
+    RUN(omni_cuda_moe_group(r->off, r->perm, r->slotp, r->sel_e, T, E, K, r->s));
+    RUN(omni_cuda_moe_grouped_linear(r->mgu, r->ha, H, r->perm, L->gate_up, r->off, E, n, 2 * I, H, r->s));
+    RUN(omni_cuda_swiglu_bf16(r->mact, r->mgu, n, I, r->s));
+    RUN(omni_cuda_moe_grouped_linear(r->mout, r->mact, I, NULL, L->down, r->off, E, n, H, I, r->s));
+    return omni_cuda_moe_combine(r->hb, r->mout, r->slotp, r->sel_e, r->sel_w, T, K, H, r->s);
+}
+
+static omni_status layer(llm_cuda *r, int l, const step_in *in, const step_shape *sh, int splits, int split_len) {
+    const lcw_layer *L = &r->w.layers[l];
+    const int T = sh->T, H = r->H, D = r->D, qd = r->Hq * D, kd = r->Hkv * D;
+    RUN(omni_cuda_linear(r->ctx, r->qkv, OMNI_BF16, r->ha, L->qkv, NULL, T, r->Q, H));
+    RUN(omni_cuda_qk_norm_rope_bf16(r->qkv, r->qkv + qd, T, r->Q, r->Hq, r->Hkv, D, L->q_norm, L->k_norm, r->eps,
+                                    in->pos, T, r->w.inv_freq, r->w.slot_stream, r->s));
+    lca_layer kv = {r->stores_dev, l, r->Hq, r->Hkv, D};
+    RUN(lca_append(&kv, r->qkv + qd, r->qkv + qd + kd, r->Q, in->store, in->slot, in->rpos, T, r->s));
+    RUN(lca_attend(&kv, r->qkv, r->Q, r->att, qd, in->store, in->slot, in->rpos, T, 1.f / sqrtf((float)D), splits,
+                   split_len, r->attn_ws, r->s));
+    RUN(omni_cuda_linear(r->ctx, r->hb, OMNI_BF16, r->att, L->o, NULL, T, H, qd));
+    RUN(omni_cuda_add_rmsnorm_bf16(r->ha, r->x, r->hb, L->post_norm, T, H, r->eps, r->s));
+    if (r->E) {
+        RUN(mlp_moe(r, L, T));
+    } else {
+        RUN(omni_cuda_linear(r->ctx, r->gu, OMNI_BF16, r->ha, L->gate_up, NULL, T, 2 * r->I, H));
+        RUN(omni_cuda_swiglu_bf16(r->act, r->gu, T, r->I, r->s));
+        RUN(omni_cuda_linear(r->ctx, r->hb, OMNI_BF16, r->act, L->down, NULL, T, H, r->I));
+    }
+    /* x += mlp; DeepStack rows after layers 0..levels-1; the next layer's input norm */
+    const int ds = l < MAX_DS && sh->n_ds[l] > 0;
+    if (l + 1 < r->L && !ds)
+        return omni_cuda_add_rmsnorm_bf16(r->ha, r->x, r->hb, r->w.layers[l + 1].in_norm, T, H, r->eps, r->s);
+    RUN(omni_cuda_add_bf16(r->x, r->x, r->hb, (int64_t)T * H, r->s));
+    if (ds)
+        RUN(omni_cuda_add_rows_bf16(r->x, H, in->dsdst + l * T, r->rows_dev + ((size_t)(1 + l) * r->T_max) * H,
+                                    sh->n_ds[l], r->s));
+    if (l + 1 < r->L) return omni_cuda_rmsnorm_bf16(r->ha, r->x, r->w.layers[l + 1].in_norm, T, H, r->eps, r->s);
+    return OMNI_OK;
+}
+
+/* lm_head over n output rows of x (row indices at out_rows, device): final norm, f32 logits [n][V]. */
+static omni_status head(llm_cuda *r, const int32_t *out_rows, int T, int n) {
+    RUN(omni_cuda_embed_rows_bf16(r->hl, r->x, T, r->H, out_rows, NULL, NULL, n, r->s)); /* gather rows */
+    RUN(omni_cuda_rmsnorm_bf16(r->hl, r->hl, r->w.norm, n, r->H, r->eps, r->s));
+    return omni_cuda_linear(r->ctx, r->logits, OMNI_F32, r->hl, r->w.lm_head, NULL, n, r->V, r->H);
+}
+
+/* Attention splits of a graph of T rows: as many SPLIT_LEN pieces as the workspace holds, up to 32K keys. */
+static int graph_splits(const llm_cuda *r, int T) {
+    int64_t s = r->attn_ws_floats / lca_workspace_floats(T, r->Hq, r->D, 1);
+    return (int)(s < 32768 / SPLIT_LEN ? s : 32768 / SPLIT_LEN);
+}
+
+/* The step on the stream up to the first output pass: embed, layers, logits and sampling of sh->n_out rows. */
+static omni_status forward(llm_cuda *r, const step_shape *sh, int graph) {
+    const int T = sh->T, H = r->H;
+    step_in in = in_views(r->in_dev, T);
+    int splits, split_len;
+    if (graph) { /* fixed launch shape; blocks past a row's length exit at once */
+        split_len = SPLIT_LEN;
+        splits = graph_splits(r, T);
+    } else {
+        int64_t most = r->attn_ws_floats / lca_workspace_floats(T, r->Hq, r->D, 1);
+        splits = (sh->max_len + SPLIT_LEN - 1) / SPLIT_LEN;
+        if (T * r->Hkv >= 264) splits = 1; /* enough blocks already */
+        if (splits > most) splits = (int)most;
+        if (splits < 1) splits = 1;
+        split_len = ((sh->max_len + splits - 1) / splits + 31) / 32 * 32;
+    }
+    RUN(omni_cuda_embed_rows_bf16(r->x, r->w.embed, r->V, H, in.ids, in.src, r->rows_dev, T, r->s));
+    RUN(omni_cuda_rmsnorm_bf16(r->ha, r->x, r->w.layers[0].in_norm, T, H, r->eps, r->s));
+    for (int l = 0; l < r->L; l++) RUN(layer(r, l, &in, sh, splits, split_len));
+    if (!sh->n_out) return OMNI_OK;
+    RUN(head(r, in.out, T, sh->n_out));
+    return omni_cuda_sample(r->tok, r->logits, r->V, sh->n_out, r->V, r->sp_dev, r->u_dev, r->s);
+}
+
+/* ---- graphs ---------------------------------------------------------------------------------------------------- */
+
+/* Decode buckets: powers of two below max_seqs, then max_seqs. */
+static int bucket_of(const llm_cuda *r, int n) {
+    int b = 1;
+    while (b < n) b *= 2;
+    return b < r->S ? b : r->S;
+}
+
+static omni_status capture(llm_cuda *r, int T) {
+    if (r->n_graphs == N_BUCKETS) return omni_fail(OMNI_ERR_RUNTIME, "llm_cuda: graph table full");
+    step_shape sh;
+    memset(&sh, 0, sizeof sh);
+    sh.T = T, sh.n_out = T;
+    cudaGraph_t g = NULL;
+    OMNI_CUDA_TRY(cudaStreamBeginCapture(r->s, cudaStreamCaptureModeThreadLocal));
+    omni_status st = forward(r, &sh, 1);
+    cudaError_t e = cudaStreamEndCapture(r->s, &g);
+    if (st || e != cudaSuccess) {
+        if (g) cudaGraphDestroy(g);
+        (void)cudaGetLastError();
+        return st ? st : omni_fail(OMNI_ERR_RUNTIME, "llm_cuda: cudaStreamEndCapture (%s:%d): %s", __FILE__, __LINE__,
+                                   cudaGetErrorString(e));
+    }
+    cudaGraphExec_t exec = NULL;
+    e = cudaGraphInstantiate(&exec, g, 0);
+    cudaGraphDestroy(g);
+    if (e != cudaSuccess)
+        return omni_fail(e == cudaErrorMemoryAllocation ? OMNI_ERR_NOMEM : OMNI_ERR_RUNTIME,
+                         "llm_cuda: cudaGraphInstantiate (%s:%d): %s", __FILE__, __LINE__, cudaGetErrorString(e));
+    graph_slot gs = {T, (int64_t)graph_splits(r, T) * SPLIT_LEN, exec};
+    r->graphs[r->n_graphs++] = gs;
+    return OMNI_OK;
+}
+
+/* Every decode bucket captured at init (no graph is made inside a step). */
+static omni_status precapture(llm_cuda *r) {
+    for (int T = 1;; T = T * 2 < r->S ? T * 2 : r->S) {
+        RUN(capture(r, T));
+        if (T == r->S) break;
+    }
+    return OMNI_OK;
+}
+
+int llm_cuda_graphs(const llm_cuda *r) { return r && r->p.graphs ? r->n_graphs : 0; }
+
+static const graph_slot *graph_of(const llm_cuda *r, int T) {
+    for (int i = 0; i < r->n_graphs; i++)
+        if (r->graphs[i].T == T) return &r->graphs[i];
+    return NULL;
+}
+
+/* ---- the step ------------------------------------------------------------------------------------------------- */
+
+/* Validate the entries against this runner's caches, then reserve every cache's pages (kv_reserve). */
+static omni_status begin(llm_cuda *r, int n, llm_batch_entry *b, int *rows) {
+    if (n < 1 || n > r->S || !b) return omni_fail(OMNI_ERR_USAGE, "llm_cuda: batch of %d entries (1..%d)", n, r->S);
+    int64_t T = 0;
+    for (int i = 0; i < n; i++) {
+        const int c = cache_index(r, b[i].kv);
+        if (!c) return omni_fail(OMNI_ERR_USAGE, "entry %d: cache not made by this CUDA runner", i);
+        if (b[i].seq < 0 || b[i].seq >= r->caches[c].slots || kv_seq_len(b[i].kv, b[i].seq) < 0)
+            return omni_fail(OMNI_ERR_USAGE, "entry %d: sequence %d is not in use in its cache", i, b[i].seq);
+        const llm_input *x = &b[i].in;
+        if (x->n_tokens <= 0 || !x->ids) return omni_fail(OMNI_ERR_USAGE, "empty input chunk (entry %d)", i);
+        for (int t = 0; t < x->n_tokens; t++)
+            if (x->ids[t] < 0 || x->ids[t] >= r->V)
+                return omni_fail(OMNI_ERR_USAGE, "token id %d out of range (vocab %d)", x->ids[t], r->V);
+        for (int s = 0; s < x->n_spans; s++) {
+            const llm_span *sp = &x->spans[s];
+            if (sp->start < 0 || sp->len < 0 || sp->start + sp->len > x->n_tokens || sp->n_deepstack < 0 ||
+                sp->n_deepstack > MAX_DS || (sp->len > 0 && !sp->embd))
+                return omni_fail(OMNI_ERR_USAGE, "embedding span %d [%d, +%d) outside the chunk", s, sp->start, sp->len);
+        }
+        if (b[i].logits_all && !b[i].logits) return omni_fail(OMNI_ERR_USAGE, "entry %d: logits_all without logits", i);
+        r->ent_cache[i] = c;
+        T += x->n_tokens;
+    }
+    if (T > r->T_max)
+        return omni_fail(OMNI_ERR_USAGE, "step of %lld tokens, more than max_tokens %d", (long long)T, r->T_max);
+    *rows = (int)T;
+    for (int c = 1; c <= MAX_CACHES; c++) { /* per cache: validation (duplicates, capacity) and page reservation */
+        int m = 0;
+        for (int i = 0; i < n; i++)
+            if (r->ent_cache[i] == c) r->grp_seq[m] = b[i].seq, r->grp_new[m++] = b[i].in.n_tokens;
+        if (m) RUN(kv_reserve(r->caches[c].kv, m, r->grp_seq, r->grp_new));
+    }
+    return OMNI_OK;
+}
+
+static omni_status commit(llm_cuda *r, int n, const llm_batch_entry *b) {
+    for (int c = 1; c <= MAX_CACHES; c++) {
+        int m = 0;
+        for (int i = 0; i < n; i++)
+            if (r->ent_cache[i] == c) r->grp_seq[m] = b[i].seq, r->grp_new[m++] = b[i].in.n_tokens;
+        if (m) RUN(kv_commit(r->caches[c].kv, m, r->grp_seq, r->grp_new));
+    }
+    return OMNI_OK;
+}
+
+/* Later lm_head passes: every row of the logits_all entries, O rows at a time, straight into their buffers. */
+static omni_status logits_all_passes(llm_cuda *r, int n, llm_batch_entry *b) {
+    int row0 = 0;
+    for (int i = 0; i < n; i++) {
+        const int nt = b[i].in.n_tokens;
+        for (int a = 0; b[i].logits_all && a < nt; a += r->O) {
+            const int m = nt - a < r->O ? nt - a : r->O;
+            int32_t *rows = r->in_dev + (size_t)ints_per_step(r) - r->O; /* free tail of the input block */
+            for (int j = 0; j < m; j++) r->tok_host[j] = row0 + a + j;
+            OMNI_CUDA_TRY(cudaMemcpyAsync(rows, r->tok_host, 4 * (size_t)m, cudaMemcpyHostToDevice, r->s));
+            RUN(head(r, rows, r->T_max, m));
+            OMNI_CUDA_TRY(cudaMemcpyAsync(b[i].logits + (size_t)a * r->V, r->logits, 4 * (size_t)m * r->V,
+                                          cudaMemcpyDeviceToHost, r->s));
+            OMNI_CUDA_TRY(cudaStreamSynchronize(r->s)); /* tok_host and rows are reused by the next pass */
+        }
+        row0 += nt;
+    }
+    return OMNI_OK;
+}
+
+omni_status llm_cuda_step(llm_cuda *r, int n, llm_batch_entry *b) {
+    int rows = 0;
+    RUN(begin(r, n, b, &rows));
+    int graph = r->p.graphs && rows == n;
+    for (int i = 0; i < n && graph; i++) graph = !b[i].logits_all && b[i].in.n_spans == 0;
+    const graph_slot *g = graph ? graph_of(r, bucket_of(r, n)) : NULL;
+    for (int i = 0; i < n && g; i++) /* a history beyond the graph's attention splits runs eagerly */
+        if (kv_seq_len(b[i].kv, b[i].seq) + 1 > g->max_keys) g = NULL;
+    graph = g != NULL;
+    for (int i = 0; i < n; i++) b[i].token = -1;
+    step_shape sh = pack_inputs(r, n, b, graph ? g->T : rows, graph);
+    RUN(upload_inputs(r, &sh));
+    if (graph)
+        OMNI_CUDA_TRY(cudaGraphLaunch(g->exec, r->s));
+    else
+        RUN(forward(r, &sh, 0));
+    OMNI_CUDA_TRY(cudaMemcpyAsync(r->tok_host, r->tok, 4 * (size_t)sh.n_out, cudaMemcpyDeviceToHost, r->s));
+    for (int o = 0; o < sh.n_out; o++) {
+        const int i = r->out_ent[o];
+        if (i >= 0 && b[i].logits && !b[i].logits_all)
+            OMNI_CUDA_TRY(cudaMemcpyAsync(b[i].logits, r->logits + (size_t)o * r->V, 4 * (size_t)r->V,
+                                          cudaMemcpyDeviceToHost, r->s));
+    }
+    OMNI_CUDA_TRY(cudaStreamSynchronize(r->s));
+    for (int o = 0; o < sh.n_out; o++) {
+        const int i = r->out_ent[o];
+        if (i >= 0 && b[i].sampler) b[i].token = r->tok_host[o];
+    }
+    RUN(logits_all_passes(r, n, b));
+    return commit(r, n, b);
+}
