@@ -49,6 +49,7 @@ typedef struct {
     int max_tokens; /* tokens per step, prefill chunks included (512) */
     int graphs;     /* capture decode-only steps as CUDA graphs (1) */
     int progress;   /* weight-copy progress on stderr: -1 for models over 1 GiB (default), 0 never, 1 always */
+    int profile;    /* make the events of per-op timing (llm_cuda_profile_enable); 0 */
 } llm_cuda_params;
 
 llm_cuda_params llm_cuda_default_params(void);
@@ -74,6 +75,18 @@ size_t llm_cuda_workspace_bytes(const llm_cuda *r);
 size_t llm_cuda_peak_bytes(llm_cuda *r);
 /* CUDA graphs ready for decode steps (0 when graphs are off or their capture failed at init). */
 int llm_cuda_graphs(const llm_cuda *r);
+
+/* Benchmarks: append n_tokens positions of random bf16 K/V (values ~ N(0,1)-like) to sequence `seq` of a cache of
+ * this runner, with the cache's bookkeeping (kv_reserve / kv_commit in max_tokens pieces) - a long context
+ * without running its prefill. */
+omni_status llm_cuda_fill_random(llm_cuda *r, kv_cache *kv, int seq, int64_t n_tokens, uint64_t seed);
+
+/* Per-op timing (needs params.profile): while enabled, steps run eagerly (no graphs) with CUDA events around every
+ * op; enabling clears the totals. llm_cuda_profile gives the milliseconds per op kind, in this fixed order:
+ * "embed", "norm", "qkv", "qk_norm_rope", "kv_append", "attention", "o_proj", "mlp_gemm", "swiglu", "moe_route",
+ * "moe_experts", "residual", "lm_head", "sample". Returns the number of kinds written (<= cap). */
+omni_status llm_cuda_profile_enable(llm_cuda *r, int on);
+int llm_cuda_profile(const llm_cuda *r, const char **names, double *ms, int cap);
 
 #ifdef __cplusplus
 }

@@ -38,6 +38,13 @@ typedef struct {
     cudaGraphExec_t exec;
 } graph_slot;
 
+enum { P_EMBED, P_NORM, P_QKV, P_QKR, P_APPEND, P_ATTN, P_O, P_MLP, P_SWIGLU, P_ROUTE, P_EXPERTS, P_RESID, P_HEAD,
+       P_SAMPLE, P_COUNT };
+static const char *g_prof_names[P_COUNT] = {"embed",     "norm",      "qkv",    "qk_norm_rope", "kv_append",
+                                            "attention", "o_proj",    "mlp_gemm", "swiglu",     "moe_route",
+                                            "moe_experts", "residual", "lm_head", "sample"};
+#define PROF_EVENTS 4096
+
 typedef struct {
     kv_cache *kv;    /* bookkeeping (NULL: free table entry) */
     uint16_t *store; /* [L][2][slots][cap][Hkv][D] bf16 */
@@ -78,7 +85,22 @@ struct llm_cuda {
     graph_slot graphs[N_BUCKETS];
     int n_graphs;
     size_t peak;
+    /* profiling (params.profile): event pairs of the step in flight and the totals per kind */
+    cudaEvent_t *ev;
+    int prof_on, n_ev, ev_kind[PROF_EVENTS / 2];
+    double prof_ms[P_COUNT];
 };
+
+/* Run `call` as op kind `k`: with profiling, between two recorded events. */
+#define OP(r, k, call)                                                                                          \
+    do {                                                                                                       \
+        int pe_ = (r)->prof_on && (r)->n_ev + 2 <= PROF_EVENTS;                                                \
+        if (pe_) cudaEventRecord((r)->ev[(r)->n_ev], (r)->s);                                                  \
+        omni_status st_ = (call);                                                                              \
+        if (pe_) cudaEventRecord((r)->ev[(r)->n_ev + 1], (r)->s), (r)->ev_kind[(r)->n_ev / 2] = (k),           \
+                 (r)->n_ev += 2;                                                                               \
+        if (st_) return st_;                                                                                   \
+    } while (0)
 
 /* ---- sizes and the workspace -------------------------------------------------------------------------------- */
 
@@ -217,6 +239,11 @@ static omni_status init_common(llm_cuda *r, size_t weight_bytes) {
     if (!r->ent_cache || !r->grp_n || !r->grp_seq || !r->grp_new || !r->out_ent)
         return omni_fail(OMNI_ERR_NOMEM, "llm_cuda: out of host memory");
     if ((st = lca_init())) return st;
+    if (r->p.profile) {
+        r->ev = (cudaEvent_t *)calloc(PROF_EVENTS, sizeof(cudaEvent_t));
+        if (!r->ev) return omni_fail(OMNI_ERR_NOMEM, "llm_cuda: out of host memory");
+        for (int i = 0; i < PROF_EVENTS; i++) OMNI_CUDA_TRY(cudaEventCreate(&r->ev[i]));
+    }
     /* store 0: one position of scratch per layer for padding rows (slot 0, position 0) */
     lca_store s0 = {r->scratch_kv, r->scratch_kv + (size_t)r->L * r->Hkv * r->D, (int64_t)r->Hkv * r->D, 0};
     r->stores_host[0] = s0;
@@ -289,6 +316,9 @@ void llm_cuda_free(llm_cuda *r) {
     lcw_free(&r->w);
     omni_cuda_free(r->ws);
     if (r->in_host) cudaFreeHost(r->in_host); /* the first carve of the pinned block */
+    for (int i = 0; r->ev && i < PROF_EVENTS; i++)
+        if (r->ev[i]) cudaEventDestroy(r->ev[i]);
+    free(r->ev);
     omni_cuda_ctx_free(r->ctx);
     free(r->ent_cache), free(r->grp_n), free(r->grp_seq), free(r->grp_new), free(r->out_ent);
     free(r);
@@ -485,57 +515,63 @@ static omni_status upload_inputs(llm_cuda *r, const step_shape *sh) {
 
 static omni_status mlp_moe(llm_cuda *r, const lcw_layer *L, int T) {
     const int H = r->H, I = r->I, E = r->E, K = r->K, n = T * K;
-    RUN(omni_cuda_linear(r->ctx, r->rlog, OMNI_BF16, r->ha, L->router, NULL, T, E, H));
-    RUN(omni_cuda_moe_route(r->sel_e, r->sel_w, r->rlog, T, E, K, r->norm_topk, r->s));
+    OP(r, P_ROUTE, omni_cuda_linear(r->ctx, r->rlog, OMNI_BF16, r->ha, L->router, NULL, T, E, H));
+    OP(r, P_ROUTE, omni_cuda_moe_route(r->sel_e, r->sel_w, r->rlog, T, E, K, r->norm_topk, r->s));
     if (n <= ENTRY_MAX) {
-        RUN(omni_cuda_moe_entry_linear(r->mgu, r->ha, H, K, L->gate_up, r->sel_e, n, 2 * I, H, r->s));
-        RUN(omni_cuda_swiglu_bf16(r->mact, r->mgu, n, I, r->s));
-        RUN(omni_cuda_moe_entry_linear(r->mout, r->mact, I, 1, L->down, r->sel_e, n, H, I, r->s));
-        return omni_cuda_moe_combine(r->hb, r->mout, NULL, r->sel_e, r->sel_w, T, K, H, r->s);
+        OP(r, P_EXPERTS, omni_cuda_moe_entry_linear(r->mgu, r->ha, H, K, L->gate_up, r->sel_e, n, 2 * I, H, r->s));
+        OP(r, P_SWIGLU, omni_cuda_swiglu_bf16(r->mact, r->mgu, n, I, r->s));
+        OP(r, P_EXPERTS, omni_cuda_moe_entry_linear(r->mout, r->mact, I, 1, L->down, r->sel_e, n, H, I, r->s));
+        OP(r, P_EXPERTS, omni_cuda_moe_combine(r->hb, r->mout, NULL, r->sel_e, r->sel_w, T, K, H, r->s));
+        return OMNI_OK;
     }
-    RUN(omni_cuda_moe_group(r->off, r->perm, r->slotp, r->sel_e, T, E, K, r->s));
-    RUN(omni_cuda_moe_grouped_linear(r->mgu, r->ha, H, r->perm, L->gate_up, r->off, E, n, 2 * I, H, r->s));
-    RUN(omni_cuda_swiglu_bf16(r->mact, r->mgu, n, I, r->s));
-    RUN(omni_cuda_moe_grouped_linear(r->mout, r->mact, I, NULL, L->down, r->off, E, n, H, I, r->s));
-    return omni_cuda_moe_combine(r->hb, r->mout, r->slotp, r->sel_e, r->sel_w, T, K, H, r->s);
+    OP(r, P_ROUTE, omni_cuda_moe_group(r->off, r->perm, r->slotp, r->sel_e, T, E, K, r->s));
+    OP(r, P_EXPERTS,
+       omni_cuda_moe_grouped_linear(r->mgu, r->ha, H, r->perm, L->gate_up, r->off, E, n, 2 * I, H, r->s));
+    OP(r, P_SWIGLU, omni_cuda_swiglu_bf16(r->mact, r->mgu, n, I, r->s));
+    OP(r, P_EXPERTS, omni_cuda_moe_grouped_linear(r->mout, r->mact, I, NULL, L->down, r->off, E, n, H, I, r->s));
+    OP(r, P_EXPERTS, omni_cuda_moe_combine(r->hb, r->mout, r->slotp, r->sel_e, r->sel_w, T, K, H, r->s));
+    return OMNI_OK;
 }
 
 static omni_status layer(llm_cuda *r, int l, const step_in *in, const step_shape *sh, int splits, int split_len) {
     const lcw_layer *L = &r->w.layers[l];
     const int T = sh->T, H = r->H, D = r->D, qd = r->Hq * D, kd = r->Hkv * D;
-    RUN(omni_cuda_linear(r->ctx, r->qkv, OMNI_BF16, r->ha, L->qkv, NULL, T, r->Q, H));
-    RUN(omni_cuda_qk_norm_rope_bf16(r->qkv, r->qkv + qd, T, r->Q, r->Hq, r->Hkv, D, L->q_norm, L->k_norm, r->eps,
-                                    in->pos, T, r->w.inv_freq, r->w.slot_stream, r->s));
+    OP(r, P_QKV, omni_cuda_linear(r->ctx, r->qkv, OMNI_BF16, r->ha, L->qkv, NULL, T, r->Q, H));
+    OP(r, P_QKR, omni_cuda_qk_norm_rope_bf16(r->qkv, r->qkv + qd, T, r->Q, r->Hq, r->Hkv, D, L->q_norm, L->k_norm,
+                                             r->eps, in->pos, T, r->w.inv_freq, r->w.slot_stream, r->s));
     lca_layer kv = {r->stores_dev, l, r->Hq, r->Hkv, D};
-    RUN(lca_append(&kv, r->qkv + qd, r->qkv + qd + kd, r->Q, in->store, in->slot, in->rpos, T, r->s));
-    RUN(lca_attend(&kv, r->qkv, r->Q, r->att, qd, in->store, in->slot, in->rpos, T, 1.f / sqrtf((float)D), splits,
-                   split_len, r->attn_ws, r->s));
-    RUN(omni_cuda_linear(r->ctx, r->hb, OMNI_BF16, r->att, L->o, NULL, T, H, qd));
-    RUN(omni_cuda_add_rmsnorm_bf16(r->ha, r->x, r->hb, L->post_norm, T, H, r->eps, r->s));
+    OP(r, P_APPEND, lca_append(&kv, r->qkv + qd, r->qkv + qd + kd, r->Q, in->store, in->slot, in->rpos, T, r->s));
+    OP(r, P_ATTN, lca_attend(&kv, r->qkv, r->Q, r->att, qd, in->store, in->slot, in->rpos, T, 1.f / sqrtf((float)D),
+                             splits, split_len, r->attn_ws, r->s));
+    OP(r, P_O, omni_cuda_linear(r->ctx, r->hb, OMNI_BF16, r->att, L->o, NULL, T, H, qd));
+    OP(r, P_RESID, omni_cuda_add_rmsnorm_bf16(r->ha, r->x, r->hb, L->post_norm, T, H, r->eps, r->s));
     if (r->E) {
         RUN(mlp_moe(r, L, T));
     } else {
-        RUN(omni_cuda_linear(r->ctx, r->gu, OMNI_BF16, r->ha, L->gate_up, NULL, T, 2 * r->I, H));
-        RUN(omni_cuda_swiglu_bf16(r->act, r->gu, T, r->I, r->s));
-        RUN(omni_cuda_linear(r->ctx, r->hb, OMNI_BF16, r->act, L->down, NULL, T, H, r->I));
+        OP(r, P_MLP, omni_cuda_linear(r->ctx, r->gu, OMNI_BF16, r->ha, L->gate_up, NULL, T, 2 * r->I, H));
+        OP(r, P_SWIGLU, omni_cuda_swiglu_bf16(r->act, r->gu, T, r->I, r->s));
+        OP(r, P_MLP, omni_cuda_linear(r->ctx, r->hb, OMNI_BF16, r->act, L->down, NULL, T, H, r->I));
     }
     /* x += mlp; DeepStack rows after layers 0..levels-1; the next layer's input norm */
     const int ds = l < MAX_DS && sh->n_ds[l] > 0;
-    if (l + 1 < r->L && !ds)
-        return omni_cuda_add_rmsnorm_bf16(r->ha, r->x, r->hb, r->w.layers[l + 1].in_norm, T, H, r->eps, r->s);
-    RUN(omni_cuda_add_bf16(r->x, r->x, r->hb, (int64_t)T * H, r->s));
+    if (l + 1 < r->L && !ds) {
+        OP(r, P_RESID, omni_cuda_add_rmsnorm_bf16(r->ha, r->x, r->hb, r->w.layers[l + 1].in_norm, T, H, r->eps, r->s));
+        return OMNI_OK;
+    }
+    OP(r, P_RESID, omni_cuda_add_bf16(r->x, r->x, r->hb, (int64_t)T * H, r->s));
     if (ds)
-        RUN(omni_cuda_add_rows_bf16(r->x, H, in->dsdst + l * T, r->rows_dev + ((size_t)(1 + l) * r->T_max) * H,
-                                    sh->n_ds[l], r->s));
-    if (l + 1 < r->L) return omni_cuda_rmsnorm_bf16(r->ha, r->x, r->w.layers[l + 1].in_norm, T, H, r->eps, r->s);
+        OP(r, P_RESID, omni_cuda_add_rows_bf16(r->x, H, in->dsdst + l * T,
+                                               r->rows_dev + ((size_t)(1 + l) * r->T_max) * H, sh->n_ds[l], r->s));
+    if (l + 1 < r->L) OP(r, P_NORM, omni_cuda_rmsnorm_bf16(r->ha, r->x, r->w.layers[l + 1].in_norm, T, H, r->eps, r->s));
     return OMNI_OK;
 }
 
 /* lm_head over n output rows of x (row indices at out_rows, device): final norm, f32 logits [n][V]. */
 static omni_status head(llm_cuda *r, const int32_t *out_rows, int T, int n) {
-    RUN(omni_cuda_embed_rows_bf16(r->hl, r->x, T, r->H, out_rows, NULL, NULL, n, r->s)); /* gather rows */
-    RUN(omni_cuda_rmsnorm_bf16(r->hl, r->hl, r->w.norm, n, r->H, r->eps, r->s));
-    return omni_cuda_linear(r->ctx, r->logits, OMNI_F32, r->hl, r->w.lm_head, NULL, n, r->V, r->H);
+    OP(r, P_HEAD, omni_cuda_embed_rows_bf16(r->hl, r->x, T, r->H, out_rows, NULL, NULL, n, r->s)); /* gather rows */
+    OP(r, P_HEAD, omni_cuda_rmsnorm_bf16(r->hl, r->hl, r->w.norm, n, r->H, r->eps, r->s));
+    OP(r, P_HEAD, omni_cuda_linear(r->ctx, r->logits, OMNI_F32, r->hl, r->w.lm_head, NULL, n, r->V, r->H));
+    return OMNI_OK;
 }
 
 /* Attention splits of a graph of T rows: as many SPLIT_LEN pieces as the workspace holds, up to 32K keys. */
@@ -560,12 +596,13 @@ static omni_status forward(llm_cuda *r, const step_shape *sh, int graph) {
         if (splits < 1) splits = 1;
         split_len = ((sh->max_len + splits - 1) / splits + 31) / 32 * 32;
     }
-    RUN(omni_cuda_embed_rows_bf16(r->x, r->w.embed, r->V, H, in.ids, in.src, r->rows_dev, T, r->s));
-    RUN(omni_cuda_rmsnorm_bf16(r->ha, r->x, r->w.layers[0].in_norm, T, H, r->eps, r->s));
+    OP(r, P_EMBED, omni_cuda_embed_rows_bf16(r->x, r->w.embed, r->V, H, in.ids, in.src, r->rows_dev, T, r->s));
+    OP(r, P_NORM, omni_cuda_rmsnorm_bf16(r->ha, r->x, r->w.layers[0].in_norm, T, H, r->eps, r->s));
     for (int l = 0; l < r->L; l++) RUN(layer(r, l, &in, sh, splits, split_len));
     if (!sh->n_out) return OMNI_OK;
     RUN(head(r, in.out, T, sh->n_out));
-    return omni_cuda_sample(r->tok, r->logits, r->V, sh->n_out, r->V, r->sp_dev, r->u_dev, r->s);
+    OP(r, P_SAMPLE, omni_cuda_sample(r->tok, r->logits, r->V, sh->n_out, r->V, r->sp_dev, r->u_dev, r->s));
+    return OMNI_OK;
 }
 
 /* ---- graphs ---------------------------------------------------------------------------------------------------- */
@@ -668,6 +705,29 @@ static omni_status commit(llm_cuda *r, int n, const llm_batch_entry *b) {
     return OMNI_OK;
 }
 
+/* Add the timed ops of the finished work to the totals (profiling). */
+static void prof_collect(llm_cuda *r) {
+    for (int i = 0; r->ev && i < r->n_ev; i += 2) {
+        float ms = 0.f;
+        if (cudaEventElapsedTime(&ms, r->ev[i], r->ev[i + 1]) == cudaSuccess) r->prof_ms[r->ev_kind[i / 2]] += ms;
+    }
+    r->n_ev = 0;
+}
+
+int llm_cuda_profile(const llm_cuda *r, const char **names, double *ms, int cap) {
+    int n = 0;
+    for (; n < P_COUNT && n < cap; n++) names[n] = g_prof_names[n], ms[n] = r->prof_ms[n];
+    return n;
+}
+
+omni_status llm_cuda_profile_enable(llm_cuda *r, int on) {
+    if (on && !r->ev) return omni_fail(OMNI_ERR_USAGE, "llm_cuda: profiling needs params.profile at init");
+    r->prof_on = on;
+    r->n_ev = 0;
+    memset(r->prof_ms, 0, sizeof r->prof_ms);
+    return OMNI_OK;
+}
+
 /* Later lm_head passes: every row of the logits_all entries, O rows at a time, straight into their buffers. */
 static omni_status logits_all_passes(llm_cuda *r, int n, llm_batch_entry *b) {
     int row0 = 0;
@@ -682,6 +742,7 @@ static omni_status logits_all_passes(llm_cuda *r, int n, llm_batch_entry *b) {
             OMNI_CUDA_TRY(cudaMemcpyAsync(b[i].logits + (size_t)a * r->V, r->logits, 4 * (size_t)m * r->V,
                                           cudaMemcpyDeviceToHost, r->s));
             OMNI_CUDA_TRY(cudaStreamSynchronize(r->s)); /* tok_host and rows are reused by the next pass */
+            prof_collect(r);
         }
         row0 += nt;
     }
@@ -691,7 +752,7 @@ static omni_status logits_all_passes(llm_cuda *r, int n, llm_batch_entry *b) {
 omni_status llm_cuda_step(llm_cuda *r, int n, llm_batch_entry *b) {
     int rows = 0;
     RUN(begin(r, n, b, &rows));
-    int graph = r->p.graphs && rows == n;
+    int graph = r->p.graphs && rows == n && !r->prof_on;
     for (int i = 0; i < n && graph; i++) graph = !b[i].logits_all && b[i].in.n_spans == 0;
     const graph_slot *g = graph ? graph_of(r, bucket_of(r, n)) : NULL;
     for (int i = 0; i < n && g; i++) /* a history beyond the graph's attention splits runs eagerly */
@@ -712,10 +773,49 @@ omni_status llm_cuda_step(llm_cuda *r, int n, llm_batch_entry *b) {
                                           cudaMemcpyDeviceToHost, r->s));
     }
     OMNI_CUDA_TRY(cudaStreamSynchronize(r->s));
+    prof_collect(r);
     for (int o = 0; o < sh.n_out; o++) {
         const int i = r->out_ent[o];
         if (i >= 0 && b[i].sampler) b[i].token = r->tok_host[o];
     }
     RUN(logits_all_passes(r, n, b));
     return commit(r, n, b);
+}
+
+/* ---- benchmarks: a long context without its prefill -------------------------------------------------------- */
+
+__device__ __forceinline__ uint64_t fill_mix(uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* Positions [p0, p0 + n) of slot `slot` in every layer of store st: bf16 of a sum of 4 uniforms (mean 0, var 1/3). */
+__global__ void fill_kv_kernel(lca_store st, int L, int slot, int64_t p0, int64_t n, int width, uint64_t seed) {
+    const int64_t per = n * width, total = (int64_t)L * 2 * per;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t l = i / (2 * per), kv = (i / per) % 2, j = i % per;
+        uint64_t h = fill_mix(seed * 0x9e3779b97f4a7c15ull + (uint64_t)i);
+        float u = ((h & 0xffff) + ((h >> 16) & 0xffff) + ((h >> 32) & 0xffff) + (h >> 48)) * (1.f / 65536.f) - 2.f;
+        uint16_t *base = kv ? st.v : st.k;
+        __nv_bfloat16 b = __float2bfloat16_rn(u);
+        base[l * st.layer_stride + slot * st.slot_stride + p0 * width + j] = *(uint16_t *)&b;
+    }
+}
+
+omni_status llm_cuda_fill_random(llm_cuda *r, kv_cache *kv, int seq, int64_t n_tokens, uint64_t seed) {
+    const int c = cache_index(r, kv);
+    if (!c || kv_seq_len(kv, seq) < 0 || n_tokens < 0)
+        return omni_fail(OMNI_ERR_USAGE, "llm_cuda_fill_random: cache %p sequence %d", (void *)kv, seq);
+    while (n_tokens > 0) {
+        const int n = (int)(n_tokens < r->T_max ? n_tokens : r->T_max);
+        const int64_t p0 = kv_seq_len(kv, seq);
+        RUN(kv_reserve(kv, 1, &seq, &n));
+        fill_kv_kernel<<<1024, 256, 0, r->s>>>(r->stores_host[c], r->L, seq, p0, n, r->Hkv * r->D, seed + (uint64_t)p0);
+        OMNI_CUDA_LAUNCHED();
+        OMNI_CUDA_TRY(cudaStreamSynchronize(r->s));
+        RUN(kv_commit(kv, 1, &seq, &n));
+        n_tokens -= n;
+    }
+    return OMNI_OK;
 }
