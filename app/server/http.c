@@ -58,6 +58,8 @@ struct srv_server {
     const char *names[2];
     volatile int stopping;
     pthread_mutex_t mu; /* counters below */
+    pthread_cond_t jobs_cv;
+    int live_jobs;      /* jobs not yet freed (srv_stop waits for the backend to end them all) */
     srv_metrics m;
     int64_t tps_sec[TPS_WINDOW], tps_n[TPS_WINDOW];
     long long next_id;
@@ -85,7 +87,7 @@ struct srv_job {
     srv_finish finish;
     int failed;
     srv_error err;
-    double prompt_ms, predicted_ms, deadline_ms;
+    double prompt_ms, predicted_ms, deadline_ms, t_start;
     int fd;             /* the client's socket, to notice a disconnect */
 };
 
@@ -120,12 +122,20 @@ static void count_token(srv_server *s) {
     pthread_mutex_unlock(&s->mu);
 }
 
-static void count_end(srv_server *s, const srv_job *j) {
+/* A finished job: counters and one log line (llama-server prints one per request too). */
+static void count_end(srv_server *s, srv_job *j) {
+    pthread_mutex_lock(&j->mu);
+    int failed = j->failed, cancelled = j->cancelled && j->finish == SRV_FINISH_NONE;
+    int np = j->prompt_tokens, ng = j->n_tokens;
+    double ms = now_ms() - j->t_start;
+    pthread_mutex_unlock(&j->mu);
     pthread_mutex_lock(&s->mu);
-    if (j->failed) s->m.requests_error++;
-    else if (j->cancelled && j->finish == SRV_FINISH_NONE) s->m.requests_cancelled++;
+    if (failed) s->m.requests_error++;
+    else if (cancelled) s->m.requests_cancelled++;
     else s->m.requests_ok++;
     pthread_mutex_unlock(&s->mu);
+    omni_log(1, "serve: %s %s: %d prompt + %d generated tokens, %.1f ms%s\n", j->meta.id,
+             failed ? "failed" : cancelled ? "cancelled" : "done", np, ng, ms, j->stream ? " (stream)" : "");
 }
 
 static char *metrics_now(srv_server *s) {
@@ -156,12 +166,16 @@ static void job_unref(srv_job *j) {
     int last = --j->refs == 0;
     pthread_mutex_unlock(&j->mu);
     if (!last) return;
+    srv_server *s = j->srv;
     srv_stopper_free(&j->stopper);
     for (int i = 0; i < SRV_MAX_STOP; i++) free(j->stops[i]);
     free(j->out.s);
     pthread_cond_destroy(&j->cv);
     pthread_mutex_destroy(&j->mu);
     free(j);
+    pthread_mutex_lock(&s->mu);
+    if (--s->live_jobs == 0) pthread_cond_broadcast(&s->jobs_cv);
+    pthread_mutex_unlock(&s->mu);
 }
 
 /* Released answer text -> the job's output (an SSE chunk when streaming). Caller holds j->mu. */
@@ -419,6 +433,9 @@ static srv_job *job_new(srv_server *s, const srv_request *req, int fd) {
     pthread_cond_init(&j->cv, NULL);
     j->refs = 2; /* the connection and the backend */
     j->srv = s;
+    pthread_mutex_lock(&s->mu);
+    s->live_jobs++;
+    pthread_mutex_unlock(&s->mu);
     j->fd = fd;
     j->stream = req->stream;
     j->include_usage = req->include_usage;
@@ -436,7 +453,8 @@ static srv_job *job_new(srv_server *s, const srv_request *req, int fd) {
     j->meta = (srv_resp_meta){req->endpoint, "", (long long)time(NULL), j->model};
     snprintf(j->meta.id, sizeof j->meta.id, "%s-%lld%06lld", req->endpoint == SRV_EP_CHAT ? "chatcmpl" : "cmpl",
              (long long)time(NULL), id);
-    j->deadline_ms = now_ms() + s->p.timeout_s * 1e3;
+    j->t_start = now_ms();
+    j->deadline_ms = j->t_start + s->p.timeout_s * 1e3;
     return j;
 }
 
@@ -671,6 +689,7 @@ omni_status srv_start(const srv_params *p, const srv_backend *backend, srv_serve
     s->p.parse.model_names = s->names;
     s->p.parse.n_model_names = p->model_alias ? 2 : 1;
     pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->jobs_cv, NULL);
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL |
                      MHD_USE_ERROR_LOG | (sa.ss_family == AF_INET6 ? MHD_USE_IPv6 : 0);
     s->d = MHD_start_daemon(flags, (uint16_t)p->port, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR,
@@ -680,6 +699,7 @@ omni_status srv_start(const srv_params *p, const srv_backend *backend, srv_serve
                             MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_END);
     if (!s->d) {
         int e = errno;
+        pthread_cond_destroy(&s->jobs_cv);
         pthread_mutex_destroy(&s->mu);
         free(s);
         return omni_fail(OMNI_ERR_RUNTIME, "cannot listen on %s:%d: %s", p->host ? p->host : "127.0.0.1", p->port,
@@ -697,6 +717,21 @@ void srv_stop(srv_server *s) {
     if (!s) return;
     s->stopping = 1; /* waiting connections see it within WAIT_SLICE_MS, cancel their jobs and answer 503 */
     MHD_stop_daemon(s->d);
+    /* The backend still owns the jobs it has not ended (their srv_job_done comes at its next step): wait, so
+     * that no callback reaches a freed server. */
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += 60;
+    pthread_mutex_lock(&s->mu);
+    int rc = 0;
+    while (s->live_jobs > 0 && rc == 0) rc = pthread_cond_timedwait(&s->jobs_cv, &s->mu, &ts);
+    int left = s->live_jobs;
+    pthread_mutex_unlock(&s->mu);
+    if (left) { /* a backend that never ends its jobs: keep the server alive rather than free it under them */
+        omni_log(0, "serve: %d request(s) still held by the engine at shutdown\n", left);
+        return;
+    }
+    pthread_cond_destroy(&s->jobs_cv);
     pthread_mutex_destroy(&s->mu);
     free(s);
 }

@@ -5,7 +5,8 @@ client cannot send), on the fixture models, no GPU:
   - an image request (vision fixture), an audio request and an audio+image request (Qwen3-Omni fixtures) equal
     their CLI counterparts; a local image path only with --allow-files;
   - 16 concurrent streaming clients all get their exact answers; a client that disconnects mid-stream has its
-    job cancelled and its KV pages back in /metrics;
+    job cancelled and its KV pages back in /metrics; with one sequence running and the queue full, the next
+    request gets 503;
   - bad requests (invalid JSON, wrong types, unknown model, body over the limit, corrupt base64 image, an image
     that is not one, media over the limits, missing or wrong API key) get the right status and the OpenAI error
     JSON, and the server keeps serving right answers; SIGTERM stops it with exit code 0.
@@ -156,6 +157,41 @@ def test_disconnect(s):
     print(f"disconnect: {used:.0f} pages in use, back {dt * 1e3:.0f} ms after the client left", flush=True)
 
 
+def open_stream(s, n):
+    """A streamed chat request left open; returns the connection after its headers arrived."""
+    c = http.client.HTTPConnection("127.0.0.1", s.port, timeout=30)
+    c.request("POST", "/v1/chat/completions", body=json.dumps(
+        {"model": MODEL, "messages": user("Hello there"), "temperature": 0, "max_tokens": n, "stream": True}),
+        headers={"Content-Type": "application/json", "Authorization": "Bearer " + KEY})
+    return c
+
+
+def test_queue(refs):
+    """One sequence at a time and one waiting: a third request gets 503; the others go on, then all pages return."""
+    s = Server(TEXT, "--max-seqs", "1", "--max-queue", "1", "-c", "32768", "--max-tokens", str(LONG))
+    try:
+        a = open_stream(s, LONG)
+        t0 = time.time()
+        while time.time() - t0 < 15 and s.metrics()["omni_requests_running"] < 1:
+            time.sleep(0.02)
+        b = open_stream(s, LONG)
+        while time.time() - t0 < 15 and s.metrics()["omni_requests_queued"] < 1:
+            time.sleep(0.02)
+        m = s.metrics()
+        check(m["omni_requests_running"] == 1 and m["omni_requests_queued"] == 1, f"running/queued: {m}")
+        status, data = s.request("POST", "/v1/chat/completions", {"messages": user(PROMPTS[0]), "max_tokens": 4})
+        error_shape(status, data, 503, "queue full")
+        for c in (a, b):
+            c.sock.close()
+        while time.time() - t0 < 30 and (s.pages_used() != 0 or s.metrics()["omni_requests_queued"] != 0
+                                         or s.metrics()["omni_requests_running"] != 0):
+            time.sleep(0.02)
+        check(s.pages_used() == 0, f"pages back after the queue test: {s.pages_used()}")
+        still_serving(s, client(s), refs[PROMPTS[0]], "a full queue")
+    finally:
+        check(s.stop() == 0, "queue server exit code")
+
+
 def test_bad(s, refs):
     cl = client(s)
     ref = refs[PROMPTS[0]]
@@ -298,6 +334,7 @@ def main():
         test_bad(s, refs)
     finally:
         check(s.stop() == 0, "text server exit code after SIGTERM")
+    test_queue(refs)
     test_vision()
     test_audio()
     finish()

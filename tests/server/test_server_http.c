@@ -535,6 +535,15 @@ int main(void) {
     srv_stop(s);
     srv_stop(NULL);
 
+    /* every job the server handed over is ended by the backend (cancelled ones too) before the worker stops */
+    int live = 1;
+    for (int w = 0; w < 500 && live; w++) {
+        pthread_mutex_lock(&fb.mu);
+        live = fb.n;
+        pthread_mutex_unlock(&fb.mu);
+        if (live) usleep(10000);
+    }
+    CHECK(live == 0, "%d jobs never ended", live);
     pthread_mutex_lock(&fb.mu);
     fb.stop = 1;
     pthread_cond_broadcast(&fb.cv);
