@@ -14,7 +14,6 @@ import os
 import subprocess
 import sys
 
-import numpy as np
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -39,16 +38,26 @@ def decode_until_eos(tok, ids, eos):
     return tok.decode(out, skip_special_tokens=False)
 
 
+def load_reference(model_dir, omni_moe=False):
+    """(tokenizer, float32 eager model (the thinker for Qwen3-Omni), special ids, EOS ids)."""
+    tok = util.load_tokenizer_dir(model_dir)
+    if omni_moe:
+        from transformers import Qwen3OmniMoeForConditionalGeneration
+        m = Qwen3OmniMoeForConditionalGeneration.from_pretrained(model_dir, dtype=torch.float32,
+                                                                 attn_implementation="eager").thinker
+    else:
+        from transformers import Qwen3VLForConditionalGeneration
+        m = Qwen3VLForConditionalGeneration.from_pretrained(model_dir, dtype=torch.float32,
+                                                            attn_implementation="eager")
+    ids = util.special_ids(tok)
+    return tok, m.eval(), ids, {ids["<|im_end|>"], ids["<|endoftext|>"]}
+
+
 def hf_ocr(model_dir, images, n):
     import ocr_data
-    from transformers import Qwen3VLForConditionalGeneration
     from PIL import Image
     from train_ocr import Prompt
-    tok = util.load_tokenizer_dir(model_dir)
-    m = Qwen3VLForConditionalGeneration.from_pretrained(model_dir, dtype=torch.float32,
-                                                        attn_implementation="eager").eval()
-    ids = util.special_ids(tok)
-    eos = {ids["<|im_end|>"], ids["<|endoftext|>"]}
+    tok, m, ids, eos = load_reference(model_dir)
     p = Prompt(tok)
     outs = []
     for path in images:
@@ -65,13 +74,7 @@ def hf_ocr(model_dir, images, n):
 
 def hf_speech(model_dir, items, n):
     import speech_data
-    from transformers import Qwen3OmniMoeForConditionalGeneration
-    tok = util.load_tokenizer_dir(model_dir)
-    full = Qwen3OmniMoeForConditionalGeneration.from_pretrained(model_dir, dtype=torch.float32,
-                                                                attn_implementation="eager")
-    m = full.thinker.eval()
-    ids = util.special_ids(tok)
-    eos = {ids["<|im_end|>"], ids["<|endoftext|>"]}
+    tok, m, ids, eos = load_reference(model_dir, omni_moe=True)
     fe = speech_data.feature_extractor()
     outs = []
     for wav, q in items:
@@ -89,12 +92,7 @@ def hf_speech(model_dir, items, n):
 
 
 def hf_text(model_dir, files, n):
-    from transformers import Qwen3VLForConditionalGeneration
-    tok = util.load_tokenizer_dir(model_dir)
-    m = Qwen3VLForConditionalGeneration.from_pretrained(model_dir, dtype=torch.float32,
-                                                        attn_implementation="eager").eval()
-    ids = util.special_ids(tok)
-    eos = {ids["<|im_end|>"], ids["<|endoftext|>"]}
+    tok, m, ids, eos = load_reference(model_dir)
     outs = []
     for f in files:
         with open(f, encoding="utf-8") as fh:

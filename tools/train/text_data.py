@@ -16,8 +16,6 @@ import os
 import sysconfig
 import zlib
 
-import numpy as np
-
 SEQ_LEN = 4096
 PASSKEY_FRACTION = 0.08
 PASSKEY_FMT = "\n# The pass key is {key}. Remember it. {key} is the pass key.\n"

@@ -9,7 +9,6 @@ tokenizer.json, tokenizer_config.json, training_recipe.json (seeds, sizes, data 
 --resume loads the weights of a previous DIR/ocr (a fresh optimizer with a short warmup) and adds to its record.
 """
 
-import argparse
 import copy
 import os
 import sys
@@ -32,26 +31,11 @@ EVAL_SEED = 900_001  # held-out sets: seeds never used by training workers (thos
 
 
 def make_config(tok, s):
-    from transformers import Qwen3VLConfig
-    ids = util.special_ids(tok)
-    text = dict(vocab_size=util.padded_vocab(tok), hidden_size=s["hidden"], intermediate_size=s["inter"],
-                num_hidden_layers=s["layers"], num_attention_heads=s["heads"], num_key_value_heads=s["kv"],
-                head_dim=s["head_dim"], hidden_act="silu", max_position_embeddings=8192, initializer_range=0.02,
-                rms_norm_eps=1e-6, use_cache=True,
-                rope_parameters={"rope_type": "default", "rope_theta": 5000000.0, "mrope_section": [24, 20, 20],
-                                 "mrope_interleaved": True},
-                attention_bias=False, attention_dropout=0.0, bos_token_id=ids["<|endoftext|>"],
-                eos_token_id=ids["<|im_end|>"], tie_word_embeddings=True)
     vision = dict(depth=s["v_depth"], hidden_size=s["v_hidden"], hidden_act="gelu_pytorch_tanh",
                   intermediate_size=s["v_inter"], num_heads=s["v_heads"], in_channels=3, patch_size=ocr_data.PATCH,
                   spatial_merge_size=ocr_data.MERGE, temporal_patch_size=ocr_data.TPATCH, out_hidden_size=s["hidden"],
-                  num_position_embeddings=s["v_pos"], deepstack_visual_indexes=s["v_deepstack"],
-                  initializer_range=0.02)
-    cfg = Qwen3VLConfig(text_config=text, vision_config=vision, image_token_id=ids["<|image_pad|>"],
-                        video_token_id=ids["<|video_pad|>"], vision_start_token_id=ids["<|vision_start|>"],
-                        vision_end_token_id=ids["<|vision_end|>"], tie_word_embeddings=True)
-    cfg.architectures = ["Qwen3VLForConditionalGeneration"]
-    return cfg
+                  num_position_embeddings=s["v_pos"], deepstack_visual_indexes=s["v_deepstack"])
+    return util.qwen3vl_config(tok, s, 8192, vision)
 
 
 class Prompt:
@@ -211,77 +195,37 @@ def save(model, tok_name, out, recipe):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--minutes", type=float, default=7.0)
-    ap.add_argument("--max-steps", type=int, default=0)
-    ap.add_argument("--resume", default=None, help="a previous output DIR (its ocr/ folder is loaded)")
-    ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--batch", type=int, default=96)
-    ap.add_argument("--workers", type=int, default=7)
-    ap.add_argument("--lr", type=float, default=1.5e-3)
+    ap = util.train_args(NAME, seed=1, batch=96, workers=7, lr=1.5e-3)
     ap.add_argument("--eval-single", type=int, default=400)
     ap.add_argument("--eval-multi", type=int, default=200)
-    ap.add_argument("--toy", action="store_true", help="tiny sizes for CPU tests")
-    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = ap.parse_args()
     from transformers import Qwen3VLForConditionalGeneration
-    torch.manual_seed(args.seed)
-    tok_name = NAME
-    tok = util.load_tokenizer(tok_name)
-    recipe = {"model": NAME, "history": []}
-    if args.resume:
-        rd = os.path.join(args.resume, NAME)
-        model = Qwen3VLForConditionalGeneration.from_pretrained(rd, dtype=torch.float32)
-        recipe = util.read_json(os.path.join(rd, "training_recipe.json"))
-        log("resumed from", rd, "(%d earlier rounds)" % len(recipe["history"]))
-    else:
-        model = Qwen3VLForConditionalGeneration(make_config(tok, TOY if args.toy else FULL)).float()
-    rnd = len(recipe["history"])
+    tok = util.load_tokenizer(NAME)
+    run = util.Run(NAME, args, lambda d: Qwen3VLForConditionalGeneration.from_pretrained(d, dtype=torch.float32),
+                   lambda: Qwen3VLForConditionalGeneration(make_config(tok, TOY if args.toy else FULL)).float())
+    model, dev = run.model, run.dev
     util.use_varlen_attention(model.config.vision_config)
     util.use_sdpa_attention(model.config.text_config)
-    dev = torch.device(args.device)
-    if dev.type == "cpu":
-        torch.set_num_threads(1)  # toy runs on a small shared CPU: one thread is faster than contended ones
-    n_params = util.count_params(model)
-    log("ocr model: %.2fM parameters (%.1f MB bf16), round %d" % (n_params / 1e6, n_params * 2 / 1e6, rnd))
-
-    loader = torch.utils.data.DataLoader(Stream(args.batch, [args.seed, rnd], tok_name), batch_size=None,
-                                         num_workers=args.workers, prefetch_factor=4 if args.workers else None,
-                                         persistent_workers=args.workers > 0, pin_memory=dev.type == "cuda")
-    it = iter(loader)  # fork the workers before CUDA is initialised
-    model.to(dev)
+    it = run.batches(Stream(args.batch, run.seed, NAME))
     image_pad = util.special_ids(tok)["<|image_pad|>"]
 
     def to_kwargs(b):
         kw = {k: v.to(dev, non_blocking=True) for k, v in b.items() if k != "n_tokens"}
         kw["mm_token_type_ids"] = (kw["input_ids"] == image_pad).int()
         return kw, b["n_tokens"], b["image_grid_thw"].shape[0]
-    warm = 300 if rnd == 0 else 100
-    step, train_s, curve = util.train_loop(NAME, model, it, dev, args.lr, args.minutes, args.max_steps, warm,
-                                           to_kwargs, log_every=5 if args.toy else 100)
-    del it, loader
-    model.eval()
-    recipe["history"].append({
-        "round": rnd, "seed": [args.seed, rnd], "steps": step, "seconds": round(train_s, 1), "batch": args.batch,
-        "peak_lr": args.lr, "warmup_steps": warm, "replay": " ".join(Stream.__doc__.split()),
-        "optimizer": "AdamW(0.9, 0.95), wd 0.05, clip 1.0, bf16 autocast",
-        "schedule": "linear warmup, cosine over the wall-clock budget to 5%", "loss_curve": curve,
-        "device": torch.cuda.get_device_name(0) if dev.type == "cuda" else "cpu"})
-    recipe.setdefault("sizes", TOY if args.toy else FULL)
-    recipe.update({"parameters": n_params, "data": ocr_data.__doc__.strip(), "eval_seed": EVAL_SEED,
-                   "eval_sets": "single_line_le40: %d one-line images (<= 40 chars); lines_1_3: %d images" % (
-                       args.eval_single, args.eval_multi),
-                   "preprocessor": ocr_data.preprocessor_config(), "tokenizer": "tools/train/tokenizers/ocr"})
-    d = save(model, tok_name, args.out, recipe)  # saved before the evaluation, which could run out of time
-    log("saved", d, "%.1f MB" % (util.dir_bytes(d) / 1e6))
-    recipe["history"][-1]["eval"] = evaluate(model, tok, dev, args.eval_single, args.eval_multi)
-    util.write_json(os.path.join(d, "training_recipe.json"), recipe)
-    log("done")
+    warm = 300 if run.round == 0 else 100
+    step, secs, curve = util.train_loop(NAME, model, it, dev, args.lr, args.minutes, args.max_steps, warm,
+                                        to_kwargs, log_every=5 if args.toy else 100)
+    run.record(step, secs, curve, warm, "AdamW(0.9, 0.95), wd 0.05, clip 1.0, bf16 autocast",
+               replay=" ".join(Stream.__doc__.split()))
+    run.recipe.setdefault("sizes", TOY if args.toy else FULL)
+    run.recipe.update({"parameters": run.n_params, "data": ocr_data.__doc__.strip(), "eval_seed": EVAL_SEED,
+                       "eval_sets": "single_line_le40: %d one-line images (<= 40 chars); lines_1_3: %d images" % (
+                           args.eval_single, args.eval_multi),
+                       "preprocessor": ocr_data.preprocessor_config(), "tokenizer": "tools/train/tokenizers/ocr"})
+    run.finish(lambda recipe: save(model, NAME, args.out, recipe),
+               lambda: evaluate(model, tok, dev, args.eval_single, args.eval_multi))
 
 
 if __name__ == "__main__":
-    main()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)  # skip the slow interpreter teardown (DataLoader/tokenizer threads); everything is written
+    util.run_main(main)

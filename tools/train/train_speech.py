@@ -9,7 +9,6 @@ Writes DIR/speech/: config.json (model_type qwen3_omni_moe, thinker_config), mod
 generation_config.json, preprocessor_config.json, tokenizer files, training_recipe.json.
 """
 
-import argparse
 import copy
 import json
 import os
@@ -52,10 +51,7 @@ def thinker_config(tok, s):
                  output_dim=s["hidden"], n_window=50, n_window_infer=800, conv_chunksize=500,
                  max_source_positions=1500, activation_function="gelu", scale_embedding=False, initializer_range=0.02)
     # The thinker always has a vision tower; this one is tiny and untrained (the speech model takes no images).
-    vision = dict(depth=1, hidden_size=16, num_heads=2, intermediate_size=32, hidden_act="gelu_pytorch_tanh",
-                  patch_size=16, temporal_patch_size=2, spatial_merge_size=2, in_channels=3,
-                  out_hidden_size=s["hidden"], num_position_embeddings=64, deepstack_visual_indexes=[0],
-                  initializer_range=0.02)
+    vision = dict(util.TINY_VISION, out_hidden_size=s["hidden"], initializer_range=0.02)
     return Qwen3OmniMoeThinkerConfig(
         text_config=text, audio_config=audio, vision_config=vision, audio_token_id=ids["<|audio_pad|>"],
         audio_start_token_id=ids["<|audio_start|>"], audio_end_token_id=ids["<|audio_end|>"],
@@ -291,76 +287,38 @@ def load_thinker(d):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out", required=True)
+    ap = util.train_args(NAME, seed=2, batch=64, workers=5, lr=1e-3)
     ap.add_argument("--espeak", required=True, help="root of the unpacked espeak-ng packages (setup_espeak.sh)")
-    ap.add_argument("--minutes", type=float, default=7.0)
-    ap.add_argument("--max-steps", type=int, default=0)
-    ap.add_argument("--resume", default=None)
-    ap.add_argument("--seed", type=int, default=2)
-    ap.add_argument("--batch", type=int, default=64)
-    ap.add_argument("--workers", type=int, default=5)
-    ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--eval-n", type=int, default=400)
-    ap.add_argument("--toy", action="store_true")
-    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = ap.parse_args()
     from transformers import Qwen3OmniMoeThinkerForConditionalGeneration
-    torch.manual_seed(args.seed)
     tok = util.load_tokenizer(NAME)
-    recipe = {"model": NAME, "history": []}
-    if args.resume:
-        rd = os.path.join(args.resume, NAME)
-        model = load_thinker(rd)
-        recipe = util.read_json(os.path.join(rd, "training_recipe.json"))
-        log("resumed from", rd)
-    else:
-        model = Qwen3OmniMoeThinkerForConditionalGeneration(thinker_config(tok, TOY if args.toy else FULL)).float()
+    run = util.Run(NAME, args, load_thinker, lambda: Qwen3OmniMoeThinkerForConditionalGeneration(
+        thinker_config(tok, TOY if args.toy else FULL)).float())
+    model, dev = run.model, run.dev
     model.config.text_config.output_router_logits = False
     balance = BalanceLoss(model)
-    rnd = len(recipe["history"])
     util.use_varlen_attention(model.config.audio_config)
     util.use_sdpa_attention(model.config.text_config)
-    dev = torch.device(args.device)
-    if dev.type == "cpu":
-        torch.set_num_threads(1)  # toy runs on a small shared CPU: one thread is faster than contended ones
-    n_params = util.count_params(model)
-    log("speech model: %.2fM parameters (%.1f MB bf16), round %d" % (n_params / 1e6, n_params * 2 / 1e6, rnd))
-    loader = torch.utils.data.DataLoader(Stream(args.batch, [args.seed, rnd], args.espeak), batch_size=None,
-                                         num_workers=args.workers, prefetch_factor=4 if args.workers else None,
-                                         persistent_workers=args.workers > 0, pin_memory=dev.type == "cuda")
-    it = iter(loader)
-    model.to(dev)
+    it = run.batches(Stream(args.batch, run.seed, args.espeak))
 
     def to_kwargs(b):
         balance.clear()
         kw = {k: v.to(dev, non_blocking=True) for k, v in b.items() if k != "n_tokens"}
         return kw, b["n_tokens"], b["input_ids"].shape[0]
-    warm = 300 if rnd == 0 else 100
-    step, train_s, curve = util.train_loop(NAME, model, it, dev, args.lr, args.minutes, args.max_steps, warm,
-                                           to_kwargs, log_every=5 if args.toy else 100, extra_loss=balance)
+    warm = 300 if run.round == 0 else 100
+    step, secs, curve = util.train_loop(NAME, model, it, dev, args.lr, args.minutes, args.max_steps, warm,
+                                        to_kwargs, log_every=5 if args.toy else 100, extra_loss=balance)
     balance.active = False
-    del it, loader
-    model.eval()
-    recipe["history"].append({
-        "round": rnd, "seed": [args.seed, rnd], "steps": step, "seconds": round(train_s, 1), "batch": args.batch,
-        "peak_lr": args.lr, "warmup_steps": warm, "reuse_per_clip": REUSE,
-        "optimizer": "AdamW(0.9, 0.95), wd 0.05, clip 1.0, bf16 autocast, router aux loss 0.01",
-        "schedule": "linear warmup, cosine over the wall-clock budget to 5%", "loss_curve": curve,
-        "device": torch.cuda.get_device_name(0) if dev.type == "cuda" else "cpu"})
-    recipe.setdefault("sizes", TOY if args.toy else FULL)
-    recipe.update({"parameters": n_params, "data": speech_data.__doc__.strip(), "eval_seed": EVAL_SEED,
-                   "eval_set": "%d held-out clips, one question each" % args.eval_n,
-                   "tokenizer": "tools/train/tokenizers/speech"})
-    d = save(model, args.out, recipe)  # saved before the evaluation, which could run out of time
-    log("saved", d, "%.1f MB" % (util.dir_bytes(d) / 1e6))
-    recipe["history"][-1]["eval"] = evaluate(model, tok, dev, args.eval_n, args.espeak)
-    util.write_json(os.path.join(d, "training_recipe.json"), recipe)
-    log("done")
+    run.record(step, secs, curve, warm, "AdamW(0.9, 0.95), wd 0.05, clip 1.0, bf16 autocast, balance loss 0.01",
+               reuse_per_clip=REUSE)
+    run.recipe.setdefault("sizes", TOY if args.toy else FULL)
+    run.recipe.update({"parameters": run.n_params, "data": speech_data.__doc__.strip(), "eval_seed": EVAL_SEED,
+                       "eval_set": "%d held-out clips, one question each" % args.eval_n,
+                       "tokenizer": "tools/train/tokenizers/speech"})
+    run.finish(lambda recipe: save(model, args.out, recipe),
+               lambda: evaluate(model, tok, dev, args.eval_n, args.espeak))
 
 
 if __name__ == "__main__":
-    main()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)  # skip the slow interpreter teardown (DataLoader/tokenizer threads); everything is written
+    util.run_main(main)

@@ -9,7 +9,6 @@ Writes DIR/text/: config.json, model.safetensors (bf16), generation_config.json,
 training_recipe.json (with held-out perplexity and passkey retrieval at the end).
 """
 
-import argparse
 import copy
 import os
 import sys
@@ -30,25 +29,7 @@ EVAL_SEED = 900_003
 
 
 def make_config(tok, s):
-    from transformers import Qwen3VLConfig
-    ids = util.special_ids(tok)
-    text = dict(vocab_size=util.padded_vocab(tok), hidden_size=s["hidden"], intermediate_size=s["inter"],
-                num_hidden_layers=s["layers"], num_attention_heads=s["heads"], num_key_value_heads=s["kv"],
-                head_dim=s["head_dim"], hidden_act="silu", max_position_embeddings=s["seq"], initializer_range=0.02,
-                rms_norm_eps=1e-6, use_cache=True,
-                rope_parameters={"rope_type": "default", "rope_theta": 5000000.0, "mrope_section": [24, 20, 20],
-                                 "mrope_interleaved": True},
-                attention_bias=False, attention_dropout=0.0, bos_token_id=ids["<|endoftext|>"],
-                eos_token_id=ids["<|im_end|>"], tie_word_embeddings=True)
-    vision = dict(depth=1, hidden_size=16, hidden_act="gelu_pytorch_tanh", intermediate_size=32, num_heads=2,
-                  in_channels=3, patch_size=16, spatial_merge_size=2, temporal_patch_size=2,
-                  out_hidden_size=s["hidden"], num_position_embeddings=64, deepstack_visual_indexes=[0],
-                  initializer_range=0.02)
-    cfg = Qwen3VLConfig(text_config=text, vision_config=vision, image_token_id=ids["<|image_pad|>"],
-                        video_token_id=ids["<|video_pad|>"], vision_start_token_id=ids["<|vision_start|>"],
-                        vision_end_token_id=ids["<|vision_end|>"], tie_word_embeddings=True)
-    cfg.architectures = ["Qwen3VLForConditionalGeneration"]
-    return cfg
+    return util.qwen3vl_config(tok, s, s["seq"], dict(util.TINY_VISION, out_hidden_size=s["hidden"]))
 
 
 class Stream(torch.utils.data.IterableDataset):
@@ -168,71 +149,29 @@ def save(model, out, recipe):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--minutes", type=float, default=7.0)
-    ap.add_argument("--max-steps", type=int, default=0)
-    ap.add_argument("--resume", default=None)
-    ap.add_argument("--seed", type=int, default=3)
-    ap.add_argument("--batch", type=int, default=16)
-    ap.add_argument("--workers", type=int, default=3)
-    ap.add_argument("--lr", type=float, default=2e-3)
-    ap.add_argument("--toy", action="store_true")
-    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    args = ap.parse_args()
+    args = util.train_args(NAME, seed=3, batch=16, workers=3, lr=2e-3).parse_args()
     from transformers import Qwen3VLForConditionalGeneration
-    torch.manual_seed(args.seed)
     tok = util.load_tokenizer(NAME)
-    recipe = {"model": NAME, "history": []}
-    if args.resume:
-        rd = os.path.join(args.resume, NAME)
-        model = Qwen3VLForConditionalGeneration.from_pretrained(rd, dtype=torch.float32)
-        recipe = util.read_json(os.path.join(rd, "training_recipe.json"))
-        log("resumed from", rd)
-    else:
-        model = Qwen3VLForConditionalGeneration(make_config(tok, TOY if args.toy else FULL)).float()
+    run = util.Run(NAME, args, lambda d: Qwen3VLForConditionalGeneration.from_pretrained(d, dtype=torch.float32),
+                   lambda: Qwen3VLForConditionalGeneration(make_config(tok, TOY if args.toy else FULL)).float())
+    model, dev = run.model, run.dev
     seq = model.config.text_config.max_position_embeddings
-    rnd = len(recipe["history"])
     util.use_sdpa_attention(model.config.text_config)
-    dev = torch.device(args.device)
-    if dev.type == "cpu":
-        torch.set_num_threads(1)  # toy runs on a small shared CPU: one thread is faster than contended ones
-    n_params = util.count_params(model)
-    log("text model: %.2fM parameters (%.1f MB bf16), context %d, round %d" % (n_params / 1e6, n_params * 2 / 1e6,
-                                                                                seq, rnd))
-    loader = torch.utils.data.DataLoader(Stream(args.batch, seq, [args.seed, rnd]), batch_size=None,
-                                         num_workers=args.workers, prefetch_factor=4 if args.workers else None,
-                                         persistent_workers=args.workers > 0, pin_memory=dev.type == "cuda")
-    it = iter(loader)
-    model.to(dev)
+    it = run.batches(Stream(args.batch, seq, run.seed))
 
     def to_kwargs(b):
         x = b.to(dev, non_blocking=True)
         return {"input_ids": x[:, :-1], "labels": x[:, :-1]}, x.numel(), x.shape[0]
-    warm = 200 if rnd == 0 else 50
-    step, train_s, curve = util.train_loop(NAME, model, it, dev, args.lr, args.minutes, args.max_steps, warm,
-                                           to_kwargs, log_every=5 if args.toy else 50, weight_decay=0.1)
-    del it, loader
-    model.eval()
-    recipe["history"].append({
-        "round": rnd, "seed": [args.seed, rnd], "steps": step, "seconds": round(train_s, 1), "batch": args.batch,
-        "context": seq, "peak_lr": args.lr, "warmup_steps": warm,
-        "optimizer": "AdamW(0.9, 0.95), wd 0.1, clip 1.0, bf16 autocast",
-        "schedule": "linear warmup, cosine over the wall-clock budget to 5%", "loss_curve": curve,
-        "device": torch.cuda.get_device_name(0) if dev.type == "cuda" else "cpu",
-        "training_files": len(text_data.training_files())})
-    recipe.setdefault("sizes", TOY if args.toy else FULL)
-    recipe.update({"parameters": n_params, "data": text_data.__doc__.strip(), "eval_seed": EVAL_SEED,
-                   "tokenizer": "tools/train/tokenizers/text"})
-    d = save(model, args.out, recipe)  # saved before the evaluation, which could run out of time
-    log("saved", d, "%.1f MB" % (util.dir_bytes(d) / 1e6))
-    recipe["history"][-1]["eval"] = evaluate(model, tok, dev, seq, args.toy)
-    util.write_json(os.path.join(d, "training_recipe.json"), recipe)
-    log("done")
+    warm = 200 if run.round == 0 else 50
+    step, secs, curve = util.train_loop(NAME, model, it, dev, args.lr, args.minutes, args.max_steps, warm,
+                                        to_kwargs, log_every=5 if args.toy else 50, weight_decay=0.1)
+    run.record(step, secs, curve, warm, "AdamW(0.9, 0.95), wd 0.1, clip 1.0, bf16 autocast", context=seq,
+               training_files=len(text_data.training_files()))
+    run.recipe.setdefault("sizes", TOY if args.toy else FULL)
+    run.recipe.update({"parameters": run.n_params, "data": text_data.__doc__.strip(), "eval_seed": EVAL_SEED,
+                       "tokenizer": "tools/train/tokenizers/text"})
+    run.finish(lambda recipe: save(model, args.out, recipe), lambda: evaluate(model, tok, dev, seq, args.toy))
 
 
 if __name__ == "__main__":
-    main()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)  # skip the slow interpreter teardown (DataLoader/tokenizer threads); everything is written
+    util.run_main(main)

@@ -4,6 +4,7 @@ Logging, the wall-clock budget and learning-rate schedule, the varlen attention 
 during training, tokenizer/checkpoint helpers and the packing of results into at most a few <=16 MiB files.
 """
 
+import argparse
 import json
 import math
 import os
@@ -162,6 +163,33 @@ def generation_config(ids, **extra):
     return g
 
 
+def qwen3vl_config(tok, s, max_pos, vision):
+    """Qwen3VLConfig with the released layout (interleaved MRoPE [24, 20, 20], theta 5e6, tied embeddings, the
+    tokenizer's special ids); s: hidden/layers/heads/kv/head_dim/inter; vision: the vision_config dict."""
+    from transformers import Qwen3VLConfig
+    ids = special_ids(tok)
+    text = dict(vocab_size=padded_vocab(tok), hidden_size=s["hidden"], intermediate_size=s["inter"],
+                num_hidden_layers=s["layers"], num_attention_heads=s["heads"], num_key_value_heads=s["kv"],
+                head_dim=s["head_dim"], hidden_act="silu", max_position_embeddings=max_pos, initializer_range=0.02,
+                rms_norm_eps=1e-6, use_cache=True,
+                rope_parameters={"rope_type": "default", "rope_theta": 5000000.0, "mrope_section": [24, 20, 20],
+                                 "mrope_interleaved": True},
+                attention_bias=False, attention_dropout=0.0, bos_token_id=ids["<|endoftext|>"],
+                eos_token_id=ids["<|im_end|>"], tie_word_embeddings=True)
+    cfg = Qwen3VLConfig(text_config=text, vision_config=dict(vision, initializer_range=0.02),
+                        image_token_id=ids["<|image_pad|>"], video_token_id=ids["<|video_pad|>"],
+                        vision_start_token_id=ids["<|vision_start|>"], vision_end_token_id=ids["<|vision_end|>"],
+                        tie_word_embeddings=True)
+    cfg.architectures = ["Qwen3VLForConditionalGeneration"]
+    return cfg
+
+
+# A vision tower that is part of the layout but unused (the text model; the speech thinker has the same sizes).
+TINY_VISION = dict(depth=1, hidden_size=16, hidden_act="gelu_pytorch_tanh", intermediate_size=32, num_heads=2,
+                   in_channels=3, patch_size=16, spatial_merge_size=2, temporal_patch_size=2,
+                   num_position_embeddings=64, deepstack_visual_indexes=[0])
+
+
 def count_params(model):
     return sum(p.numel() for p in model.parameters())
 
@@ -249,3 +277,82 @@ def train_loop(name, model, batches, dev, peak_lr, minutes, max_steps, warmup, t
                                                                                  n_tok / dt))
             t_last, n_tok, n_items, acc, n_acc = time.time(), 0, 0, 0.0, 0
     return step, budget.elapsed(), curve
+
+
+def train_args(name, seed, batch, workers, lr):
+    """The command-line options every train_*.py takes (defaults per model)."""
+    import torch
+    ap = argparse.ArgumentParser(description="train the embedded %s model (see tools/train/README.md)" % name)
+    ap.add_argument("--out", required=True, help="output folder; the model is written to OUT/%s" % name)
+    ap.add_argument("--minutes", type=float, default=7.0, help="wall-clock training budget")
+    ap.add_argument("--max-steps", type=int, default=0, help="stop after this many steps (0: budget only)")
+    ap.add_argument("--resume", default=None, help="a previous output folder: continue from its %s/" % name)
+    ap.add_argument("--seed", type=int, default=seed)
+    ap.add_argument("--batch", type=int, default=batch)
+    ap.add_argument("--workers", type=int, default=workers, help="CPU data workers")
+    ap.add_argument("--lr", type=float, default=lr, help="peak learning rate")
+    ap.add_argument("--toy", action="store_true", help="tiny sizes for CPU tests")
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    return ap
+
+
+class Run:
+    """One training round of one model: fresh (build()) or resumed (load(dir) of args.resume/NAME with its
+    training_recipe.json), the device, the data loader, and the record of the round."""
+
+    def __init__(self, name, args, load, build):
+        import torch
+        self.torch, self.name, self.args = torch, name, args
+        torch.manual_seed(args.seed)
+        self.recipe = {"model": name, "history": []}
+        if args.resume:
+            rd = os.path.join(args.resume, name)
+            self.model = load(rd)
+            self.recipe = read_json(os.path.join(rd, "training_recipe.json"))
+            log("resumed from %s (%d earlier rounds)" % (rd, len(self.recipe["history"])))
+        else:
+            self.model = build()
+        self.round = len(self.recipe["history"])
+        self.seed = [args.seed, self.round]
+        self.dev = torch.device(args.device)
+        if self.dev.type == "cpu":
+            torch.set_num_threads(1)  # toy runs on a small shared CPU: one thread is faster than contended ones
+        self.n_params = count_params(self.model)
+        log("%s model: %.2fM parameters (%.1f MB bf16), round %d" % (name, self.n_params / 1e6,
+                                                                     self.n_params * 2 / 1e6, self.round))
+
+    def batches(self, stream):
+        """Iterator over the stream's batches; the workers fork before CUDA is initialised, then the model moves."""
+        torch = self.torch
+        self.loader = torch.utils.data.DataLoader(
+            stream, batch_size=None, num_workers=self.args.workers,
+            prefetch_factor=4 if self.args.workers else None, persistent_workers=self.args.workers > 0,
+            pin_memory=self.dev.type == "cuda")
+        it = iter(self.loader)
+        self.model.to(self.dev)
+        return it
+
+    def record(self, steps, seconds, curve, warmup, optimizer, **extra):
+        h = {"round": self.round, "seed": self.seed, "steps": steps, "seconds": round(seconds, 1),
+             "batch": self.args.batch, "peak_lr": self.args.lr, "warmup_steps": warmup, "optimizer": optimizer,
+             "schedule": "linear warmup, cosine over the wall-clock budget to 5%", "loss_curve": curve,
+             "device": self.torch.cuda.get_device_name(0) if self.dev.type == "cuda" else "cpu"}
+        h.update(extra)
+        self.recipe["history"].append(h)
+
+    def finish(self, save, evaluate):
+        """save(recipe) -> folder, written before the evaluation (which could run out of time); then the held-out
+        evaluation goes into the record."""
+        self.model.eval()
+        d = save(self.recipe)
+        log("saved", d, "%.1f MB" % (dir_bytes(d) / 1e6))
+        self.recipe["history"][-1]["eval"] = evaluate()
+        write_json(os.path.join(d, "training_recipe.json"), self.recipe)
+        log("done")
+
+
+def run_main(main):
+    main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)  # skip the slow interpreter teardown (DataLoader/tokenizer threads); everything is written
