@@ -25,10 +25,15 @@ static int has_config(const char *dir) {
 static omni_status cache_snapshot(const char *cache_dir, char *out, size_t cap) {
     char p[4096], ref[128] = {0};
     snprintf(p, sizeof p, "%s/refs/main", cache_dir);
-    FILE *f = fopen(p, "r");
-    if (f) {
-        if (fgets(ref, sizeof ref, f)) ref[strcspn(ref, "\r\n \t")] = 0;
-        fclose(f);
+    omni_read_params rp = omni_read_default_params();
+    rp.max_bytes = 4096;
+    rp.regular_only = 1; /* refs/main as a FIFO must not hang the lookup */
+    rp.reject_nul = 1;
+    char *txt = NULL;
+    if (omni_read_file_ex(p, &rp, OMNI_ERR_MODEL, &txt, NULL) == OMNI_OK) {
+        snprintf(ref, sizeof ref, "%s", txt);
+        ref[strcspn(ref, "\r\n \t")] = 0;
+        free(txt);
     }
     if (ref[0] && strlen(cache_dir) + strlen(ref) + 12 < cap) {
         snprintf(out, cap, "%s/snapshots/%s", cache_dir, ref);

@@ -19,6 +19,7 @@
 #ifndef OMNI_AUDIO_H
 #define OMNI_AUDIO_H
 
+#include <cjson/cJSON.h>
 #include <stdint.h>
 
 #include "kernels/safetensors.h"
@@ -101,6 +102,9 @@ audio_tower_config audio_tower_default_config(void);
 /* Read thinker_config.audio_config (or a top-level audio_config) from <model_dir>/config.json. Missing keys keep
  * the defaults. OMNI_ERR_MODEL when the file is missing or not JSON, or the values are inconsistent. */
 omni_status audio_tower_config_read(const char *model_dir, audio_tower_config *cfg);
+/* The same from an audio_config object already read (llm_config's audio_json); every value type- and
+ * range-checked. `where` is its key path for messages (NULL: "audio_config"). */
+omni_status audio_tower_config_from_json(const cJSON *ac, const char *where, audio_tower_config *cfg);
 
 typedef struct audio_tower audio_tower;
 

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/json.h"
 #include "kernels/ops.h"
 
 #define GROUP_TOKENS 1024 /* tokens per group of windows (at least one window) */
@@ -56,38 +57,36 @@ audio_tower_config audio_tower_default_config(void) {
     return c;
 }
 
-static void json_int(const cJSON *o, const char *key, int *v) {
-    const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, key);
-    if (cJSON_IsNumber(x)) *v = (int)x->valuedouble;
+omni_status audio_tower_config_from_json(const cJSON *ac, const char *where, audio_tower_config *cfg) {
+    *cfg = audio_tower_default_config();
+    if (!cJSON_IsObject(ac)) return omni_fail(OMNI_ERR_MODEL, "audio tower: config.json has no audio_config");
+    omni_json_ctx j = {"config.json", where ? where : "audio_config", OMNI_ERR_MODEL};
+    const int O = OMNI_JSON_OPTIONAL;
+    omni_status st = omni_json_int(&j, ac, "num_mel_bins", O, AUDIO_N_MELS, AUDIO_N_MELS, &cfg->n_mels);
+    if (!st) st = omni_json_int(&j, ac, "d_model", O, 2, 1 << 16, &cfg->d_model);
+    if (!st) st = omni_json_int(&j, ac, "encoder_layers", O, 0, 256, &cfg->n_layers);
+    if (!st) st = omni_json_int(&j, ac, "encoder_attention_heads", O, 1, 1024, &cfg->n_heads);
+    if (!st) st = omni_json_int(&j, ac, "encoder_ffn_dim", O, 1, 1 << 20, &cfg->ffn);
+    if (!st) st = omni_json_int(&j, ac, "downsample_hidden_size", O, 1, 1 << 16, &cfg->conv_ch);
+    if (!st) st = omni_json_int(&j, ac, "output_dim", O, 1, 1 << 16, &cfg->out_dim);
+    if (!st) st = omni_json_int(&j, ac, "n_window", O, 1, 1 << 16, &cfg->n_window);
+    if (!st) st = omni_json_int(&j, ac, "n_window_infer", O, 2, 1 << 20, &cfg->n_window_infer);
+    if (!st) st = omni_json_int(&j, ac, "max_source_positions", O, 1, 1 << 20, &cfg->max_source_positions);
+    return st;
 }
 
 omni_status audio_tower_config_read(const char *model_dir, audio_tower_config *cfg) {
     *cfg = audio_tower_default_config();
     char path[4096];
     snprintf(path, sizeof path, "%s/config.json", model_dir);
-    char *text = omni_read_file(path, NULL);
-    if (!text) return omni_fail(OMNI_ERR_MODEL, "audio tower: cannot read %s", path);
-    cJSON *root = cJSON_Parse(text);
-    free(text);
-    if (!root) return omni_fail(OMNI_ERR_MODEL, "audio tower: %s is not valid JSON", path);
+    cJSON *root = NULL;
+    omni_status st = omni_json_load(path, OMNI_ERR_MODEL, &root);
+    if (st) return st;
     const cJSON *th = cJSON_GetObjectItemCaseSensitive(root, "thinker_config");
     const cJSON *ac = cJSON_GetObjectItemCaseSensitive(th ? th : root, "audio_config");
-    if (!cJSON_IsObject(ac)) {
-        cJSON_Delete(root);
-        return omni_fail(OMNI_ERR_MODEL, "audio tower: %s has no audio_config", path);
-    }
-    json_int(ac, "num_mel_bins", &cfg->n_mels);
-    json_int(ac, "d_model", &cfg->d_model);
-    json_int(ac, "encoder_layers", &cfg->n_layers);
-    json_int(ac, "encoder_attention_heads", &cfg->n_heads);
-    json_int(ac, "encoder_ffn_dim", &cfg->ffn);
-    json_int(ac, "downsample_hidden_size", &cfg->conv_ch);
-    json_int(ac, "output_dim", &cfg->out_dim);
-    json_int(ac, "n_window", &cfg->n_window);
-    json_int(ac, "n_window_infer", &cfg->n_window_infer);
-    json_int(ac, "max_source_positions", &cfg->max_source_positions);
+    st = audio_tower_config_from_json(ac, th ? "thinker_config.audio_config" : "audio_config", cfg);
     cJSON_Delete(root);
-    return OMNI_OK;
+    return st;
 }
 
 static omni_status check_config(const audio_tower_config *c) {

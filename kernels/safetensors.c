@@ -5,6 +5,8 @@
 #define _DEFAULT_SOURCE
 #include "safetensors.h"
 
+#include "json.h"
+
 #include <cjson/cJSON.h>
 #include <dirent.h>
 #include <errno.h>
@@ -140,7 +142,7 @@ static omni_status check_overlap(omni_ckpt *c, int first, int last, const char *
 
 static omni_status map_shard(omni_ckpt *c, int s) {
     ckpt_shard *sh = &c->shards[s];
-    int fd = open(sh->path, O_RDONLY);
+    int fd = open(sh->path, O_RDONLY | O_NONBLOCK | O_CLOEXEC); /* a FIFO named *.safetensors must not block */
     if (fd < 0) return omni_fail(OMNI_ERR_MODEL, "cannot open %s: %s", sh->path, strerror(errno));
     struct stat stt;
     if (fstat(fd, &stt) != 0 || !S_ISREG(stt.st_mode)) {
@@ -229,17 +231,14 @@ static omni_status add_shard_path(omni_ckpt *c, const char *dir, const char *fil
 
 /* Shards named by model.safetensors.index.json; also returns the parsed weight_map to verify later. */
 static omni_status shards_from_index(omni_ckpt *c, const char *dir, const char *index_path, cJSON **map_out) {
-    size_t len;
-    char *txt = omni_read_file(index_path, &len);
-    if (!txt) return omni_fail(OMNI_ERR_MODEL, "cannot read %s", index_path);
-    cJSON *root = cJSON_ParseWithLength(txt, len);
-    free(txt);
+    cJSON *root = NULL;
+    omni_status st = omni_json_load(index_path, OMNI_ERR_MODEL, &root);
+    if (st) return st;
     const cJSON *wm = cJSON_GetObjectItemCaseSensitive(root, "weight_map");
     if (!cJSON_IsObject(wm)) {
         cJSON_Delete(root);
         return omni_fail(OMNI_ERR_MODEL, "%s: no weight_map object", index_path);
     }
-    omni_status st = OMNI_OK;
     const cJSON *it;
     cJSON_ArrayForEach(it, wm) {
         if (!cJSON_IsString(it) || strchr(it->valuestring, '/')) {

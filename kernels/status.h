@@ -6,6 +6,8 @@
 #ifndef OMNI_STATUS_H
 #define OMNI_STATUS_H
 
+#include <stddef.h>
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -48,9 +50,28 @@ void omni_log(int level, const char *fmt, ...)
 #endif
     ;
 
-/* Read a whole file (or pipe/device until EOF) into a malloc'ed, NUL-terminated buffer (*len = bytes, may be
- * NULL). NULL on failure with errno set (EISDIR for a directory, EIO for a read error). */
-#include <stddef.h>
+/* Rules for reading a whole file into memory (omni_read_file_ex). Every file omni reads whole goes through it:
+ * prompt/text files (-f, --text, stdin), model-directory JSON files, images. */
+typedef struct {
+    size_t max_bytes;  /* refuse inputs larger than this (checked from the size of a regular file before reading,
+                          and while reading pipes and devices); 0 = no limit */
+    int regular_only;  /* refuse devices, FIFOs and sockets before opening them (no hang on a FIFO) */
+    int reject_nul;    /* text: refuse the input at its first NUL byte (binary data, /dev/zero) */
+    int allow_stdin;   /* the path "-" means standard input */
+} omni_read_params;
+
+/* max_bytes OMNI_READ_DEFAULT_MAX (1 GiB), regular_only 0, reject_nul 0, allow_stdin 0. */
+#define OMNI_READ_DEFAULT_MAX ((size_t)1 << 30)
+omni_read_params omni_read_default_params(void);
+
+/* Read `path` whole into a malloc'ed, NUL-terminated buffer (*len = bytes, may be NULL). On failure *out is NULL
+ * and the status is `kind` (OMNI_ERR_INPUT for user files, OMNI_ERR_MODEL for model files; OMNI_ERR_NOMEM when
+ * memory runs out) with a one-line message naming the file: missing, a directory, not a regular file, over the
+ * size limit, contains a NUL byte, read error. A read interrupted by a signal is retried. */
+omni_status omni_read_file_ex(const char *path, const omni_read_params *p, omni_status kind, char **out, size_t *len);
+
+/* omni_read_file_ex with the default params; NULL on failure with errno set (ENOENT..., EISDIR for a directory,
+ * EFBIG over the limit, EIO for a read error). */
 char *omni_read_file(const char *path, size_t *len);
 
 /* Monotonic clock in milliseconds (for timings). */

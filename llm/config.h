@@ -7,6 +7,7 @@
 #define OMNI_LLM_CONFIG_H
 
 #include <cjson/cJSON.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "kernels/status.h"
@@ -41,9 +42,15 @@ typedef struct {
     cJSON *root, *vision_json, *audio_json;
 } llm_config;
 
-/* Parse `dir`/config.json (and generation_config.json if present). On failure returns OMNI_ERR_MODEL /
- * OMNI_ERR_UNSUPPORTED with a message; nothing to free. */
+/* Parse `dir`/config.json (and generation_config.json if present). Every value is type- and range-checked
+ * (kernels/json.h); model files must be regular files. On failure returns OMNI_ERR_MODEL (missing, malformed or
+ * out-of-range values, ids outside the vocabulary) or OMNI_ERR_UNSUPPORTED (other model types, features the
+ * decoder does not implement) with a message naming the key; nothing to free. */
 omni_status llm_config_load(const char *dir, llm_config *cfg);
+/* The same from the text of a config.json (no generation_config.json). */
+omni_status llm_config_parse(const char *json, size_t len, llm_config *cfg);
+/* Apply the text of a generation_config.json (eos/bos ids) to a parsed config; all or nothing. */
+omni_status llm_config_parse_generation(const char *json, size_t len, llm_config *cfg);
 void llm_config_free(llm_config *cfg);
 
 int llm_config_is_eos(const llm_config *cfg, int id);

@@ -21,6 +21,8 @@
 #include <string.h>
 #include <utf8proc.h>
 
+#include "kernels/json.h"
+
 #define MAX_STAGES 4 /* pre-tokenizer regexes */
 #define MAX_NORMS 4  /* normalizer steps */
 #define MAX_ID (1 << 24)
@@ -236,20 +238,6 @@ static omni_status arena_add(llm_tokenizer *t, const char *s, size_t n, span *ou
     *out = (span){(uint32_t)t->arena_len, (uint32_t)n};
     t->arena_len += n + 1;
     return OMNI_OK;
-}
-
-static char *read_file(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    char *buf = NULL;
-    long n = -1;
-    if (fseek(f, 0, SEEK_END) == 0) n = ftell(f);
-    if (n >= 0 && fseek(f, 0, SEEK_SET) == 0 && (buf = malloc((size_t)n + 1)) != NULL) {
-        if (fread(buf, 1, (size_t)n, f) != (size_t)n) { free(buf); buf = NULL; }
-        else { buf[n] = 0; *len = (size_t)n; }
-    }
-    fclose(f);
-    return buf;
 }
 
 /* Largest id in model.vocab and added_tokens, or -1 with an error set. */
@@ -591,13 +579,8 @@ static omni_status load_json(llm_tokenizer *t, const cJSON *root, const char *pa
     return parse_pretok(t, cJSON_GetObjectItemCaseSensitive(root, "pre_tokenizer"), path);
 }
 
-omni_status llm_tokenizer_load(const char *path, llm_tokenizer **out) {
-    size_t len = 0;
-    *out = NULL;
-    char *text = read_file(path, &len);
-    if (!text) return omni_fail(OMNI_ERR_MODEL, "%s: cannot read tokenizer file", path);
-    cJSON *root = cJSON_ParseWithLength(text, len);
-    free(text);
+/* Build the tokenizer from a parsed tokenizer.json (consumes root). */
+static omni_status load_root(cJSON *root, const char *path, llm_tokenizer **out) {
     if (!cJSON_IsObject(root)) {
         cJSON_Delete(root);
         return omni_fail(OMNI_ERR_MODEL, "%s: not a JSON object (tokenizer.json expected)", path);
@@ -609,6 +592,22 @@ omni_status llm_tokenizer_load(const char *path, llm_tokenizer **out) {
     if (st != OMNI_OK) { llm_tokenizer_free(t); return st; }
     *out = t;
     return OMNI_OK;
+}
+
+omni_status llm_tokenizer_load(const char *path, llm_tokenizer **out) {
+    *out = NULL;
+    cJSON *root = NULL;
+    omni_status st = omni_json_load(path, OMNI_ERR_MODEL, &root);
+    if (st) return st;
+    return load_root(root, path, out);
+}
+
+omni_status llm_tokenizer_load_json(const char *json, size_t len, const char *name, llm_tokenizer **out) {
+    *out = NULL;
+    cJSON *root = NULL;
+    omni_status st = omni_json_parse(json, len, name ? name : "tokenizer.json", OMNI_ERR_MODEL, &root);
+    if (st) return st;
+    return load_root(root, name ? name : "tokenizer.json", out);
 }
 
 void llm_tokenizer_free(llm_tokenizer *t) {

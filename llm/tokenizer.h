@@ -38,6 +38,8 @@ typedef struct llm_tokenizer llm_tokenizer;
  * an unknown token), OMNI_ERR_UNSUPPORTED (model, normalizer or pre-tokenizer type not handled), OMNI_ERR_NOMEM.
  * The message (omni_last_error) names the file and the problem. *out is NULL on error. */
 omni_status llm_tokenizer_load(const char *tokenizer_json_path, llm_tokenizer **out);
+/* The same from the text of a tokenizer.json held in memory; `name` is used in messages. */
+omni_status llm_tokenizer_load_json(const char *json, size_t len, const char *name, llm_tokenizer **out);
 
 /* Free a tokenizer; NULL is a no-op. */
 void llm_tokenizer_free(llm_tokenizer *t);

@@ -4,13 +4,17 @@
  * resize_axis_weights) -> (x - mean*255) / (std*255) in fp32 -> patches in merge-block order:
  *   pixel_values[N = gt*gh*gw, 3*T*P*P], row index = ((R*(gw/2) + C)*2 + i)*2 + j for merged block (R, C) and
  *   intra-block (i, j); columns ordered (channel, time, y, x); the single frame repeated T times. */
+#define _POSIX_C_SOURCE 200809L
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <cjson/cJSON.h>
+#include <sys/stat.h>
 
+#include "kernels/json.h"
 #include "vision/vision.h"
 
 vision_prep_params vision_prep_default_params(void) {
@@ -25,47 +29,39 @@ vision_prep_params vision_prep_default_params(void) {
     return p;
 }
 
-static void json_int(const cJSON *o, const char *key, int64_t *dst) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-    if (cJSON_IsNumber(v)) *dst = (int64_t)v->valuedouble;
-}
-
-static void json_float3(const cJSON *o, const char *key, float *dst) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-    if (cJSON_IsArray(v) && cJSON_GetArraySize(v) == 3)
-        for (int i = 0; i < 3; i++) dst[i] = (float)cJSON_GetArrayItem(v, i)->valuedouble;
-    else if (cJSON_IsNumber(v))
-        for (int i = 0; i < 3; i++) dst[i] = (float)v->valuedouble;
+/* The values of one preprocessor_config.json over *p (type- and range-checked). */
+static omni_status read_prep(const cJSON *root, const char *file, vision_prep_params *p) {
+    omni_json_ctx j = {file, "", OMNI_ERR_MODEL}, js = {file, "size", OMNI_ERR_MODEL};
+    const cJSON *size = NULL;
+    const int64_t max_px = (int64_t)1 << 40;
+    omni_status st = omni_json_object(&j, root, "size", OMNI_JSON_OPTIONAL, &size);
+    if (!st) st = omni_json_i64(&js, size, "shortest_edge", OMNI_JSON_OPTIONAL, 0, max_px, &p->min_pixels);
+    if (!st) st = omni_json_i64(&js, size, "longest_edge", OMNI_JSON_OPTIONAL, 1, max_px, &p->max_pixels);
+    if (!st) st = omni_json_i64(&j, root, "min_pixels", OMNI_JSON_OPTIONAL, 0, max_px, &p->min_pixels);
+    if (!st) st = omni_json_i64(&j, root, "max_pixels", OMNI_JSON_OPTIONAL, 1, max_px, &p->max_pixels);
+    if (!st) st = omni_json_int(&j, root, "patch_size", OMNI_JSON_OPTIONAL, 1, 64, &p->patch_size);
+    if (!st) st = omni_json_int(&j, root, "temporal_patch_size", OMNI_JSON_OPTIONAL, 1, 8, &p->temporal_patch_size);
+    if (!st) st = omni_json_int(&j, root, "merge_size", OMNI_JSON_OPTIONAL, 1, 8, &p->merge_size);
+    if (!st) st = omni_json_floats(&j, root, "image_mean", OMNI_JSON_OPTIONAL, 3, -1e3, 1e3, p->mean);
+    if (!st) st = omni_json_floats(&j, root, "image_std", OMNI_JSON_OPTIONAL, 3, 1e-6, 1e3, p->std);
+    if (!st) st = omni_json_double(&j, root, "rescale_factor", OMNI_JSON_OPTIONAL, 1e-9, 1e3, &p->rescale_factor);
+    if (!st && p->min_pixels > p->max_pixels)
+        st = omni_fail(OMNI_ERR_MODEL, "%s: min_pixels %lld is above max_pixels %lld", file,
+                       (long long)p->min_pixels, (long long)p->max_pixels);
+    return st;
 }
 
 omni_status vision_prep_load_config(const char *model_dir, vision_prep_params *p) {
     char path[4096];
+    struct stat sb;
     snprintf(path, sizeof(path), "%s/preprocessor_config.json", model_dir);
-    char *text = omni_read_file(path, NULL);
-    if (!text) return OMNI_OK;
-    cJSON *root = cJSON_Parse(text);
-    free(text);
-    if (!root) return omni_fail(OMNI_ERR_MODEL, "%s: invalid JSON", path);
-    const cJSON *size = cJSON_GetObjectItemCaseSensitive(root, "size");
-    if (cJSON_IsObject(size)) {
-        json_int(size, "shortest_edge", &p->min_pixels);
-        json_int(size, "longest_edge", &p->max_pixels);
-    }
-    json_int(root, "min_pixels", &p->min_pixels);
-    json_int(root, "max_pixels", &p->max_pixels);
-    int64_t v;
-    v = p->patch_size, json_int(root, "patch_size", &v), p->patch_size = (int)v;
-    v = p->temporal_patch_size, json_int(root, "temporal_patch_size", &v), p->temporal_patch_size = (int)v;
-    v = p->merge_size, json_int(root, "merge_size", &v), p->merge_size = (int)v;
-    json_float3(root, "image_mean", p->mean);
-    json_float3(root, "image_std", p->std);
-    const cJSON *rf = cJSON_GetObjectItemCaseSensitive(root, "rescale_factor");
-    if (cJSON_IsNumber(rf)) p->rescale_factor = rf->valuedouble;
+    if (stat(path, &sb) != 0 && errno == ENOENT) return OMNI_OK; /* optional: the defaults stand */
+    cJSON *root = NULL;
+    omni_status st = omni_json_load(path, OMNI_ERR_MODEL, &root);
+    if (!st && !cJSON_IsObject(root)) st = omni_fail(OMNI_ERR_MODEL, "%s: not a JSON object", path);
+    if (!st) st = read_prep(root, "preprocessor_config.json", p);
     cJSON_Delete(root);
-    if (p->patch_size <= 0 || p->merge_size <= 0 || p->temporal_patch_size <= 0 || p->min_pixels < 0 ||
-        p->max_pixels <= 0 || p->rescale_factor <= 0)
-        return omni_fail(OMNI_ERR_MODEL, "%s: invalid patch/merge sizes or pixel limits", path);
-    return OMNI_OK;
+    return st;
 }
 
 omni_status vision_prep_set_token_limits(vision_prep_params *p, int min_tokens, int max_tokens) {

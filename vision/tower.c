@@ -17,6 +17,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "kernels/json.h"
 #include "kernels/ops.h"
 #include "vision/vision.h"
 
@@ -42,64 +43,67 @@ struct vision_tower {
 
 /* ---- config ------------------------------------------------------------------------------------------------ */
 
-static int jint(const cJSON *o, const char *k, int def) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
-    return cJSON_IsNumber(v) ? v->valueint : def;
+#define TRY(x)                                                                                                     \
+    do {                                                                                                           \
+        omni_status st_ = (x);                                                                                     \
+        if (st_) return st_;                                                                                       \
+    } while (0)
+
+/* Integer sizes (required ones first), activation, rope theta, DeepStack indexes: type- and range-checked. */
+static omni_status read_sizes(const omni_json_ctx *j, const cJSON *vc, vision_config *c) {
+    const int R = OMNI_JSON_REQUIRED, O = OMNI_JSON_OPTIONAL;
+    TRY(omni_json_int(j, vc, "depth", R, 1, 256, &c->depth));
+    TRY(omni_json_int(j, vc, "hidden_size", R, 1, 1 << 16, &c->hidden));
+    TRY(omni_json_int(j, vc, "num_heads", R, 1, 1024, &c->n_heads));
+    TRY(omni_json_int(j, vc, "intermediate_size", R, 1, 1 << 20, &c->intermediate));
+    TRY(omni_json_int(j, vc, "out_hidden_size", R, 1, 1 << 16, &c->out_hidden));
+    TRY(omni_json_int(j, vc, "patch_size", O, 1, 64, &c->patch_size));
+    TRY(omni_json_int(j, vc, "temporal_patch_size", O, 1, 8, &c->temporal_patch_size));
+    TRY(omni_json_int(j, vc, "spatial_merge_size", O, 2, 2, &c->merge_size));
+    TRY(omni_json_int(j, vc, "in_channels", O, 3, 3, &c->in_channels));
+    return omni_json_int(j, vc, "num_position_embeddings", O, 1, 1 << 20, &c->num_position_embeddings);
 }
 
-static omni_status parse_vision_config(const cJSON *vc, vision_config *c) {
+omni_status vision_config_from_json(const cJSON *vc, const char *where, vision_config *c) {
     memset(c, 0, sizeof(*c));
-    c->depth = jint(vc, "depth", 0);
-    c->hidden = jint(vc, "hidden_size", 0);
-    c->n_heads = jint(vc, "num_heads", 0);
-    c->intermediate = jint(vc, "intermediate_size", 0);
-    c->patch_size = jint(vc, "patch_size", 16);
-    c->temporal_patch_size = jint(vc, "temporal_patch_size", 2);
-    c->merge_size = jint(vc, "spatial_merge_size", 2);
-    c->in_channels = jint(vc, "in_channels", 3);
-    c->out_hidden = jint(vc, "out_hidden_size", 0);
-    c->num_position_embeddings = jint(vc, "num_position_embeddings", 2304);
-    const cJSON *act = cJSON_GetObjectItemCaseSensitive(vc, "hidden_act");
-    c->gelu_tanh = !cJSON_IsString(act) || strcmp(act->valuestring, "gelu") != 0;
+    omni_json_ctx j = {"config.json", where ? where : "vision_config", OMNI_ERR_MODEL};
+    if (!cJSON_IsObject(vc)) return omni_fail(OMNI_ERR_MODEL, "config.json: no vision_config (not a vision model?)");
+    c->patch_size = 16, c->temporal_patch_size = 2, c->merge_size = 2, c->in_channels = 3;
+    c->num_position_embeddings = 2304;
+    TRY(read_sizes(&j, vc, c));
+    const char *act = "gelu_pytorch_tanh";
+    TRY(omni_json_string(&j, vc, "hidden_act", OMNI_JSON_OPTIONAL, &act));
+    c->gelu_tanh = strcmp(act, "gelu") != 0;
     c->rope_theta = 10000.0f;
-    const cJSON *rp = cJSON_GetObjectItemCaseSensitive(vc, "rope_parameters");
-    const cJSON *th = cJSON_GetObjectItemCaseSensitive(cJSON_IsObject(rp) ? rp : vc, "rope_theta");
-    if (cJSON_IsNumber(th)) c->rope_theta = (float)th->valuedouble;
-    const cJSON *ds = cJSON_GetObjectItemCaseSensitive(vc, "deepstack_visual_indexes"), *it;
-    cJSON_ArrayForEach(it, ds) {
-        if (c->n_deepstack >= VISION_MAX_DEEPSTACK)
-            return omni_fail(OMNI_ERR_UNSUPPORTED, "config.json: more than %d deepstack indexes", VISION_MAX_DEEPSTACK);
-        c->deepstack_index[c->n_deepstack++] = it->valueint;
-    }
-    if (c->depth <= 0 || c->hidden <= 0 || c->n_heads <= 0 || c->hidden % c->n_heads || c->intermediate <= 0 ||
-        c->out_hidden <= 0 || c->merge_size != 2 || c->in_channels != 3)
-        return omni_fail(OMNI_ERR_MODEL, "config.json: invalid vision_config (depth %d hidden %d heads %d)", c->depth,
+    const cJSON *rp = NULL;
+    TRY(omni_json_object(&j, vc, "rope_parameters", OMNI_JSON_OPTIONAL, &rp));
+    omni_json_ctx jr = {"config.json", "vision_config.rope_parameters", OMNI_ERR_MODEL};
+    TRY(omni_json_float(rp ? &jr : &j, rp ? rp : vc, "rope_theta", OMNI_JSON_OPTIONAL, 1.0, 1e12, &c->rope_theta));
+    TRY(omni_json_ints(&j, vc, "deepstack_visual_indexes", OMNI_JSON_OPTIONAL, 0, VISION_MAX_DEEPSTACK, 0,
+                       c->depth - 1, c->deepstack_index, &c->n_deepstack));
+    if (c->hidden % c->n_heads)
+        return omni_fail(OMNI_ERR_MODEL, "config.json: vision_config.hidden_size %d is not a multiple of num_heads %d",
                          c->hidden, c->n_heads);
     c->head_dim = c->hidden / c->n_heads;
     if (c->head_dim % 4)
         return omni_fail(OMNI_ERR_UNSUPPORTED, "vision head_dim %d is not a multiple of 4", c->head_dim);
-    for (int k = 0; k < c->n_deepstack; k++)
-        if (c->deepstack_index[k] < 0 || c->deepstack_index[k] >= c->depth)
-            return omni_fail(OMNI_ERR_MODEL, "config.json: deepstack index %d outside 0..%d", c->deepstack_index[k],
-                             c->depth - 1);
     return OMNI_OK;
 }
 
 static omni_status read_config(const char *model_dir, vision_config *c) {
     char path[4096];
     snprintf(path, sizeof path, "%s/config.json", model_dir);
-    char *text = omni_read_file(path, NULL);
-    if (!text) return omni_fail(OMNI_ERR_MODEL, "cannot read %s", path);
-    cJSON *root = cJSON_Parse(text);
-    free(text);
-    if (!root) return omni_fail(OMNI_ERR_MODEL, "%s: invalid JSON", path);
+    cJSON *root = NULL;
+    omni_status st = omni_json_load(path, OMNI_ERR_MODEL, &root);
+    if (st) return st;
     const cJSON *vc = cJSON_GetObjectItemCaseSensitive(root, "vision_config");
-    if (!cJSON_IsObject(vc)) {
+    const char *where = "vision_config";
+    if (!vc) {
         const cJSON *th = cJSON_GetObjectItemCaseSensitive(root, "thinker_config");
         vc = cJSON_GetObjectItemCaseSensitive(th, "vision_config");
+        where = "thinker_config.vision_config";
     }
-    omni_status st = cJSON_IsObject(vc) ? parse_vision_config(vc, c)
-                                        : omni_fail(OMNI_ERR_MODEL, "%s: no vision_config (not a vision model?)", path);
+    st = vision_config_from_json(vc, where, c);
     cJSON_Delete(root);
     return st;
 }
@@ -205,10 +209,17 @@ static omni_status make_inv_freq(vision_tower *t) {
 
 omni_status vision_tower_load(const char *model_dir, const omni_ckpt *ckpt, vision_tower **out) {
     *out = NULL;
+    vision_config c;
+    omni_status st = read_config(model_dir, &c);
+    return st ? st : vision_tower_load_config(&c, ckpt, out);
+}
+
+omni_status vision_tower_load_config(const vision_config *cfg, const omni_ckpt *ckpt, vision_tower **out) {
+    *out = NULL;
     vision_tower *t = calloc(1, sizeof(*t));
     if (!t) return omni_fail(OMNI_ERR_NOMEM, "out of memory");
-    omni_status st = read_config(model_dir, &t->cfg);
-    if (!st) st = load_weights(t, ckpt);
+    t->cfg = *cfg;
+    omni_status st = load_weights(t, ckpt);
     if (!st) st = make_inv_freq(t);
     if (st) {
         vision_tower_free(t);

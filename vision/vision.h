@@ -12,6 +12,7 @@
 #ifndef OMNI_VISION_H
 #define OMNI_VISION_H
 
+#include <cjson/cJSON.h>
 #include <stdint.h>
 
 #include "kernels/safetensors.h"
@@ -116,6 +117,12 @@ typedef struct vision_tower vision_tower;
  * and the tensors of `ckpt` under `model.visual.` (Qwen3-VL) or `thinker.visual.` (Qwen3-Omni). The tower
  * borrows the weights: `ckpt` must outlive it. */
 omni_status vision_tower_load(const char *model_dir, const omni_ckpt *ckpt, vision_tower **out);
+/* The same from a config already read: llm_config's vision_json holds the section of the one config.json read. */
+omni_status vision_tower_load_config(const vision_config *cfg, const omni_ckpt *ckpt, vision_tower **out);
+/* Read and check a vision_config object (every value type- and range-checked; OMNI_ERR_MODEL naming the key,
+ * e.g. "config.json: vision_config.deepstack_visual_indexes: expected an array of integers, got a string").
+ * `where` is its key path for messages (NULL: "vision_config"). */
+omni_status vision_config_from_json(const cJSON *vc, const char *where, vision_config *out);
 void vision_tower_free(vision_tower *t); /* NULL is a no-op */
 const vision_config *vision_tower_config(const vision_tower *t);
 

@@ -1,7 +1,16 @@
 /* test_status.c - kernels/status.h: omni_fail and the thread-local last-error message, status names and exit
- * codes, the log level and the monotonic clock. */
+ * codes, the log level, the monotonic clock and the bounded whole-file reader (size caps, NUL bytes, devices,
+ * FIFOs, directories, stdin). */
+#define _DEFAULT_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <threads.h>
+#include <unistd.h>
 
 #include "check.h"
 #include "kernels/status.h"
@@ -58,7 +67,99 @@ static void test_log_and_clock(void) {
     CHECK(t0 > 0 && t1 >= t0, "omni_time_ms monotonic: %f -> %f", t0, t1);
 }
 
+static char g_dir[64];
+
+static void write_file(const char *path, const char *data, size_t n) {
+    FILE *f = fopen(path, "wb");
+    CHECK(f && fwrite(data, 1, n, f) == n, "write %s", path);
+    if (f) fclose(f);
+}
+
+/* Expect omni_read_file_ex to fail with `kind` and a message containing `needle`, quickly. */
+static void expect_read_fail(const char *what, const char *path, const omni_read_params *p, const char *needle) {
+    char *buf = (char *)1;
+    size_t n = 7;
+    double t0 = omni_time_ms();
+    omni_status st = omni_read_file_ex(path, p, OMNI_ERR_MODEL, &buf, &n);
+    CHECK(st == OMNI_ERR_MODEL && buf == NULL && n == 0, "%s: status %d", what, st);
+    CHECK(strstr(omni_last_error(), needle) != NULL, "%s: message '%s' lacks '%s'", what, omni_last_error(), needle);
+    CHECK(omni_time_ms() - t0 < 5000, "%s: took %.0f ms", what, omni_time_ms() - t0);
+}
+
+static void test_read_limits(void) {
+    snprintf(g_dir, sizeof g_dir, "/tmp/omni_status_XXXXXX");
+    CHECK(mkdtemp(g_dir) != NULL, "mkdtemp");
+    char path[128], fifo[128];
+    snprintf(path, sizeof path, "%s/a.txt", g_dir);
+    write_file(path, "hello world\n", 12);
+    omni_read_params p = omni_read_default_params();
+    CHECK(p.max_bytes == OMNI_READ_DEFAULT_MAX && !p.regular_only && !p.reject_nul && !p.allow_stdin, "defaults");
+    char *buf = NULL;
+    size_t n = 0;
+    CHECK(omni_read_file_ex(path, &p, OMNI_ERR_INPUT, &buf, &n) == OMNI_OK && n == 12 && !strcmp(buf, "hello world\n"),
+          "read a.txt: %s", omni_last_error());
+    free(buf);
+    p.max_bytes = 12;
+    CHECK(omni_read_file_ex(path, &p, OMNI_ERR_INPUT, &buf, &n) == OMNI_OK && n == 12, "exactly at the limit");
+    free(buf);
+    p.max_bytes = 11;
+    expect_read_fail("over the size limit", path, &p, "over the limit of 11 bytes");
+    p = omni_read_default_params();
+    expect_read_fail("directory", g_dir, &p, "is a directory");
+    expect_read_fail("missing", "/nonexistent/x.json", &p, "No such file");
+    expect_read_fail("stdin not allowed", "-", &p, "cannot read -");
+    /* devices: /dev/zero would be read forever without a limit (issue 15 item 5) */
+    p.max_bytes = 1 << 20;
+    expect_read_fail("/dev/zero, size limit", "/dev/zero", &p, "over the limit of 1048576 bytes");
+    p.reject_nul = 1;
+    expect_read_fail("/dev/zero, NUL", "/dev/zero", &p, "NUL byte at offset 0");
+    expect_read_fail("/dev/urandom, NUL", "/dev/urandom", &p, "NUL byte");
+    p = omni_read_default_params();
+    p.regular_only = 1;
+    expect_read_fail("/dev/zero, regular only", "/dev/zero", &p, "not a regular file");
+    /* a FIFO with no writer: opening it for reading would block forever (issue 15 item 14) */
+    snprintf(fifo, sizeof fifo, "%s/config.json", g_dir);
+    CHECK(mkfifo(fifo, 0600) == 0, "mkfifo");
+    alarm(20); /* a hang fails the test instead of blocking ctest until its timeout */
+    expect_read_fail("FIFO, regular only", fifo, &p, "not a regular file");
+    alarm(0);
+    /* legacy wrapper: errno */
+    errno = 0;
+    CHECK(omni_read_file(g_dir, NULL) == NULL && errno == EISDIR, "omni_read_file(dir): errno %d", errno);
+    /* a NUL in the middle of a text file */
+    write_file(path, "ab\0cd", 5);
+    p = omni_read_default_params();
+    p.reject_nul = 1;
+    expect_read_fail("NUL in a file", path, &p, "NUL byte at offset 2");
+    unlink(path);
+    unlink(fifo);
+    rmdir(g_dir);
+}
+
+/* "-" reads standard input when allowed (omni -f -). */
+static void test_read_stdin(void) {
+    int fds[2];
+    CHECK(pipe(fds) == 0, "pipe");
+    CHECK(write(fds[1], "from a pipe", 11) == 11, "write pipe");
+    close(fds[1]);
+    int saved = dup(0);
+    dup2(fds[0], 0);
+    close(fds[0]);
+    omni_read_params p = omni_read_default_params();
+    p.allow_stdin = 1;
+    p.reject_nul = 1;
+    char *buf = NULL;
+    size_t n = 0;
+    CHECK(omni_read_file_ex("-", &p, OMNI_ERR_INPUT, &buf, &n) == OMNI_OK && n == 11 && !strcmp(buf, "from a pipe"),
+          "stdin: %s", omni_last_error());
+    free(buf);
+    dup2(saved, 0);
+    close(saved);
+}
+
 int main(void) {
+    test_read_limits();
+    test_read_stdin();
     test_messages();
     test_codes();
     test_log_and_clock();

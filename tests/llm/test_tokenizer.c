@@ -124,7 +124,7 @@ static void test_load_errors(void) {
     CHECK(strstr(omni_last_error(), "/nonexistent/omni/tokenizer.json") != NULL, "message: %s", omni_last_error());
 
     static const struct { const char *json, *expect; omni_status st; } bad[] = {
-        {"this is not json {", "not a JSON", OMNI_ERR_MODEL},
+        {"this is not json {", "invalid JSON near byte 0", OMNI_ERR_MODEL},
         {"[1, 2, 3]", "not a JSON", OMNI_ERR_MODEL},
         {"{\"model\": {\"type\": \"BPE\", \"merges\": []}}", "model.vocab", OMNI_ERR_MODEL},
         {"{\"version\": \"1.0\"}", "model", OMNI_ERR_MODEL},
