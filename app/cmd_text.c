@@ -40,6 +40,7 @@ omni_status omni_open_prompt(omni_session *s, const omni_args *a, int extra, int
     int32_t *ids = NULL;
     int n = 0;
     memset(p, 0, sizeof *p);
+    memset(s, 0, sizeof *s); /* session_close must be safe when the prompt fails before session_open */
     omni_status st = build_prompt(a, &text);
     if (!st) st = session_open(s, a, n_seqs, 0, 0);
     s->interrupted = intr;

@@ -37,15 +37,16 @@ const omni_command *omni_find_command(const char *name) {
 
 omni_status omni_args_prompt(const omni_args *a, char **out) {
     *out = NULL;
-    if (a->prompt_file) {
-        size_t len;
-        *out = omni_read_file(a->prompt_file, &len);
-        if (!*out) return omni_fail(OMNI_ERR_INPUT, "cannot read prompt file %s: %s", a->prompt_file, strerror(errno));
-        if (memchr(*out, 0, len)) {
-            free(*out);
-            *out = NULL;
-            return omni_fail(OMNI_ERR_INPUT, "prompt file %s contains NUL bytes (binary file?)", a->prompt_file);
-        }
+    if (a->prompt_file) { /* size cap, NUL bytes refused as they arrive: /dev/zero or /dev/urandom end at once */
+        omni_read_params p = omni_read_default_params();
+        p.max_bytes = a->max_text_bytes > 0 ? (size_t)a->max_text_bytes : 0;
+        p.reject_nul = 1;
+        p.allow_stdin = 1;
+        omni_status st = omni_read_file_ex(a->prompt_file, &p, OMNI_ERR_INPUT, out, NULL);
+        if (st) return st;
+    } else if (a->prompt && a->max_text_bytes > 0 && strlen(a->prompt) > (size_t)a->max_text_bytes) {
+        return omni_fail(OMNI_ERR_USAGE, "the prompt is %zu bytes, over the limit of %lld (--max-text-bytes)",
+                         strlen(a->prompt), (long long)a->max_text_bytes);
     } else if (a->prompt || a->n_positional > 0) {
         *out = strdup(a->prompt ? a->prompt : a->positional[0]);
         if (!*out) return omni_fail(OMNI_ERR_NOMEM, "out of memory");

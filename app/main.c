@@ -26,7 +26,7 @@ static void usage(FILE *f) {
             "commands:\n"
             "  generate  -m MODEL -p TEXT    generate a reply (chat template unless --raw), streamed to stdout\n"
             "            ... --compare MODE  also answer with a MODE KV cache and compare (KV bytes, KL, top-1)\n"
-            "  chat      -m MODEL            interactive multi-turn chat (/clear, /quit)\n"
+            "  chat      -m MODEL            interactive multi-turn chat (/image, /audio, /clear, /quit)\n"
             "  tokenize  -m MODEL -p TEXT    print token ids of TEXT (no template)\n"
             "  logits    -m MODEL -p TEXT -o FILE [--top N]  last-position logits as float32\n"
             "  ocr       IMAGE... [-m MODEL] [--prompt TEXT]  read the text in images (greedy, 1024-2048 tokens\n"
@@ -41,9 +41,11 @@ static void usage(FILE *f) {
             "  serve     -m MODEL [--host H] [--port N] [--api-key K] [--max-seqs N] [--kv-mem GiB]\n"
             "                                OpenAI-compatible HTTP server (see README: limits, --allow-files)\n"
             "\n"
+            "omni COMMAND --help lists the options of one command.\n"
+            "\n"
             "options:\n"
             "  -m, --model M      model directory, models--Org--Name cache dir, or Org/Name in the HF cache\n"
-            "  -p, --prompt TEXT  prompt text            -f, --file F     read the prompt from a file\n"
+            "  -p, --prompt TEXT  prompt text            -f, --file F     read the prompt from a file (- = stdin)\n"
             "  -n, --n-predict N  tokens to generate (default 256, -1 = until EOS)\n"
             "  --temp T           temperature (default 0.7; 0 = greedy)\n"
             "  --top-k K          top-k (default 20; 0 = off)   --top-p P   top-p (default 0.8)\n"
@@ -59,22 +61,30 @@ static void usage(FILE *f) {
             "  --kv-sink N        first N tokens kept in BF16   --kv-rotate on|off   --kv-scale on|off\n"
             "  --kv-layers SPEC   per-layer KV formats, e.g. 0-3:int4,27:bf16\n"
             "  --no-perf          no timing block on stderr    -v, --verbose\n"
+            "  --max-text-bytes N, --max-audio-seconds S, --max-image-mpixels MP   input limits (README)\n"
+            "  --opt=value is the same as --opt value; -- ends the options\n"
             "\n"
             "exit codes: 0 ok, 1 usage, 2 bad input file, 3 bad/unsupported model, 4 runtime error, 130 interrupted\n");
 }
 
 /* OpenMP threads that spin between parallel regions halve prefill speed here (measured on 2 cores: 37 vs 69
- * tok/s at Qwen3-VL-2B shapes, bench/NOTES.md). libgomp reads OMP_WAIT_POLICY once, when it is loaded, so the
- * program re-executes itself once with the passive policy unless the user chose a policy. */
-static void prefer_passive_omp(char **argv) {
-    if (getenv("OMP_WAIT_POLICY")) return;
-    setenv("OMP_WAIT_POLICY", "passive", 1);
-    execv("/proc/self/exe", argv); /* returns only on failure: then run with the default policy */
+ * tok/s at Qwen3-VL-2B shapes, bench/NOTES.md). libgomp reads OMP_WAIT_POLICY once, in its constructor, so the
+ * passive policy is set from the executable's .preinit_array: those functions run before the initializers of
+ * every shared library (libgomp included), in this process, so it also holds under valgrind, ld.so, or any
+ * wrapper (no re-exec). A policy the user set is kept. */
+static void prefer_passive_omp(int argc, char **argv, char **envp) {
+    (void)argc, (void)argv, (void)envp;
+    setenv("OMP_WAIT_POLICY", "passive", 0);
 }
+__attribute__((section(".preinit_array"), used)) static void (*const g_preinit)(int, char **, char **) =
+    prefer_passive_omp;
 
 int main(int argc, char **argv) {
-    prefer_passive_omp(argv);
     if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) {
+        if (argc >= 3 && omni_args_known_command(argv[2])) { /* omni help CMD */
+            omni_args_usage(stdout, argv[2]);
+            return 0;
+        }
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? 1 : 0;
     }
@@ -101,13 +111,20 @@ int main(int argc, char **argv) {
         snprintf(cmdline + used, sizeof cmdline - used, " %s", argv[i]);
     }
     a.command_line = cmdline;
-    omni_status st = omni_args_parse(&a, argc, argv, 2);
+    omni_status st = omni_args_parse(&a, cmd->name, argc, argv, 2);
+    if (!st && a.help) {
+        omni_args_usage(stdout, cmd->name);
+        omni_args_free(&a);
+        return 0;
+    }
     if (st) {
         fprintf(stderr, "error: %s\n", omni_last_error());
+        omni_args_free(&a);
         return omni_status_exit_code(st);
     }
     if (a.verbose) omni_log_set_level(2);
     st = cmd->run(&a, &g_interrupted);
+    omni_args_free(&a);
     if (g_interrupted) {
         fprintf(stderr, "\nInterrupted by user\n");
         return 130;

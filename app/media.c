@@ -23,7 +23,7 @@ struct media_encoder {
 };
 
 media_params media_default_params(void) {
-    media_params p = {0, 0, 0, 0};
+    media_params p = {0, 0, 0, 0, 0};
     return p;
 }
 
@@ -189,7 +189,9 @@ omni_status media_encode_audio(media_encoder *e, const char *path, media_item *o
     omni_status st = ensure_audio(e); /* a model without an audio tower is refused before the file is read */
     if (st) return st;
     audio_pcm pcm = {0};
-    if ((st = audio_load(path, &pcm))) return st;
+    audio_load_params lp = audio_load_default_params();
+    if (e->p.max_audio_seconds > 0) lp.max_seconds = e->p.max_audio_seconds;
+    if ((st = audio_load_ex(path, &lp, &pcm))) return st;
     st = media_encode_pcm(e, &pcm, base_name(path), out);
     audio_pcm_free(&pcm);
     return st;

@@ -24,6 +24,8 @@ typedef struct {
     int64_t max_image_pixels;               /* width*height refused from the header; 0: the vision default */
     int budget_preferred; /* 1: the budget is a command's default, kept inside the model's own pixel limits
                            * (vision_prep_prefer_token_limits); 0: it overrides them (--image-*-tokens) */
+    double max_audio_seconds;               /* audio longer than this refused from the header, before decoding
+                                               (audio_load_params); 0: AUDIO_DEFAULT_MAX_SECONDS */
 } media_params;
 
 media_params media_default_params(void);

@@ -47,6 +47,8 @@ omni_status session_open(omni_session *s, const omni_args *a, int n_seqs, int ch
     mp.image_min_tokens = a->image_min_tokens;
     mp.image_max_tokens = a->image_max_tokens;
     mp.budget_preferred = a->image_budget_preferred;
+    mp.max_image_pixels = (int64_t)(a->max_image_mpix * 1e6);
+    mp.max_audio_seconds = a->max_audio_s;
     if ((st = media_encoder_init(s->model, s->model_dir, &mp, &s->media))) return st;
     ep.runner.n_threads = a->threads;
     ep.runner.max_seqs = n_seqs;
@@ -102,7 +104,11 @@ omni_status session_kv_init(omni_session *s, int ctx) {
     llm_engine_cache_stats(s->engine, s->cache, &cs);
     kv_format f;
     kv_format_from_args(&s->args, NULL, &f);
-    omni_log(1, "kv_cache: %s (window %d), capacity %d cells, %d layers, budget %.2f MiB\n", cs.format, f.window, ctx,
+    char name[96];
+    snprintf(name, sizeof name, "%s", cs.format);
+    if (s->args.kv_layers && s->args.kv_layers[0]) /* per-layer formats: layer 0's name would mislead */
+        snprintf(name, sizeof name, "mixed (%s, --kv-layers %.40s)", cs.format, s->args.kv_layers);
+    omni_log(1, "kv_cache: %s (window %d), capacity %d cells, %d layers, budget %.2f MiB\n", name, f.window, ctx,
              s->cfg->n_layers, cs.budget_bytes / 1048576.0);
     return OMNI_OK;
 }

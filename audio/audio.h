@@ -3,7 +3,8 @@
  *
  * Decode: libsndfile first (WAV 8/16/24/32-bit int and float, FLAC, Ogg/Vorbis, Opus, MP3, AIFF ...); when it
  * cannot open the file and the build has FFmpeg (OMNI_HAVE_FFMPEG), libavformat/libavcodec (m4a/AAC, webm, the
- * audio track of a video ...). Channels are averaged to mono, then every input whose rate is not 16 kHz goes
+ * audio track of a video ...); MP3 goes straight to FFmpeg in such builds (libsndfile's MP3 decoder, libmpg123,
+ * prints to stderr by itself). FFmpeg's messages go through omni_log at level 2 (-v). Channels are averaged to mono, then every input whose rate is not 16 kHz goes
  * through the same libswresample resampler (default filter; builds without FFmpeg use a windowed-sinc resampler
  * instead, audio_resample_sinc). NaN/Inf samples, zero-length audio, audio shorter than one STFT window,
  * missing/empty/truncated/non-audio files fail with OMNI_ERR_INPUT.
@@ -20,6 +21,7 @@
 #define OMNI_AUDIO_H
 
 #include <cjson/cJSON.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "kernels/safetensors.h"
@@ -46,8 +48,29 @@ typedef struct {
     char decoder[16];   /* "sndfile" or "ffmpeg" */
 } audio_pcm;
 
-/* Decode `path` to 16 kHz mono. On failure *out is zeroed and the message names the file and the reason. */
+/* Limits checked from the header before any sample is decoded, and again while decoding (a header may lie or
+ * say nothing): longer files, sample rates outside [min_rate, max_rate] and more channels than max_channels fail
+ * with OMNI_ERR_INPUT. Memory is then bounded by max_seconds (16 kHz f32: 64 KB per second, plus the file's
+ * rate while decoding). */
+#define AUDIO_DEFAULT_MAX_SECONDS 3600.0
+#define AUDIO_MIN_RATE 1000
+#define AUDIO_MAX_RATE 768000
+#define AUDIO_MAX_CHANNELS 64
+typedef struct {
+    double max_seconds; /* AUDIO_DEFAULT_MAX_SECONDS */
+    int min_rate, max_rate; /* AUDIO_MIN_RATE, AUDIO_MAX_RATE (Hz) */
+    int max_channels;   /* AUDIO_MAX_CHANNELS */
+} audio_load_params;
+audio_load_params audio_load_default_params(void);
+
+/* Decode `path` (a regular file: devices, pipes and directories are refused) to 16 kHz mono with the default
+ * limits. On failure *out is zeroed and the message names the file and the reason. */
 omni_status audio_load(const char *path, audio_pcm *out);
+/* The same with explicit limits (p NULL: the defaults). */
+omni_status audio_load_ex(const char *path, const audio_load_params *p, audio_pcm *out);
+/* The same from a file held in memory (`name` is used in messages). */
+omni_status audio_load_memory(const void *data, size_t size, const char *name, const audio_load_params *p,
+                              audio_pcm *out);
 void audio_pcm_free(audio_pcm *a); /* NULL or zeroed is a no-op */
 
 /* 1 when this build decodes through FFmpeg and resamples with libswresample (OMNI_FFMPEG), else 0. */

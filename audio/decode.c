@@ -1,15 +1,25 @@
 /* decode.c - sound file -> 16 kHz mono f32: libsndfile, then FFmpeg (when built with it), then downmix + resample.
  *
  * Every path ends in the same two steps so that results are consistent whatever the container: interleaved f32
- * at the file's rate -> audio_downmix (channel mean) -> audio_resample (libswresample, default filter). */
+ * at the file's rate -> audio_downmix (channel mean) -> audio_resample (libswresample, default filter).
+ * Both decoders read through one byte source (a regular file or a memory buffer), never by path, so FFmpeg
+ * cannot be made to open other files or URLs (playlists, concat lists). Limits (audio_load_params) are checked
+ * from the header before any sample is decoded, and again while decoding (a header may lie). MP3 goes to FFmpeg
+ * when it is built in: libsndfile decodes MP3 with libmpg123, which prints to stderr on its own; FFmpeg's log
+ * is routed through omni_log (shown with -v only). */
 #define _POSIX_C_SOURCE 200809L
 #include "audio/audio.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <sndfile.h>
 
@@ -19,6 +29,11 @@
 #include <libavutil/opt.h>
 #include <libswresample/swresample.h>
 #endif
+
+audio_load_params audio_load_default_params(void) {
+    audio_load_params p = {AUDIO_DEFAULT_MAX_SECONDS, AUDIO_MIN_RATE, AUDIO_MAX_RATE, AUDIO_MAX_CHANNELS};
+    return p;
+}
 
 int audio_has_ffmpeg(void) {
 #ifdef OMNI_HAVE_FFMPEG
@@ -32,6 +47,8 @@ int audio_has_ffmpeg(void) {
 typedef struct {
     float *x;
     int64_t n, cap;
+    int64_t max_frames; /* the duration limit at the file's rate (0 until the rate is known) */
+    double max_seconds;
 } mono_buf;
 
 static omni_status mono_reserve(mono_buf *b, int64_t extra) {
@@ -60,6 +77,9 @@ void audio_downmix(float *mono, const float *inter, int64_t frames, int channels
 
 /* Append `frames` interleaved frames as mono, rejecting NaN/Inf. */
 static omni_status mono_append(mono_buf *b, const float *inter, int64_t frames, int channels, const char *path) {
+    if (b->max_frames > 0 && b->n + frames > b->max_frames)
+        return omni_fail(OMNI_ERR_INPUT, "audio '%s' is longer than the limit of %g s (--max-audio-seconds)", path,
+                         b->max_seconds);
     for (int64_t i = 0; i < frames * channels; i++)
         if (!isfinite(inter[i]))
             return omni_fail(OMNI_ERR_INPUT, "audio '%s': non-finite sample (NaN/Inf) at frame %lld", path,
@@ -71,11 +91,77 @@ static omni_status mono_append(mono_buf *b, const float *inter, int64_t frames, 
     return OMNI_OK;
 }
 
+/* ---- byte source: a regular file (fd) or memory, read by both decoders ------------------------------------ */
+
+typedef struct {
+    int fd;               /* -1: memory */
+    const uint8_t *data;  /* memory */
+    int64_t size, pos;
+} src_t;
+
+static int64_t src_read(src_t *s, void *buf, int64_t n) {
+    if (n <= 0 || s->pos >= s->size) return 0;
+    if (n > s->size - s->pos) n = s->size - s->pos;
+    if (s->fd < 0) {
+        memcpy(buf, s->data + s->pos, (size_t)n);
+        s->pos += n;
+        return n;
+    }
+    int64_t got = 0;
+    while (got < n) {
+        ssize_t r = pread(s->fd, (char *)buf + got, (size_t)(n - got), (off_t)(s->pos + got));
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) break;
+        got += r;
+    }
+    s->pos += got;
+    return got;
+}
+
+/* whence: SEEK_SET / SEEK_CUR / SEEK_END; returns the new position or -1. */
+static int64_t src_seek(src_t *s, int64_t off, int whence) {
+    int64_t base = whence == SEEK_SET ? 0 : whence == SEEK_CUR ? s->pos : s->size;
+    if (whence != SEEK_SET && whence != SEEK_CUR && whence != SEEK_END) return -1;
+    if (base + off < 0) return -1;
+    s->pos = base + off;
+    return s->pos;
+}
+
+/* Header facts checked against the limits before decoding. frames < 0: the header does not say. */
+static omni_status check_header(const char *path, const audio_load_params *p, int rate, int channels,
+                                int64_t frames) {
+    if (rate < p->min_rate || rate > p->max_rate)
+        return omni_fail(OMNI_ERR_INPUT, "audio '%s': sample rate %d Hz outside [%d, %d] (malformed header?)", path,
+                         rate, p->min_rate, p->max_rate);
+    if (channels < 1 || channels > p->max_channels)
+        return omni_fail(OMNI_ERR_INPUT, "audio '%s': %d channels (1 to %d supported)", path, channels, p->max_channels);
+    if (frames >= 0 && (double)frames / rate > p->max_seconds)
+        return omni_fail(OMNI_ERR_INPUT, "audio '%s' is %.1f s long, over the limit of %g s (--max-audio-seconds)",
+                         path, (double)frames / rate, p->max_seconds);
+    return OMNI_OK;
+}
+
+static void set_frame_limit(mono_buf *b, const audio_load_params *p, int rate) {
+    b->max_seconds = p->max_seconds;
+    b->max_frames = (int64_t)ceil(p->max_seconds * rate);
+}
+
+/* ---- libsndfile ----------------------------------------------------------------------------------------------- */
+
+static sf_count_t vio_len(void *u) { return ((src_t *)u)->size; }
+static sf_count_t vio_seek(sf_count_t off, int whence, void *u) { return src_seek(u, off, whence); }
+static sf_count_t vio_read(void *buf, sf_count_t n, void *u) { return src_read(u, buf, n); }
+static sf_count_t vio_write(const void *buf, sf_count_t n, void *u) { (void)buf, (void)n, (void)u; return 0; }
+static sf_count_t vio_tell(void *u) { return ((src_t *)u)->pos; }
+
 /* libsndfile. Returns OMNI_ERR_UNSUPPORTED (no message needed) when it cannot open the file at all. */
-static omni_status decode_sndfile(const char *path, mono_buf *b, int *rate, int *channels) {
+static omni_status decode_sndfile(src_t *src, const char *path, const audio_load_params *p, mono_buf *b, int *rate,
+                                  int *channels) {
+    SF_VIRTUAL_IO vio = {vio_len, vio_seek, vio_read, vio_write, vio_tell};
     SF_INFO info;
     memset(&info, 0, sizeof info);
-    SNDFILE *sf = sf_open(path, SFM_READ, &info);
+    src->pos = 0;
+    SNDFILE *sf = sf_open_virtual(&vio, SFM_READ, &info, src);
     if (!sf) return OMNI_ERR_UNSUPPORTED;
     if (info.channels <= 0 || info.samplerate <= 0) {
         sf_close(sf);
@@ -93,6 +179,13 @@ static omni_status decode_sndfile(const char *path, mono_buf *b, int *rate, int 
         return omni_fail(OMNI_ERR_INPUT, "audio '%s': truncated file (data chunk of %lld bytes, %lld present)", path,
                          said, real);
     }
+    int64_t frames = info.frames > 0 && info.frames != SF_COUNT_MAX ? (int64_t)info.frames : -1;
+    omni_status st = check_header(path, p, info.samplerate, info.channels, frames);
+    if (st) {
+        sf_close(sf);
+        return st;
+    }
+    set_frame_limit(b, p, info.samplerate);
     *rate = info.samplerate;
     *channels = info.channels;
     enum { BLOCK = 4096 };
@@ -101,7 +194,6 @@ static omni_status decode_sndfile(const char *path, mono_buf *b, int *rate, int 
         sf_close(sf);
         return omni_fail(OMNI_ERR_NOMEM, "audio: out of memory");
     }
-    omni_status st = OMNI_OK;
     sf_count_t got;
     while ((got = sf_readf_float(sf, tmp, BLOCK)) > 0)
         if ((st = mono_append(b, tmp, got, info.channels, path))) break;
@@ -171,17 +263,85 @@ static omni_status ffmpeg_pump(AVFormatContext *fmt, int si, AVCodecContext *dec
     return st;
 }
 
-static omni_status decode_ffmpeg(const char *path, mono_buf *b, int *rate, int *channels) {
+/* FFmpeg's log goes through omni_log: its warnings and errors at -v (level 2), nothing otherwise; our own error
+ * line says what failed. av_log_set_callback is process-wide state in FFmpeg: set once. */
+static void av_log_to_omni(void *avcl, int level, const char *fmt, va_list vl) {
+    if (level > AV_LOG_WARNING || omni_log_level() < 2) return;
+    char line[1024];
+    int prefix = 1;
+    av_log_format_line2(avcl, level, fmt, vl, line, sizeof line, &prefix);
+    omni_log(2, "ffmpeg: %s%s", line, line[0] && line[strlen(line) - 1] == '\n' ? "" : "\n");
+}
+
+static void route_av_log(void) { av_log_set_callback(av_log_to_omni); }
+
+static void ffmpeg_log_once(void) {
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, route_av_log);
+}
+
+static int avio_read_cb(void *u, uint8_t *buf, int n) {
+    int64_t got = src_read(u, buf, n);
+    return got > 0 ? (int)got : AVERROR_EOF;
+}
+
+static int64_t avio_seek_cb(void *u, int64_t off, int whence) {
+    src_t *s = u;
+    if (whence & AVSEEK_SIZE) return s->size;
+    return src_seek(s, off, whence & ~AVSEEK_FORCE);
+}
+
+/* Demuxers that open further files (playlists, concat lists, image sequences) are refused. */
+static int refuse_io_open(struct AVFormatContext *s, AVIOContext **pb, const char *url, int flags,
+                          AVDictionary **options) {
+    (void)s, (void)pb, (void)url, (void)flags, (void)options;
+    return AVERROR(EPERM);
+}
+
+/* The container's stated duration in seconds, or -1. */
+static double ffmpeg_duration(const AVFormatContext *fmt, const AVStream *st) {
+    if (st->duration > 0 && st->time_base.den > 0) return st->duration * av_q2d(st->time_base);
+    if (fmt->duration > 0) return fmt->duration / (double)AV_TIME_BASE;
+    return -1;
+}
+
+/* Open the container on our byte source; *avio is freed by the caller (after avformat_close_input). */
+static omni_status ffmpeg_open(src_t *src, const char *path, AVFormatContext **fmt, AVIOContext **avio) {
+    enum { BUF = 1 << 16 };
+    src->pos = 0;
+    uint8_t *buf = av_malloc(BUF);
+    *fmt = avformat_alloc_context();
+    *avio = buf ? avio_alloc_context(buf, BUF, 0, src, avio_read_cb, NULL, avio_seek_cb) : NULL;
+    if (!*fmt || !*avio) {
+        if (!*avio) av_free(buf);
+        avformat_free_context(*fmt);
+        *fmt = NULL;
+        return omni_fail(OMNI_ERR_NOMEM, "audio: out of memory");
+    }
+    (*fmt)->pb = *avio;
+    (*fmt)->io_open = refuse_io_open;
+    int r = avformat_open_input(fmt, path, NULL, NULL); /* frees *fmt on failure */
+    return r < 0 ? av_err(path, "not a recognised audio file", r) : OMNI_OK;
+}
+
+static void ffmpeg_close(AVFormatContext **fmt, AVIOContext **avio) {
+    avformat_close_input(fmt);
+    if (*avio) av_freep(&(*avio)->buffer);
+    avio_context_free(avio);
+}
+
+static omni_status decode_ffmpeg(src_t *src, const char *path, const audio_load_params *p, mono_buf *b, int *rate,
+                                 int *channels) {
     AVFormatContext *fmt = NULL;
+    AVIOContext *avio = NULL;
     AVCodecContext *dec = NULL;
     SwrContext *cvt = NULL;
-    av_log_set_level(AV_LOG_QUIET);
-    int r = avformat_open_input(&fmt, path, NULL, NULL);
-    if (r < 0) return av_err(path, "not a recognised audio file", r);
-    omni_status st = OMNI_OK;
+    ffmpeg_log_once();
+    omni_status st = ffmpeg_open(src, path, &fmt, &avio);
     const AVCodec *codec = NULL;
-    if ((r = avformat_find_stream_info(fmt, NULL)) < 0) st = av_err(path, "cannot read stream info", r);
-    int si = st ? -1 : av_find_best_stream(fmt, AVMEDIA_TYPE_AUDIO, -1, -1, &codec, 0);
+    int r, si = -1;
+    if (!st && (r = avformat_find_stream_info(fmt, NULL)) < 0) st = av_err(path, "cannot read stream info", r);
+    if (!st) si = av_find_best_stream(fmt, AVMEDIA_TYPE_AUDIO, -1, -1, &codec, 0);
     if (!st && (si < 0 || !codec))
         st = omni_fail(OMNI_ERR_INPUT, "audio '%s': no decodable audio stream (format %s)", path,
                        fmt->iformat ? fmt->iformat->name : "?");
@@ -189,9 +349,11 @@ static omni_status decode_ffmpeg(const char *path, mono_buf *b, int *rate, int *
     if (!st && (r = avcodec_parameters_to_context(dec, fmt->streams[si]->codecpar)) < 0)
         st = av_err(path, "codec parameters", r);
     if (!st && (r = avcodec_open2(dec, codec, NULL)) < 0) st = av_err(path, "cannot open decoder", r);
-    if (!st && (dec->sample_rate <= 0 || dec->ch_layout.nb_channels <= 0))
-        st = omni_fail(OMNI_ERR_INPUT, "audio '%s': invalid stream (%d Hz, %d ch)", path, dec->sample_rate,
-                       dec->ch_layout.nb_channels);
+    if (!st) {
+        double dur = ffmpeg_duration(fmt, fmt->streams[si]);
+        int64_t frames = dur >= 0 && dec->sample_rate > 0 ? (int64_t)(dur * dec->sample_rate) : -1;
+        st = check_header(path, p, dec->sample_rate, dec->ch_layout.nb_channels, frames);
+    }
     if (!st) {
         /* Format conversion only (same rate and layout): planar/int -> interleaved f32. */
         r = swr_alloc_set_opts2(&cvt, &dec->ch_layout, AV_SAMPLE_FMT_FLT, dec->sample_rate, &dec->ch_layout,
@@ -199,13 +361,14 @@ static omni_status decode_ffmpeg(const char *path, mono_buf *b, int *rate, int *
         if (r < 0 || (r = swr_init(cvt)) < 0) st = av_err(path, "sample format converter", r);
     }
     if (!st) {
+        set_frame_limit(b, p, dec->sample_rate);
         *rate = dec->sample_rate;
         *channels = dec->ch_layout.nb_channels;
         st = ffmpeg_pump(fmt, si, dec, cvt, b, path);
     }
     swr_free(&cvt);
     avcodec_free_context(&dec);
-    avformat_close_input(&fmt);
+    ffmpeg_close(&fmt, &avio);
     return st;
 }
 
@@ -220,6 +383,7 @@ omni_status audio_resample(const float *in, int64_t n, int rate, float **out, in
         *n_out = n;
         return OMNI_OK;
     }
+    ffmpeg_log_once();
     AVChannelLayout mono = AV_CHANNEL_LAYOUT_MONO;
     SwrContext *swr = NULL;
     int r = swr_alloc_set_opts2(&swr, &mono, AV_SAMPLE_FMT_FLT, AUDIO_SAMPLE_RATE, &mono, AV_SAMPLE_FMT_FLT, rate, 0,
@@ -269,43 +433,64 @@ omni_status audio_resample(const float *in, int64_t n, int rate, float **out, in
 }
 #endif
 
-/* Existence / emptiness checks with clear messages before any decoder sees the file. */
-static omni_status check_file(const char *path) {
+/* Open `path` as a byte source: a regular, non-empty file; devices, pipes and directories are refused with a
+ * message that says so (a device has no size to check limits against). */
+static omni_status open_file(const char *path, src_t *src) {
     struct stat s;
+    src->fd = -1;
     if (!path || !*path) return omni_fail(OMNI_ERR_INPUT, "audio: no file name");
-    if (stat(path, &s) != 0) return omni_fail(OMNI_ERR_INPUT, "audio '%s': file not found", path);
+    if (stat(path, &s) != 0) return omni_fail(OMNI_ERR_INPUT, "audio '%s': %s", path, strerror(errno));
     if (S_ISDIR(s.st_mode)) return omni_fail(OMNI_ERR_INPUT, "audio '%s': is a directory", path);
-    FILE *f = fopen(path, "rb");
-    if (!f) return omni_fail(OMNI_ERR_INPUT, "audio '%s': cannot open for reading", path);
-    fclose(f);
+    if (!S_ISREG(s.st_mode))
+        return omni_fail(OMNI_ERR_INPUT, "audio '%s': not a regular file (devices and pipes are not supported)", path);
     if (s.st_size == 0) return omni_fail(OMNI_ERR_INPUT, "audio '%s': empty file", path);
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) return omni_fail(OMNI_ERR_INPUT, "audio '%s': cannot open for reading: %s", path, strerror(errno));
+    struct stat fs;
+    if (fstat(fd, &fs) != 0 || !S_ISREG(fs.st_mode)) {
+        close(fd);
+        return omni_fail(OMNI_ERR_INPUT, "audio '%s': not a regular file", path);
+    }
+    src->fd = fd;
+    src->size = fs.st_size;
+    src->pos = 0;
     return OMNI_OK;
 }
 
-static omni_status decode_any(const char *path, mono_buf *b, int *rate, int *ch, audio_pcm *out) {
+/* MP3 as libsndfile recognises it (an ID3 tag, or an MPEG frame sync at the start). */
+static int looks_mp3(src_t *src) {
+    uint8_t h[3] = {0};
+    src->pos = 0;
+    int64_t n = src_read(src, h, 3);
+    src->pos = 0;
+    return (n >= 3 && !memcmp(h, "ID3", 3)) || (n >= 2 && h[0] == 0xFF && (h[1] & 0xE0) == 0xE0);
+}
+
+static omni_status decode_any(src_t *src, const char *path, const audio_load_params *p, mono_buf *b, int *rate,
+                              int *ch, audio_pcm *out) {
     omni_clear_error();
-    omni_status st = decode_sndfile(path, b, rate, ch);
+    omni_status st = OMNI_ERR_UNSUPPORTED;
+    if (!audio_has_ffmpeg() || !looks_mp3(src)) st = decode_sndfile(src, path, p, b, rate, ch);
     if (st != OMNI_ERR_UNSUPPORTED) {
         snprintf(out->decoder, sizeof out->decoder, "sndfile");
         return st;
     }
 #ifdef OMNI_HAVE_FFMPEG
     snprintf(out->decoder, sizeof out->decoder, "ffmpeg");
-    return decode_ffmpeg(path, b, rate, ch);
+    return decode_ffmpeg(src, path, p, b, rate, ch);
 #else
     return omni_fail(OMNI_ERR_INPUT, "audio '%s': not a recognised audio file (%s; build without FFmpeg)", path,
                      sf_strerror(NULL));
 #endif
 }
 
-omni_status audio_load(const char *path, audio_pcm *out) {
-    memset(out, 0, sizeof *out);
-    omni_status st = check_file(path);
-    if (st) return st;
+static omni_status load_source(src_t *src, const char *path, const audio_load_params *p, audio_pcm *out) {
+    audio_load_params def = audio_load_default_params();
+    if (!p) p = &def;
     mono_buf b = {0};
     int rate = 0, ch = 0;
     audio_pcm info = {0};
-    st = decode_any(path, &b, &rate, &ch, &info);
+    omni_status st = decode_any(src, path, p, &b, &rate, &ch, &info);
     if (!st && b.n == 0) st = omni_fail(OMNI_ERR_INPUT, "audio '%s': zero-length audio (no samples)", path);
     float *y = NULL;
     int64_t ny = 0;
@@ -320,6 +505,27 @@ omni_status audio_load(const char *path, audio_pcm *out) {
     info.duration_s = (double)b.n / rate;
     *out = info;
     return OMNI_OK;
+}
+
+omni_status audio_load_ex(const char *path, const audio_load_params *p, audio_pcm *out) {
+    memset(out, 0, sizeof *out);
+    src_t src;
+    omni_status st = open_file(path, &src);
+    if (st) return st;
+    st = load_source(&src, path, p, out);
+    close(src.fd);
+    return st;
+}
+
+omni_status audio_load(const char *path, audio_pcm *out) { return audio_load_ex(path, NULL, out); }
+
+omni_status audio_load_memory(const void *data, size_t size, const char *name, const audio_load_params *p,
+                              audio_pcm *out) {
+    memset(out, 0, sizeof *out);
+    if (!name) name = "<memory>";
+    if (!data || size == 0) return omni_fail(OMNI_ERR_INPUT, "audio '%s': empty file", name);
+    src_t src = {-1, data, (int64_t)size, 0};
+    return load_source(&src, name, p, out);
 }
 
 void audio_pcm_free(audio_pcm *a) {

@@ -73,7 +73,7 @@ static int run(const llm_model *m, int B, int steps, int threads) {
         for (int k = 0; k < PROMPT; k++) prompt[i * PROMPT + k] = (i * 193 + k * 29) % 3000;
         kv_seq_add(kv, &seq[i]);
         llm_sampler_init(&sp, V, &smp[i]);
-        b[i] = (llm_batch_entry){kv, seq[i], {PROMPT, prompt + i * PROMPT, NULL, 0, NULL}, NULL, 0, smp[i], -1};
+        b[i] = (llm_batch_entry){kv, seq[i], {PROMPT, prompt + i * PROMPT, NULL, 0, NULL}, NULL, 0, smp[i], -1, 0};
     }
     llm_runner_step(r, B, b);
     for (int i = 0; i < B; i++) rt[i * (steps + 1)] = cur[i] = b[i].token;

@@ -84,6 +84,8 @@ void op_embed(float *y, const omni_tensor *table, const int32_t *ids, int n);
 
 /* Index of the largest value (first on ties). */
 int op_argmax(const float *x, int n);
+/* Number of NaN/Inf values in x[n]; *first (may be NULL) gets the index of the first, or -1. */
+int64_t op_count_nonfinite(const float *x, int64_t n, int64_t *first);
 /* The k largest values, sorted descending (ties: lower index first). idx/val have room for k. k <= n. */
 void op_topk(const float *x, int n, int k, int *idx, float *val);
 

@@ -1,5 +1,6 @@
 /* kv_format.c - KV cache formats: default parameters, mode strings ("int2", "kivi-k4v2" ...), per-layer override
  * specs ("0-3:int4,27:bf16") and format names for the KV line. */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -83,8 +84,13 @@ static int parse_range(const char *s, int len, int *lo, int *hi) {
     return a >= 0 && b >= a && b < 1000000;
 }
 
+#define KV_MAX_OVERRIDE_LAYERS 1024
+
 omni_status kv_parse_layer_overrides(const char *spec, const kv_format *base, int n_layers, kv_format *out_layers) {
     for (int l = 0; l < n_layers; l++) out_layers[l] = *base;
+    uint64_t set[KV_MAX_OVERRIDE_LAYERS / 64] = {0};
+    if (n_layers > KV_MAX_OVERRIDE_LAYERS)
+        return omni_fail(OMNI_ERR_USAGE, "KV layer overrides: %d layers (max %d)", n_layers, KV_MAX_OVERRIDE_LAYERS);
     const char *p = spec ? spec : "";
     while (*p) {
         const char *end = strchr(p, ','), *colon = strchr(p, ':');
@@ -105,6 +111,11 @@ omni_status kv_parse_layer_overrides(const char *spec, const kv_format *base, in
         if (st) return st;
         f.window = base->window;
         f.n_sink = base->n_sink;
+        for (int l = lo; l <= hi; l++) /* each layer once: "0:int2,0:int4" is a mistake, not "the last wins" */
+            if (set[l / 64] >> (l % 64) & 1)
+                return omni_fail(OMNI_ERR_USAGE, "KV layer override '%.*s': layer %d is already given", (int)(end - p),
+                                 p, l);
+            else set[l / 64] |= 1ull << (l % 64);
         for (int l = lo; l <= hi; l++) out_layers[l] = f;
         if (*end && !end[1]) return omni_fail(OMNI_ERR_USAGE, "bad KV layer override spec '%s' (trailing comma)", spec);
         p = *end ? end + 1 : end;

@@ -870,7 +870,7 @@ static int build_batch(llm_engine *e) {
         int64_t L = kv_seq_len(e->caches[r->cache].kv, r->seq) + r->delta;
         int32_t *p = e->posbuf + 3 * used;
         p[0] = p[1] = p[2] = (int32_t)L;
-        *b = (llm_batch_entry){e->caches[r->cache].kv, r->seq, {1, &e->feed[n], p, 0, NULL}, NULL, 0, NULL, -1};
+        *b = (llm_batch_entry){e->caches[r->cache].kv, r->seq, {1, &e->feed[n], p, 0, NULL}, NULL, 0, NULL, -1, 0};
         e->bkind[n] = r->teacher ? E_STUDENT : r->final_feed ? E_FINAL : E_DECODE;
         if (e->bkind[n] != E_FINAL && r->logits != LLM_LOGITS_NONE) b->logits = e->logit_rows + (size_t)n * e->V;
         if (e->bkind[n] == E_DECODE) b->sampler = r->sampler;
@@ -889,7 +889,7 @@ static int build_batch(llm_engine *e) {
         prompt_positions(r, c0, len, p);
         int ns = clip_spans(e, r, c0, len);
         *b = (llm_batch_entry){e->caches[r->cache].kv, r->seq, {len, r->tokens + c0, p, ns, r->clip}, NULL, 0, NULL,
-                               -1};
+                               -1, 0};
         if (r->logits == LLM_LOGITS_ALL) {
             b->logits = all_rows, b->logits_all = 1;
             all_rows += (size_t)len * e->V, rows -= len;
@@ -914,6 +914,11 @@ static void process_batch(llm_engine *e, int n, double ms) {
     for (int i = 0; i < n; i++) {
         rq *r = e->brq[i];
         llm_batch_entry *b = &e->batch[i];
+        if (b->nonfinite) { /* this request fails (exit 4 in the CLI); the others of the step go on */
+            finish(e, r, LLM_FINISH_ERROR, OMNI_ERR_RUNTIME,
+                   "the model produced non-finite logits (NaN/Inf): corrupt weights or config values?");
+            continue;
+        }
         if (e->bkind[i] == E_PREFILL) {
             int c0 = e->bchunk0[i], len = b->in.n_tokens;
             r->n_done += len;

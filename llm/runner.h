@@ -80,6 +80,8 @@ typedef struct {
     int logits_all;       /* 1: logits of every position of the chunk (logits must be set) */
     llm_sampler *sampler; /* NULL, or sample the next token from the last position into `token` */
     int32_t token;        /* out: the sampled token (-1 when sampler is NULL) */
+    int nonfinite;        /* out: 1 when the logits this entry delivered or sampled from hold NaN/Inf (corrupt
+                             weights or config, overflow): the token is meaningless and the request must fail */
 } llm_batch_entry;
 
 typedef struct llm_runner llm_runner;

@@ -234,12 +234,16 @@ static void output_logits(llm_runner *r, int n, llm_batch_entry *b) {
     for (int j = 0; j < n_out; j++) {
         llm_batch_entry *e = &b[c->out_entry[j]];
         const float *row = c->logits + (int64_t)j * V;
+        e->nonfinite = op_count_nonfinite(row, V, NULL) > 0;
         if (e->logits) memcpy(e->logits, row, sizeof(float) * V);
         if (e->sampler) e->token = llm_sampler_sample(e->sampler, row);
     }
-    for (int i = 0; i < n; i++)
-        if (b[i].logits_all && b[i].sampler)
+    for (int i = 0; i < n; i++) {
+        if (!b[i].logits_all) continue;
+        b[i].nonfinite = op_count_nonfinite(b[i].logits, (int64_t)b[i].in.n_tokens * V, NULL) > 0;
+        if (b[i].sampler)
             b[i].token = llm_sampler_sample(b[i].sampler, b[i].logits + (int64_t)(b[i].in.n_tokens - 1) * V);
+    }
 }
 
 static omni_status cpu_step_body(llm_runner *r, int n, llm_batch_entry *b, int T) {

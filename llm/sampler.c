@@ -118,3 +118,12 @@ int llm_sampler_sample(llm_sampler *s, const float *logits) {
     }
     return s->idx[keep - 1];
 }
+
+omni_status llm_logits_check(const float *logits, int rows, int vocab) {
+    int64_t first = -1, n = op_count_nonfinite(logits, (int64_t)rows * vocab, &first);
+    if (n == 0) return OMNI_OK;
+    return omni_fail(OMNI_ERR_RUNTIME,
+                     "the model produced %lld non-finite logits (NaN/Inf; first at position %lld, token %lld): "
+                     "corrupt weights or config values?", (long long)n, (long long)(first / vocab),
+                     (long long)(first % vocab));
+}

@@ -30,6 +30,10 @@ void llm_sampler_free(llm_sampler *s);
  * token streams of a seed match across devices). */
 int llm_sampler_sample(llm_sampler *s, const float *logits);
 const llm_sampler_params *llm_sampler_get_params(const llm_sampler *s);
+/* Refuse logits [rows, vocab] that hold NaN or Inf (corrupt weights or config values, overflow): OMNI_ERR_RUNTIME
+ * with a message giving the count and the first row/id, so a run stops with exit 4 instead of sampling token 0.
+ * Call it on every logits row before sampling (one pass over vocab floats: negligible next to the forward). */
+omni_status llm_logits_check(const float *logits, int rows, int vocab);
 /* Uniform float in [0, 1) from the sampler's RNG (exposed for tests). */
 double llm_sampler_uniform(llm_sampler *s);
 

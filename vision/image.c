@@ -331,32 +331,16 @@ omni_status vision_image_load_memory(const uint8_t *data, size_t size, const cha
     return st;
 }
 
+/* The whole file: a regular file of at most MAX_FILE_BYTES (a directory, device or FIFO is refused by name). */
 static omni_status read_file(const char *path, uint8_t **data, size_t *size) {
     *data = NULL, *size = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f) return omni_fail(OMNI_ERR_INPUT, "cannot open image '%s': %s", path, strerror(errno));
-    if (fseek(f, 0, SEEK_END) != 0) {
-        fclose(f);
-        return omni_fail(OMNI_ERR_INPUT, "cannot read image '%s' (not a regular file?)", path);
-    }
-    long n = ftell(f);
-    if (n < 0 || (size_t)n > MAX_FILE_BYTES) {
-        fclose(f);
-        return omni_fail(OMNI_ERR_INPUT, "cannot read image '%s' (size %ld)", path, n);
-    }
-    rewind(f);
-    uint8_t *buf = malloc(n > 0 ? (size_t)n : 1);
-    if (!buf) {
-        fclose(f);
-        return omni_fail(OMNI_ERR_NOMEM, "out of memory reading '%s'", path);
-    }
-    size_t got = fread(buf, 1, (size_t)n, f);
-    fclose(f);
-    if (got != (size_t)n) {
-        free(buf);
-        return omni_fail(OMNI_ERR_INPUT, "cannot read image '%s': short read", path);
-    }
-    *data = buf, *size = (size_t)n;
+    omni_read_params p = omni_read_default_params();
+    p.max_bytes = MAX_FILE_BYTES;
+    p.regular_only = 1;
+    char *buf = NULL;
+    omni_status st = omni_read_file_ex(path, &p, OMNI_ERR_INPUT, &buf, size);
+    if (st) return omni_fail(st, "image: %s", omni_last_error());
+    *data = (uint8_t *)buf;
     return OMNI_OK;
 }
 

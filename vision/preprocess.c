@@ -68,6 +68,8 @@ omni_status vision_prep_set_token_limits(vision_prep_params *p, int min_tokens, 
     int64_t unit = (int64_t)p->patch_size * p->merge_size * p->patch_size * p->merge_size;
     int64_t lo = min_tokens > 0 ? min_tokens * unit : p->min_pixels;
     int64_t hi = max_tokens > 0 ? max_tokens * unit : p->max_pixels;
+    if (min_tokens <= 0 && lo > hi) lo = hi; /* a bound given alone moves the default one it would cross */
+    if (max_tokens <= 0 && lo > hi) hi = lo;
     if (lo > hi)
         return omni_fail(OMNI_ERR_USAGE, "image token limits: min %lld tokens is above max %lld tokens",
                          (long long)(lo / unit), (long long)(hi / unit));

@@ -64,7 +64,8 @@ vision_prep_params vision_prep_default_params(void);
  * merge_size, image_mean, image_std, rescale_factor. A missing file leaves the defaults (OMNI_OK). */
 omni_status vision_prep_load_config(const char *model_dir, vision_prep_params *p);
 /* Express the pixel budget in visual tokens (one token = (patch*merge)^2 pixels): min_tokens/max_tokens <= 0
- * leave that bound unchanged. Fails with OMNI_ERR_USAGE if min > max. */
+ * leave that bound unchanged, unless the other bound, given alone, crosses it: then it follows (max 32 alone
+ * with a default min of 64 tokens gives 32..32). Fails with OMNI_ERR_USAGE if both are given and min > max. */
 omni_status vision_prep_set_token_limits(vision_prep_params *p, int min_tokens, int max_tokens);
 /* A preferred budget (a command's default, e.g. OCR's 1024-2048 tokens) rather than a demand: it is narrowed to
  * the model's own [min_pixels, max_pixels] (from preprocessor_config.json), and when the two ranges do not overlap

@@ -45,32 +45,13 @@ void srv_encoders_free(srv_encoders *e) {
 
 /* ---- one media item (e->mu held) ------------------------------------------------------------------------------ */
 
-/* The audio decoders read files: the bytes go through a private temporary file. */
-static omni_status load_audio_bytes(const srv_media *m, audio_pcm *pcm) {
-    const char *dir = getenv("TMPDIR");
-    char path[4096];
-    snprintf(path, sizeof path, "%s/omni-serve-audio-XXXXXX", dir && dir[0] ? dir : "/tmp");
-    int fd = mkstemp(path);
-    if (fd < 0) return omni_fail(OMNI_ERR_RUNTIME, "cannot create a temporary file: %s", strerror(errno));
-    size_t o = 0;
-    while (o < m->size) {
-        ssize_t w = write(fd, m->data + o, m->size - o);
-        if (w <= 0) break;
-        o += (size_t)w;
-    }
-    close(fd);
-    omni_status st = o == m->size ? audio_load(path, pcm)
-                                  : omni_fail(OMNI_ERR_RUNTIME, "cannot write a temporary file: %s", strerror(errno));
-    unlink(path);
-    return st;
-}
-
+/* The audio bytes are decoded in memory; the duration limit is checked from the header before any sample is
+ * decoded (a short upload declaring hours of audio costs nothing). */
 static omni_status encode_audio(srv_encoders *e, const srv_media *m, media_item *out) {
     audio_pcm pcm = {0};
-    omni_status st = load_audio_bytes(m, &pcm);
-    if (!st && e->p.max_audio_s > 0 && pcm.duration_s > e->p.max_audio_s)
-        st = omni_fail(OMNI_ERR_USAGE, "the audio lasts %.1f s, over this server's limit of %.1f s", pcm.duration_s,
-                       e->p.max_audio_s);
+    audio_load_params lp = audio_load_default_params();
+    if (e->p.max_audio_s > 0) lp.max_seconds = e->p.max_audio_s;
+    omni_status st = audio_load_memory(m->data, m->size, "input_audio", &lp, &pcm);
     if (!st) st = media_encode_pcm(e->enc, &pcm, m->format, out);
     audio_pcm_free(&pcm);
     return st;

@@ -314,6 +314,17 @@ int op_argmax(const float *x, int n) {
     return best;
 }
 
+int64_t op_count_nonfinite(const float *x, int64_t n, int64_t *first) {
+    int64_t cnt = 0, f = -1;
+    for (int64_t i = 0; i < n; i++)
+        if (!isfinite(x[i])) {
+            if (f < 0) f = i;
+            cnt++;
+        }
+    if (first) *first = f;
+    return cnt;
+}
+
 void op_topk(const float *x, int n, int k, int *idx, float *val) {
     if (k <= 0) return; /* k == 0 would read and write val[-1] below */
     int m = 0; /* insertion into a sorted list of size k: fine for small k */

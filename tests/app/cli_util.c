@@ -20,16 +20,13 @@ int write_all(const char *path, const void *data, size_t len) {
     return fclose(f) == 0 && ok ? 0 : -1;
 }
 
-cli_result cli_run(const char *fmt, ...) {
+static cli_result run_v(const char *prefix, const char *fmt, va_list ap) {
     char args[8192], cmd[9000];
-    va_list ap;
-    va_start(ap, fmt);
     vsnprintf(args, sizeof args, fmt, ap);
-    va_end(ap);
     char outp[64], errp[64];
     snprintf(outp, sizeof outp, "/tmp/omni_cli_%d.out", (int)getpid());
     snprintf(errp, sizeof errp, "/tmp/omni_cli_%d.err", (int)getpid());
-    snprintf(cmd, sizeof cmd, "%s </dev/null %s >%s 2>%s", OMNI_BIN, args, outp, errp); /* args may redirect stdin */
+    snprintf(cmd, sizeof cmd, "%s %s </dev/null %s >%s 2>%s", prefix, OMNI_BIN, args, outp, errp); /* args may redirect stdin */
     int st = system(cmd);
     cli_result r;
     r.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
@@ -39,6 +36,22 @@ cli_result cli_run(const char *fmt, ...) {
     if (!r.err) r.err = calloc(1, 1);
     unlink(outp);
     unlink(errp);
+    return r;
+}
+
+cli_result cli_run(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    cli_result r = run_v("", fmt, ap);
+    va_end(ap);
+    return r;
+}
+
+cli_result cli_run_prefix(const char *prefix, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    cli_result r = run_v(prefix, fmt, ap);
+    va_end(ap);
     return r;
 }
 

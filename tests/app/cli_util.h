@@ -16,6 +16,9 @@ typedef struct {
 
 /* Run `OMNI_BIN <args>` through /bin/sh with stdin from /dev/null. */
 cli_result cli_run(const char *fmt, ...);
+/* The same with `prefix` before the binary (env settings, `timeout -s KILL 60` for runs that could hang or eat
+ * memory if a bug came back, a wrapper such as ld.so). */
+cli_result cli_run_prefix(const char *prefix, const char *fmt, ...);
 void cli_free(cli_result *r);
 int cli_lines(const char *s); /* number of non-empty lines */
 

@@ -288,7 +288,46 @@ static void check_bad_inputs(void) {
     audio_pcm_free(NULL);
 }
 
+/* audio_load_memory decodes exactly what audio_load decodes (both decoders), and the limits of
+ * audio_load_params are applied from the header (issue 15 item 4). */
+static void check_memory_and_limits(void) {
+    static const char *files[] = {"tone_1s.wav", "tone_3p3s.mp3", "tone_3p3s.flac", "tone_3p3s.m4a", "stereo_44k.wav"};
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        if (!audio_has_ffmpeg() && strstr(files[i], ".m4a")) continue;
+        size_t n = 0;
+        char *data = omni_read_file(clip(files[i]), &n);
+        audio_pcm a, b;
+        CHECK(data && audio_load(clip(files[i]), &a) == OMNI_OK, "%s: %s", files[i], omni_last_error());
+        CHECK(audio_load_memory(data, n, files[i], NULL, &b) == OMNI_OK, "%s from memory: %s", files[i],
+              omni_last_error());
+        CHECK(a.n == b.n && a.n > 0 && !memcmp(a.samples, b.samples, sizeof(float) * (size_t)a.n) &&
+                  !strcmp(a.decoder, b.decoder), "%s: memory decode differs (%lld vs %lld samples)", files[i],
+              (long long)a.n, (long long)b.n);
+        audio_pcm_free(&a);
+        audio_pcm_free(&b);
+        audio_load_params p = audio_load_default_params();
+        p.max_seconds = 0.25;
+        CHECK(audio_load_memory(data, n, files[i], &p, &b) == OMNI_ERR_INPUT && strstr(omni_last_error(), "limit of 0.25 s"),
+              "%s: max 0.25 s: %s", files[i], omni_last_error());
+        p = audio_load_default_params();
+        p.min_rate = 50000;
+        CHECK(audio_load_ex(clip(files[i]), &p, &b) == OMNI_ERR_INPUT && strstr(omni_last_error(), "sample rate") &&
+                  b.samples == NULL, "%s: min rate 50 kHz: %s", files[i], omni_last_error());
+        p = audio_load_default_params();
+        p.max_channels = 1;
+        omni_status st = audio_load_ex(clip(files[i]), &p, &b);
+        CHECK(strstr(files[i], "stereo") ? st == OMNI_ERR_INPUT && strstr(omni_last_error(), "2 channels") : st == OMNI_OK,
+              "%s: max 1 channel: %d %s", files[i], st, omni_last_error());
+        audio_pcm_free(&b);
+        free(data);
+    }
+    audio_pcm b;
+    CHECK(audio_load_memory("", 0, "empty", NULL, &b) == OMNI_ERR_INPUT, "empty memory");
+    CHECK(audio_load_memory("RIFF1234WAVEfmt ", 16, "cut", NULL, &b) == OMNI_ERR_INPUT, "truncated header in memory");
+}
+
 int main(void) {
+    check_memory_and_limits();
     const char *c3[] = {"tone_3p3s.flac", "tone_3p3s.mp3", "tone_3p3s.m4a", NULL};
     const double t3[][2] = {{0, 0}, {0.03, 0.15}, {0.03, 0.15}};
     check_codecs("tone_3p3s.wav", c3, t3);

@@ -55,12 +55,16 @@ static void test_overrides(void) {
         ok &= out[l].k_type == want && out[l].v_type == want && out[l].window == 64;
     }
     CHECK(ok, "overrides applied wrong");
-    const char *bad[] = {"5", "3-1:int2", "28:int2", "0:int3", "0-:int2", ":int2", "1:int2,", "a:bf16"};
-    for (int i = 0; i < 8; i++) {
+    /* ... and a layer given twice (issue 15: "0:int2,0:int4" was accepted, the last silently winning) */
+    const char *bad[] = {"5", "3-1:int2", "28:int2", "0:int3", "0-:int2", ":int2", "1:int2,", "a:bf16",
+                         "0:int2,0:int4", "0-3:int4,2:bf16"};
+    for (int i = 0; i < 10; i++) {
         omni_status st = kv_parse_layer_overrides(bad[i], &base, 28, out);
         CHECK(st == OMNI_ERR_USAGE, "override '%s' accepted", bad[i]);
     }
     CHECK(kv_parse_layer_overrides("", &base, 28, out) == OMNI_OK && out[5].k_type == KV_Q2, "empty spec");
+    CHECK(kv_parse_layer_overrides("0:int2,0:int4", &base, 28, out) == OMNI_ERR_USAGE &&
+              strstr(omni_last_error(), "layer 0 is already given"), "duplicate: %s", omni_last_error());
 }
 
 /* kv_init with one field changed must fail with a message containing `needle`. */

@@ -67,7 +67,7 @@ static void test_runner(const llm_model *m) {
         for (int j = 0; j < 4; j++) {
             int i = i0 + j;
             b[j] = (llm_batch_entry){kv[i % 2], seq[i], {60, prompt[i], NULL, 0, NULL}, j == 0 ? logits : NULL, 0,
-                                     smp[i], -1};
+                                     smp[i], -1, 0};
         }
         CHECK(llm_runner_step(r, 4, b) == OMNI_OK, "prefill: %s", omni_last_error());
         for (int j = 0; j < 4; j++) tok[i0 + j] = b[j].token;
@@ -76,7 +76,7 @@ static void test_runner(const llm_model *m) {
     counting = 0;
     int saved = omp_get_max_threads(); /* a runner's thread count is its own: the caller's setting is restored */
     omp_set_num_threads(rp.n_threads + 2);
-    b[0] = (llm_batch_entry){kv[0], seq[0], {1, &tok[0], NULL, 0, NULL}, NULL, 0, smp[0], -1};
+    b[0] = (llm_batch_entry){kv[0], seq[0], {1, &tok[0], NULL, 0, NULL}, NULL, 0, smp[0], -1, 0};
     CHECK(llm_runner_step(r, 1, b) == OMNI_OK && omp_get_max_threads() == rp.n_threads + 2 &&
               llm_runner_get_params(r)->n_threads >= 1,
           "caller's OpenMP threads changed by a step: %d", omp_get_max_threads());
@@ -87,7 +87,7 @@ static void test_runner(const llm_model *m) {
     for (int s = 0; s < 5; s++) { /* decode, 8 sequences */
         for (int i = 0; i < 8; i++)
             b[i] = (llm_batch_entry){kv[i % 2], seq[i], {1, &tok[i], NULL, 0, NULL}, i < 4 ? logits + i * V : NULL, 0,
-                                     smp[i], -1};
+                                     smp[i], -1, 0};
         CHECK(llm_runner_step(r, 8, b) == OMNI_OK, "decode 8: %s", omni_last_error());
         for (int i = 0; i < 8; i++) tok[i] = b[i].token;
     }
@@ -96,7 +96,7 @@ static void test_runner(const llm_model *m) {
     for (int s = 0; s < 5; s++) { /* decode, 48 sequences, both caches */
         for (int i = 0; i < NS; i++)
             b[i] = (llm_batch_entry){kv[i % 2], seq[i], {1, &tok[i], NULL, 0, NULL}, i == 7 ? logits : NULL, 0, smp[i],
-                                     -1};
+                                     -1, 0};
         CHECK(llm_runner_step(r, NS, b) == OMNI_OK, "decode 48: %s", omni_last_error());
         for (int i = 0; i < NS; i++) tok[i] = b[i].token;
     }

@@ -41,7 +41,7 @@ static void *run(void *arg) {
     if ((j->st = llm_runner_init(j->m, &rp, &r)) || (j->st = llm_runner_cache_init(r, &kp, &kv)) ||
         (j->st = kv_seq_add(kv, &seq)) || (j->st = llm_sampler_init(&sp, c->vocab, &s)))
         goto out;
-    llm_batch_entry b = {kv, seq, {40, prompt, NULL, 0, NULL}, NULL, 0, s, -1};
+    llm_batch_entry b = {kv, seq, {40, prompt, NULL, 0, NULL}, NULL, 0, s, -1, 0};
     for (int i = 0; i < STEPS && !j->st; i++) {
         j->st = llm_runner_step(r, 1, &b);
         j->toks[i] = b.token;

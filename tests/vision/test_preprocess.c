@@ -175,6 +175,13 @@ static void test_token_limits(void) {
     CHECK(vision_image_token_count(480, 640, &p, &gh, &gw, &tok) == OMNI_OK && tok >= 1024 && tok <= 2048,
           "640x480 with 1024..2048 tokens gives %d", tok);
     CHECK(vision_prep_set_token_limits(&p, 3000, 2000) == OMNI_ERR_USAGE, "min > max accepted");
+    /* a bound given alone below/above the default other bound moves it (issue 15: --image-max-tokens 32 alone) */
+    p = vision_prep_default_params(); /* 64..16384 tokens */
+    CHECK(vision_prep_set_token_limits(&p, 0, 32) == OMNI_OK && p.min_pixels == 32 * 1024 && p.max_pixels == 32 * 1024,
+          "max 32 alone: %lld..%lld (%s)", (long long)p.min_pixels, (long long)p.max_pixels, omni_last_error());
+    p = vision_prep_default_params();
+    CHECK(vision_prep_set_token_limits(&p, 20000, 0) == OMNI_OK && p.min_pixels == 20000 * 1024 &&
+              p.max_pixels == 20000 * 1024, "min 20000 alone: %lld..%lld", (long long)p.min_pixels, (long long)p.max_pixels);
 }
 
 /* A preferred budget is narrowed to the model's own pixel limits, and dropped when the ranges do not overlap. */

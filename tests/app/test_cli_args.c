@@ -1,0 +1,215 @@
+/* test_cli_args.c - the command line means one thing or fails (issue 15 items 5, 8, 9, 15): per-command --help,
+ * --opt=value, stray words joined into the prompt or refused, options a command does not use refused, -p with -f,
+ * --system with --raw warned, eval kl without --kv, --kv-window / --kv-sink ranges, a lone --image-max-tokens,
+ * -f - (stdin), text inputs that never end (/dev/zero, /dev/urandom) or are too large, and the passive OpenMP
+ * wait policy set without re-executing the program (works through ld.so and other wrappers). */
+#define _DEFAULT_SOURCE
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "cli_util.h"
+
+#define TEXT_MODEL OMNI_FIXTURES "/text/qvl-h64-hd128-gqa2-tied"
+#define VIS OMNI_FIXTURES "/vision"
+
+static char g_tmp[4096];
+
+/* Killed after 60 s: inputs that never end (/dev/zero) must not run the machine out of memory if a bug returns. */
+#define GUARD "timeout -s KILL 60"
+
+static void expect_fail(const char *what, int code, const char *needle, const char *args) {
+    double t0 = omni_time_ms();
+    cli_result r = cli_run_prefix(GUARD, "%s", args);
+    CHECK(r.code == code, "%s: exit %d, want %d (stderr: %s)", what, r.code, code, r.err);
+    CHECK(cli_lines(r.err) == 1 && strstr(r.err, needle), "%s: want one stderr line with '%s':\n%s", what, needle, r.err);
+    CHECK(r.out[0] == 0, "%s: unexpected stdout: %s", what, r.out);
+    CHECK(omni_time_ms() - t0 < 20000, "%s: took %.0f ms", what, omni_time_ms() - t0);
+    cli_free(&r);
+}
+
+/* stdout of a successful run. */
+static char *ok_out(const char *what, const char *args) {
+    cli_result r = cli_run("%s", args);
+    CHECK(r.code == 0, "%s: exit %d: %s", what, r.code, r.err);
+    free(r.err);
+    return r.out;
+}
+
+static void test_help(void) {
+    static const char *cmds[] = {"generate", "chat", "tokenize", "logits", "ocr", "ask", "eval"};
+    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
+        for (int h = 0; h < 2; h++) {
+            cli_result r = cli_run("%s %s", cmds[i], h ? "-h" : "--help");
+            char want[64];
+            snprintf(want, sizeof want, "usage: omni %s", cmds[i]);
+            CHECK(r.code == 0 && strstr(r.out, want) && r.err[0] == 0, "%s %s: exit %d, out '%.80s', err '%s'", cmds[i],
+                  h ? "-h" : "--help", r.code, r.out, r.err);
+            cli_free(&r);
+        }
+    }
+    cli_result r = cli_run("chat --help");
+    CHECK(strstr(r.out, "/image") && strstr(r.out, "/audio") && strstr(r.out, "/clear") && strstr(r.out, "/quit") &&
+              strstr(r.out, "/exit") && strstr(r.out, "Ctrl+C"),
+          "chat --help lists every REPL command: %s", r.out);
+    cli_free(&r);
+    r = cli_run("tokenize --help");
+    CHECK(!strstr(r.out, "--image") && !strstr(r.out, "--raw") && strstr(r.out, "-p, --prompt"),
+          "tokenize --help lists only its options: %s", r.out);
+    cli_free(&r);
+    r = cli_run("help ocr");
+    CHECK(r.code == 0 && strstr(r.out, "usage: omni ocr"), "omni help ocr: %d %s", r.code, r.out);
+    cli_free(&r);
+}
+
+/* Words after the options join the prompt (tokenize shows exactly what the model gets). */
+static void test_words(void) {
+    char *ref = ok_out("tokenize -p", "tokenize -m " TEXT_MODEL " -p 'hello big world'");
+    char *a = ok_out("-p + words", "tokenize -m " TEXT_MODEL " -p hello big world");
+    char *b = ok_out("words only", "tokenize -m " TEXT_MODEL " hello big world");
+    char *c = ok_out("--prompt=", "tokenize -m " TEXT_MODEL " --prompt='hello big' world");
+    char *d = ok_out("--model=", "tokenize --model=" TEXT_MODEL " -- hello big world");
+    CHECK(ref[0] && !strcmp(a, ref) && !strcmp(b, ref) && !strcmp(c, ref) && !strcmp(d, ref),
+          "joined prompts differ: '%s' '%s' '%s' '%s' vs '%s'", a, b, c, d, ref);
+    free(ref), free(a), free(b), free(c), free(d);
+    /* generate: `-p hi extra words` answers "hi extra words", not "hi" */
+    char *g1 = ok_out("generate joined", "generate -m " TEXT_MODEL " -p 'hi extra words' --temp 0 -n 4 --no-perf");
+    char *g2 = ok_out("generate words", "generate -m " TEXT_MODEL " -p hi extra words --temp 0 -n 4 --no-perf");
+    char *g3 = ok_out("generate -p hi", "generate -m " TEXT_MODEL " -p hi --temp 0 -n 4 --no-perf");
+    CHECK(!strcmp(g1, g2), "generate: '%s' vs '%s'", g1, g2);
+    CHECK(strcmp(g1, g3), "the extra words changed nothing: '%s'", g3);
+    free(g1), free(g2), free(g3);
+    char args[8400];
+    snprintf(args, sizeof args, "generate -m %s -f %s/p.txt extra", TEXT_MODEL, g_tmp);
+    expect_fail("words with -f", 1, "unexpected argument 'extra'", args);
+    expect_fail("chat words", 1, "unexpected argument 'hello'", "chat -m " TEXT_MODEL " hello");
+    expect_fail("eval extra word", 1, "unexpected argument 'more'",
+                "eval kl more -m " TEXT_MODEL " --kv int2 --text /dev/null");
+}
+
+/* Options a command does not use are refused (they used to be ignored without a word). */
+static void test_unused(void) {
+    expect_fail("tokenize --raw", 1, "omni tokenize does not use --raw", "tokenize -m " TEXT_MODEL " -p hi --raw");
+    expect_fail("tokenize --image", 1, "does not use --image", "tokenize -m " TEXT_MODEL " -p hi --image a.png");
+    expect_fail("tokenize -n", 1, "does not use -n", "tokenize -m " TEXT_MODEL " -p hi -n 3");
+    expect_fail("eval -n", 1, "omni eval does not use -n",
+                "eval kl -m " TEXT_MODEL " --kv int2 --text /dev/null -n 3");
+    expect_fail("eval --image", 1, "does not use --image",
+                "eval kl -m " TEXT_MODEL " --kv int2 --text /dev/null --image a.png");
+    expect_fail("chat -p", 1, "omni chat does not use -p", "chat -m " TEXT_MODEL " -p hi");
+    expect_fail("-p and -f", 1, "-p or with -f, not both", "generate -m " TEXT_MODEL " -p hi -f /dev/null");
+    expect_fail("eval without --kv", 1, "--kv MODE is required", "eval kl -m " TEXT_MODEL " --text /dev/null");
+    expect_fail("flag with a value", 1, "--raw takes no value", "generate -m " TEXT_MODEL " -p hi --raw=yes");
+    expect_fail("unknown --opt=", 1, "unknown option: --bogus", "generate --bogus=1");
+    expect_fail("--device", 1, "expected cpu or cuda", "generate -m " TEXT_MODEL " -p hi --device tpu");
+    /* --system with --raw: a warning, the run goes on */
+    cli_result r = cli_run("generate -m %s --raw -p hi --system sys -n 1 --temp 0 --no-perf", TEXT_MODEL);
+    CHECK(r.code == 0 && strstr(r.err, "warning: --system has no effect with --raw"), "--system --raw: %d %s", r.code,
+          r.err);
+    cli_free(&r);
+}
+
+static void test_ranges(void) {
+    expect_fail("--kv-window 100", 1, "not a multiple of 32", "generate -m " TEXT_MODEL " -p hi --kv-window 100");
+    expect_fail("--kv-window 512", 1, "[0, 256]", "generate -m " TEXT_MODEL " -p hi --kv-window 512");
+    expect_fail("--kv-sink 40", 1, "[0, 32]", "generate -m " TEXT_MODEL " -p hi --kv-sink 40");
+    expect_fail("--kv-layers twice", 1, "layer 0 is already given",
+                "generate -m " TEXT_MODEL " -p hi --kv int2 --kv-layers 0:int2,0:int4");
+    cli_result k = cli_run("generate -m %s -p hi -n 1 --kv int2 --kv-layers 0:int4", TEXT_MODEL);
+    CHECK(k.code == 0 && strstr(k.err, "kv_cache: mixed") && !strstr(k.err, "kv_cache: int4"),
+          "mixed cache named as layer 0's format: %s", k.err);
+    cli_free(&k);
+    expect_fail("image budget crossed", 1, "--image-min-tokens 100 is above --image-max-tokens 50",
+                "ocr x.png -m " TEXT_MODEL " --image-min-tokens 100 --image-max-tokens 50");
+    /* ocr's default budget is 1024-2048 tokens: a lone --image-max-tokens 64 lowers the minimum with it */
+    char dir[4200], cmd[9000];
+    snprintf(dir, sizeof dir, "%s/vl", g_tmp);
+    copy_dir(VIS "/vl-h64", dir);
+    snprintf(cmd, sizeof cmd, "cp %s/tok-small/tokenizer.json %s/tok-small/tokenizer_config.json '%s'/", OMNI_FIXTURES,
+             OMNI_FIXTURES, dir);
+    CHECK(system(cmd) == 0, "copy tokenizer");
+    cli_result r = cli_run("ocr %s/a_exact.png -m %s -n 2 --no-perf --image-max-tokens 64", VIS, dir);
+    CHECK(r.code == 0 && strstr(r.err, "visual tokens"), "ocr --image-max-tokens 64 alone: exit %d: %s", r.code, r.err);
+    cli_free(&r);
+}
+
+/* Text inputs: stdin, devices that never end, size limits. */
+static void test_text_inputs(void) {
+    char args[8400], path[4200];
+    snprintf(path, sizeof path, "%s/p.txt", g_tmp);
+    write_all(path, "hello big world", 15);
+    char *ref = ok_out("tokenize -f", "tokenize -m " TEXT_MODEL " -p 'hello big world'");
+    snprintf(args, sizeof args, "tokenize -m %s -f - < %s", TEXT_MODEL, path);
+    char *in = ok_out("-f -", args);
+    CHECK(!strcmp(in, ref), "-f - gave '%s', want '%s'", in, ref);
+    free(in), free(ref);
+    expect_fail("-f /dev/zero", 2, "NUL byte", "tokenize -m " TEXT_MODEL " -f /dev/zero");
+    expect_fail("-f /dev/urandom", 2, "NUL byte", "tokenize -m " TEXT_MODEL " -f /dev/urandom");
+    expect_fail("eval --text /dev/urandom", 2, "NUL byte", "eval kl -m " TEXT_MODEL " --kv int2 --text /dev/urandom");
+    snprintf(args, sizeof args, "tokenize -m %s -f %s --max-text-bytes 10", TEXT_MODEL, path);
+    expect_fail("--max-text-bytes", 2, "over the limit of 10 bytes", args);
+    expect_fail("-f directory", 2, "is a directory", "tokenize -m " TEXT_MODEL " -f /tmp");
+    expect_fail("-f missing", 2, "/nonexistent/p.txt", "tokenize -m " TEXT_MODEL " -f /nonexistent/p.txt");
+}
+
+/* `OMNI_BIN --version` with OMP_DISPLAY_ENV=true through `wrapper`; returns stdout+stderr (malloc'ed). ctest sets
+ * OMP_WAIT_POLICY for every test: it is unset so the program's own default shows. */
+static char *version_through(const char *wrapper, const char *policy) {
+    char prefix[512];
+    snprintf(prefix, sizeof prefix, "env -u OMP_WAIT_POLICY OMP_DISPLAY_ENV=true %s %s", policy ? policy : "", wrapper);
+    cli_result r = cli_run_prefix(prefix, "--version");
+    CHECK(r.code == 0, "%s --version: exit %d", prefix, r.code);
+    size_t n = strlen(r.out) + strlen(r.err) + 1;
+    char *s = malloc(n);
+    snprintf(s, n, "%s%s", r.out, r.err);
+    cli_free(&r);
+    return s;
+}
+
+static int count(const char *s, const char *needle) {
+    int n = 0;
+    for (const char *p = s; (p = strstr(p, needle)); p++) n++;
+    return n;
+}
+
+/* The passive wait policy is in place in the first (only) process, also when started through ld.so, and a
+ * policy the user chose is kept. */
+static void test_omp_policy(void) {
+    char *s = version_through("", NULL);
+    CHECK(count(s, "OMP_WAIT_POLICY = 'PASSIVE'") == 1 && count(s, "omni ") == 1,
+          "one process, passive policy:\n%s", s);
+    free(s);
+    const char *ldso = access("/lib64/ld-linux-x86-64.so.2", X_OK) == 0 ? "/lib64/ld-linux-x86-64.so.2" : NULL;
+    if (ldso) {
+        s = version_through(ldso, NULL);
+        CHECK(strstr(s, "omni 0") && count(s, "OMP_WAIT_POLICY = 'PASSIVE'") == 1 && !strstr(s, "ld.so"),
+              "through ld.so:\n%s", s);
+        free(s);
+    }
+    s = version_through("", "OMP_WAIT_POLICY=active");
+    CHECK(count(s, "OMP_WAIT_POLICY = 'ACTIVE'") == 1, "the user's policy is kept:\n%s", s);
+    free(s);
+}
+
+int main(void) {
+    char *t = make_tmpdir();
+    snprintf(g_tmp, sizeof g_tmp, "%s", t);
+    free(t);
+    char p[4200];
+    snprintf(p, sizeof p, "%s/p.txt", g_tmp);
+    write_all(p, "hello", 5);
+    test_help();
+    test_words();
+    test_unused();
+    test_ranges();
+    test_text_inputs();
+    test_omp_policy();
+    char cmd[4300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_tmp);
+    if (system(cmd)) {}
+    return check_exit();
+}

@@ -1,0 +1,145 @@
+/* test_cli_model.c - bad model directories through the program (issue 15 items 12, 13, 14): out-of-range or
+ * mistyped config values are refused at load with exit 3 and one line naming the key (they used to give NaN
+ * logits and exit 0), a token id outside the vocabulary is a model error (not a usage error), a broken
+ * generation_config.json is an error, and model files that are FIFOs (or directories) are refused at once
+ * instead of hanging. Every run is killed after 60 s so a hang fails the test instead of blocking ctest. */
+#define _DEFAULT_SOURCE
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "cli_util.h"
+
+#define MODEL OMNI_FIXTURES "/text/qvl-h64-hd128-gqa2-tied"
+#define GUARD "timeout -s KILL 60"
+
+static char g_dir[4096];
+
+static void expect_fail(const char *what, int code, const char *needle, const char *args) {
+    double t0 = omni_time_ms();
+    cli_result r = cli_run_prefix(GUARD, "%s", args);
+    CHECK(r.code == code, "%s: exit %d, want %d (stderr: %s)", what, r.code, code, r.err);
+    CHECK(cli_lines(r.err) == 1 && strstr(r.err, needle), "%s: want one stderr line with '%s':\n%s", what, needle, r.err);
+    CHECK(r.out[0] == 0, "%s: unexpected stdout: %s", what, r.out);
+    CHECK(omni_time_ms() - t0 < 30000, "%s: took %.0f ms", what, omni_time_ms() - t0);
+    cli_free(&r);
+}
+
+/* Fresh copy of the fixture with text_config.<key> (or a top-level key when top != 0) set to `value`. */
+static void with_value(const char *key, const char *value, int top) {
+    char path[4200];
+    copy_dir(MODEL, g_dir);
+    snprintf(path, sizeof path, "%s/config.json", g_dir);
+    char *txt = omni_read_file(path, NULL);
+    cJSON *root = cJSON_Parse(txt), *o = top ? root : cJSON_GetObjectItem(root, "text_config");
+    free(txt);
+    cJSON *v = cJSON_Parse(value);
+    if (cJSON_GetObjectItem(o, key)) cJSON_ReplaceItemInObject(o, key, v);
+    else cJSON_AddItemToObject(o, key, v);
+    char *out = cJSON_Print(root);
+    write_all(path, out, strlen(out));
+    free(out);
+    cJSON_Delete(root);
+}
+
+static void config_values(void) {
+    static const struct { const char *key, *value, *needle; int top; } cs[] = {
+        {"rope_theta", "0", "text_config.rope_theta: 0 is outside", 0},
+        {"rope_theta", "-1", "text_config.rope_theta: -1 is outside", 0},
+        {"rms_norm_eps", "-1", "text_config.rms_norm_eps: -1 is outside", 0},
+        {"hidden_size", "128.5", "text_config.hidden_size: 128.5 is not an integer", 0},
+        {"intermediate_size", "1099511627776", "intermediate_size: 1099511627776 is outside", 0},
+        {"image_token_id", "999999", "image_token_id: 999999 is outside [0, 3071]", 1},
+    };
+    char args[8400];
+    snprintf(args, sizeof args, "generate -m %s -p hi -n 2 --temp 0", g_dir);
+    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
+        with_value(cs[i].key, cs[i].value, cs[i].top);
+        char what[128];
+        snprintf(what, sizeof what, "%s = %s", cs[i].key, cs[i].value);
+        expect_fail(what, 3, cs[i].needle, args);
+    }
+    copy_dir(MODEL, g_dir);
+    char path[4200];
+    snprintf(path, sizeof path, "%s/generation_config.json", g_dir);
+    write_all(path, "{\"eos_token_id\": [3002,", 23);
+    expect_fail("malformed generation_config.json", 3, "generation_config.json: invalid JSON", args);
+}
+
+/* Each model file replaced by a FIFO with no writer (open() for reading would block forever), then by a
+ * directory. */
+static void special_files(void) {
+    static const char *files[] = {"config.json", "tokenizer.json", "model.safetensors", "generation_config.json"};
+    char args[8400], path[4200];
+    snprintf(args, sizeof args, "generate -m %s -p hi -n 1", g_dir);
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        copy_dir(MODEL, g_dir);
+        snprintf(path, sizeof path, "%s/%s", g_dir, files[i]);
+        unlink(path);
+        CHECK(mkfifo(path, 0600) == 0, "mkfifo %s", files[i]);
+        char what[128];
+        snprintf(what, sizeof what, "%s as a FIFO", files[i]);
+        expect_fail(what, 3, "not a regular file", args);
+        unlink(path);
+        CHECK(mkdir(path, 0700) == 0, "mkdir %s", files[i]);
+        snprintf(what, sizeof what, "%s as a directory", files[i]);
+        expect_fail(what, 3, files[i], args);
+        rmdir(path);
+    }
+    /* tokenize reads only tokenizer.json */
+    copy_dir(MODEL, g_dir);
+    snprintf(path, sizeof path, "%s/tokenizer.json", g_dir);
+    unlink(path);
+    CHECK(mkfifo(path, 0600) == 0, "mkfifo tokenizer.json");
+    snprintf(args, sizeof args, "tokenize -m %s -p hi", g_dir);
+    expect_fail("tokenize: tokenizer.json as a FIFO", 3, "not a regular file", args);
+    unlink(path);
+}
+
+/* NaN weights (a corrupt download): the final norm's bf16 values set to NaN. Sampling used to read the NaN logits
+ * as token 0 and exit 0; the run now stops with exit 4 and says why. */
+static void nan_weights(void) {
+    char path[4200];
+    copy_dir(MODEL, g_dir);
+    snprintf(path, sizeof path, "%s/model.safetensors", g_dir);
+    size_t n = 0;
+    unsigned char *b = (unsigned char *)omni_read_file(path, &n);
+    CHECK(b && n > 8, "read %s", path);
+    if (!b) return;
+    uint64_t hl = 0;
+    for (int i = 0; i < 8; i++) hl |= (uint64_t)b[i] << (8 * i);
+    cJSON *h = cJSON_ParseWithLength((const char *)b + 8, hl);
+    cJSON *t = cJSON_GetObjectItem(h, "model.language_model.norm.weight");
+    cJSON *off = cJSON_GetObjectItem(t, "data_offsets");
+    CHECK(t && !strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(t, "dtype")), "BF16"), "norm.weight bf16");
+    if (t && off) {
+        size_t lo = 8 + hl + (size_t)cJSON_GetArrayItem(off, 0)->valuedouble;
+        size_t hi = 8 + hl + (size_t)cJSON_GetArrayItem(off, 1)->valuedouble;
+        for (size_t i = lo; i + 1 < hi && hi <= n; i += 2) b[i] = 0xC0, b[i + 1] = 0x7F; /* bf16 quiet NaN */
+        write_all(path, b, n);
+    }
+    cJSON_Delete(h);
+    free(b);
+    cli_result r = cli_run_prefix(GUARD, "generate -m %s -p hi -n 2 --temp 0", g_dir);
+    const char *last = strstr(r.err, "error: ");
+    CHECK(r.code == 4 && last && strstr(last, "non-finite logits") && !strchr(last, '\n')[1] && !r.out[0],
+          "NaN weights: exit %d, stdout '%s', stderr:\n%s", r.code, r.out, r.err);
+    cli_free(&r);
+}
+
+int main(void) {
+    char *t = make_tmpdir();
+    snprintf(g_dir, sizeof g_dir, "%s/model", t);
+    config_values();
+    special_files();
+    nan_weights();
+    char cmd[4300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", t);
+    if (system(cmd)) {}
+    free(t);
+    return check_exit();
+}
