@@ -29,8 +29,35 @@ static omni_status model_or_embedded(omni_args *a, const char *name, char *dir, 
     return st;
 }
 
-/* Each positional argument (and --image) is one image, answered on its own: its text on stdout, a blank line
- * between answers; a header naming the file goes to stderr when there are several. */
+/* One image answered: its text on stdout (after a "==> FILE <==" header line when there are several). */
+static omni_status ocr_one(omni_args *a, const char *img, int several, int first, volatile int *intr) {
+    omni_args one = *a;
+    one.images[0] = img;
+    one.n_images = 1;
+    one.n_positional = 0;
+    if (!one.prompt && !one.prompt_file) one.prompt = OCR_PROMPT;
+    if (several) {
+        printf("%s==> %s <==\n", first ? "" : "\n", img);
+        fflush(stdout);
+    }
+    omni_session s;
+    media_prompt p;
+    media_item items[2 * OMNI_MAX_MEDIA] = {{0}};
+    omni_status st = omni_open_prompt(&s, &one, a->n_predict, 1, intr, &p, items);
+    if (!st) st = session_turn(&s, &p, a->n_predict, 0, NULL, NULL, NULL);
+    if (!st || *intr) {
+        fputc('\n', stdout);
+        fflush(stdout);
+        session_print_perf(&s);
+    }
+    media_prompt_free(&p);
+    omni_free_items(items, one.n_images + one.n_audios);
+    session_close(&s);
+    return st;
+}
+
+/* Each positional argument (and --image) is one image, answered on its own. A bad image is reported (one error
+ * line) and the others are still read; the exit code is then the first failure's. A model error stops. */
 omni_status cmd_ocr(const omni_args *args, volatile int *intr) {
     const char *imgs[2 * OMNI_MAX_MEDIA];
     int n = 0;
@@ -38,29 +65,20 @@ omni_status cmd_ocr(const omni_args *args, volatile int *intr) {
     for (int i = 0; i < args->n_positional; i++) imgs[n++] = args->positional[i];
     if (!n) return omni_fail(OMNI_ERR_USAGE, "usage: omni ocr IMAGE... [-m MODEL] [--prompt TEXT]");
     omni_args with_model = *args, *a = &with_model;
-    char dir[4096];
-    omni_status st = model_or_embedded(a, "ocr", dir, sizeof dir);
+    char dir[4096], first_err[512] = "";
+    omni_status st = model_or_embedded(a, "ocr", dir, sizeof dir), worst = OMNI_OK;
+    int failed = 0;
     for (int i = 0; !st && i < n && !*intr; i++) {
-        omni_args one = *a;
-        one.images[0] = imgs[i];
-        one.n_images = 1;
-        one.n_positional = 0;
-        if (!one.prompt && !one.prompt_file) one.prompt = OCR_PROMPT;
-        if (n > 1) fprintf(stderr, "==> %s <==\n", imgs[i]);
-        omni_session s;
-        media_prompt p;
-        media_item items[2 * OMNI_MAX_MEDIA] = {{0}};
-        st = omni_open_prompt(&s, &one, a->n_predict, 1, intr, &p, items);
-        if (!st) st = session_turn(&s, &p, a->n_predict, 0, NULL, NULL, NULL);
-        if (!st) {
-            fputs(i + 1 < n ? "\n\n" : "\n", stdout);
-            fflush(stdout);
-            session_print_perf(&s);
+        omni_status one = ocr_one(a, imgs[i], n > 1, i == 0, intr);
+        if (!one || *intr) continue;
+        if (one != OMNI_ERR_INPUT && one != OMNI_ERR_USAGE) st = one; /* the model, memory...: every image fails */
+        else {
+            fprintf(stderr, "error: %s\n", omni_last_error());
+            if (!failed++) snprintf(first_err, sizeof first_err, "%s", omni_last_error()), worst = one;
         }
-        media_prompt_free(&p);
-        omni_free_items(items, one.n_images + one.n_audios);
-        session_close(&s);
     }
+    if (!st && failed)
+        st = omni_fail(worst, "%d of %d images could not be read (first: %.400s)", failed, n, first_err);
     return st;
 }
 

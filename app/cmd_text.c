@@ -34,6 +34,34 @@ static omni_status encode_args(omni_session *s, media_item *items) {
     return st;
 }
 
+/* -c is a hard cap: the prompt (media tokens counted from the files' headers) must fit the context, with room
+ * for one answer token when the command generates. Decided before any encoder or prefill runs. */
+static omni_status check_context(int n_tokens, int ctx, int generating) {
+    if (n_tokens > ctx)
+        return omni_fail(OMNI_ERR_USAGE, "prompt (%d tokens incl. media) longer than the context (%d; raise -c)",
+                         n_tokens, ctx);
+    if (generating && n_tokens == ctx)
+        return omni_fail(OMNI_ERR_USAGE, "prompt (%d tokens incl. media) fills the context (%d): no room for an "
+                         "answer (raise -c)", n_tokens, ctx);
+    return OMNI_OK;
+}
+
+/* Tokens of the prompt once each placeholder is replaced by its file's tokens, from the headers. Audio whose
+ * container does not state its length counts one token here (checked again after encoding). */
+static omni_status count_prompt(omni_session *s, const omni_args *a, int n_ids, int *total) {
+    *total = n_ids;
+    omni_status st = OMNI_OK;
+    for (int i = 0; !st && i < a->n_images; i++) {
+        int k = 0;
+        if (!(st = media_count_image(s->media, a->images[i], &k))) *total += k - 1;
+    }
+    for (int i = 0; !st && i < a->n_audios; i++) {
+        int k = 0;
+        if (!(st = media_count_audio(s->media, a->audios[i], &k)) && k > 0) *total += k - 1;
+    }
+    return st;
+}
+
 omni_status omni_open_prompt(omni_session *s, const omni_args *a, int extra, int n_seqs, volatile int *intr,
                              media_prompt *p, media_item *items) {
     char *text = NULL;
@@ -44,16 +72,18 @@ omni_status omni_open_prompt(omni_session *s, const omni_args *a, int extra, int
     omni_status st = build_prompt(a, &text);
     if (!st) st = session_open(s, a, n_seqs, 0, 0);
     s->interrupted = intr;
+    if (!st) media_encoder_set_interrupt(s->media, intr);
     if (!st) st = media_check_support(s->model, a->n_images, a->n_audios);
     if (!st) st = session_tokenize(s, text, &ids, &n);
     if (!st && n == 0) st = omni_fail(OMNI_ERR_USAGE, "empty prompt");
     if (!st) st = media_check_placeholders(s->model, ids, n, a->n_images, a->n_audios);
+    int total = 0;
+    if (!st) st = count_prompt(s, a, n, &total);
+    if (!st) st = check_context(total, a->ctx, extra != 0);
     if (!st) st = encode_args(s, items);
     if (!st) st = media_prompt_build(s->media, ids, n, items, a->n_images + a->n_audios, p);
-    if (!st) {
-        int need = p->n_tokens + (extra > 0 ? extra : 0);
-        st = session_kv_init(s, need > a->ctx ? need : a->ctx);
-    }
+    if (!st) st = check_context(p->n_tokens, a->ctx, extra != 0);
+    if (!st) st = session_kv_init(s, a->ctx);
     free(text);
     free(ids);
     return st;
@@ -70,7 +100,7 @@ omni_status cmd_generate(const omni_args *a, volatile int *intr) {
     media_item items[2 * OMNI_MAX_MEDIA] = {{0}};
     omni_status st = omni_open_prompt(&s, a, a->n_predict, 1, intr, &p, items);
     if (!st) st = session_turn(&s, &p, a->n_predict, 0, NULL, NULL, NULL);
-    if (!st) {
+    if (!st || *intr) { /* Ctrl+C (encode, prefill or decode): what was done, then exit 130 */
         fputc('\n', stdout);
         fflush(stdout);
         session_print_perf(&s);

@@ -13,9 +13,16 @@
 
 static volatile int g_interrupted = 0;
 
+/* First Ctrl+C: the running command stops within one prefill chunk, decode step, or encoder block/layer,
+ * prints what it did (perf block) and the program exits 130 (chat: only the current answer stops). A second
+ * Ctrl+C before that leaves at once, saying so. */
 static void on_sigint(int sig) {
     (void)sig;
-    if (g_interrupted) _Exit(130); /* second Ctrl+C: leave now */
+    if (g_interrupted) {
+        static const char msg[] = "\nInterrupted by user (second Ctrl+C)\n";
+        if (write(STDERR_FILENO, msg, sizeof msg - 1) < 0) {}
+        _exit(130);
+    }
     g_interrupted = 1;
 }
 

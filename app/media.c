@@ -19,6 +19,7 @@ struct media_encoder {
     vision_tower *vt;       /* loaded on the first image */
     vision_prep_params prep;
     audio_tower *at;        /* loaded on the first audio file */
+    volatile const int *interrupt; /* Ctrl+C: the towers stop within one block / layer */
     double ms;
 };
 
@@ -47,6 +48,12 @@ void media_encoder_free(media_encoder *e) {
 }
 
 double media_encoder_ms(const media_encoder *e) { return e->ms; }
+
+void media_encoder_set_interrupt(media_encoder *e, volatile const int *flag) {
+    e->interrupt = flag;
+    if (e->vt) vision_tower_set_interrupt(e->vt, flag);
+    if (e->at) audio_tower_set_interrupt(e->at, flag);
+}
 
 static const char *base_name(const char *p) {
     const char *b = strrchr(p, '/');
@@ -79,6 +86,7 @@ static omni_status ensure_vision(media_encoder *e) {
                  ? vision_prep_prefer_token_limits(&e->prep, e->p.image_min_tokens, e->p.image_max_tokens)
                  : vision_prep_set_token_limits(&e->prep, e->p.image_min_tokens, e->p.image_max_tokens);
     if (!st) st = vision_tower_load(e->dir, llm_model_ckpt(e->m), &e->vt);
+    if (!st) vision_tower_set_interrupt(e->vt, e->interrupt);
     if (!st && vision_tower_config(e->vt)->out_hidden != e->cfg->hidden)
         st = omni_fail(OMNI_ERR_MODEL, "vision out_hidden_size %d != text hidden %d",
                        vision_tower_config(e->vt)->out_hidden, e->cfg->hidden);
@@ -145,6 +153,7 @@ static omni_status ensure_audio(media_encoder *e) {
     audio_tower_config ac;
     st = audio_tower_config_read(e->dir, &ac);
     if (!st) st = audio_tower_load(llm_model_ckpt(e->m), &ac, &e->at);
+    if (!st) audio_tower_set_interrupt(e->at, e->interrupt);
     if (!st && ac.out_dim != e->cfg->hidden)
         st = omni_fail(OMNI_ERR_MODEL, "audio output_dim %d != text hidden %d", ac.out_dim, e->cfg->hidden);
     if (st) {
@@ -195,6 +204,30 @@ omni_status media_encode_audio(media_encoder *e, const char *path, media_item *o
     st = media_encode_pcm(e, &pcm, base_name(path), out);
     audio_pcm_free(&pcm);
     return st;
+}
+
+omni_status media_count_image(media_encoder *e, const char *path, int *n_tokens) {
+    *n_tokens = 0;
+    omni_status st = ensure_vision(e);
+    int w = 0, h = 0, gh, gw;
+    if (!st) st = vision_image_probe(path, e->p.max_image_pixels, &w, &h);
+    if (!st) st = vision_image_token_count(h, w, &e->prep, &gh, &gw, n_tokens);
+    return st;
+}
+
+omni_status media_count_audio(media_encoder *e, const char *path, int *n_tokens) {
+    *n_tokens = -1;
+    omni_status st = ensure_audio(e);
+    if (st) return st;
+    audio_load_params lp = audio_load_default_params();
+    if (e->p.max_audio_seconds > 0) lp.max_seconds = e->p.max_audio_seconds;
+    audio_info ai;
+    if ((st = audio_probe(path, &lp, &ai))) return st;
+    if (ai.frames >= 0) {
+        int64_t T = audio_mel_frames(audio_resampled_length(ai.frames, ai.rate));
+        *n_tokens = (int)audio_token_count(T, audio_tower_get_config(e->at)->n_window);
+    }
+    return OMNI_OK;
 }
 
 void media_item_clear(media_item *it) {

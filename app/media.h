@@ -51,6 +51,16 @@ typedef struct {
     float *deepstack[4];        /* each [n_tokens, hidden] (owned) */
 } media_item;
 
+/* Ctrl+C: while *flag is non-zero the towers stop within one block / layer ("interrupted"). */
+void media_encoder_set_interrupt(media_encoder *enc, volatile const int *flag);
+
+/* Tokens a file will take, from its header only (no pixel or sample decoded, no encoder run), with the errors
+ * the encode would give up to there (missing, not a regular file, unsupported, over a limit): the CLI refuses a
+ * prompt longer than the context, and chat checks /image and /audio when they are given, before any work.
+ * Audio: *n_tokens is -1 when the container does not state its length. */
+omni_status media_count_image(media_encoder *enc, const char *path, int *n_tokens);
+omni_status media_count_audio(media_encoder *enc, const char *path, int *n_tokens);
+
 /* Load, preprocess and encode an image (token budget from the params). */
 omni_status media_encode_image(media_encoder *enc, const char *path, media_item *out);
 /* The same from an image file's bytes (`name` in messages; omni serve). */

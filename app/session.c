@@ -34,7 +34,7 @@ omni_status session_open(omni_session *s, const omni_args *a, int n_seqs, int ch
     omni_status st = OMNI_OK;
 #ifndef OMNI_HAVE_CUDA_RUNNER
     if (ep.runner.device == LLM_DEVICE_CUDA) /* before any loading */
-        return omni_fail(OMNI_ERR_UNSUPPORTED, "--device cuda: the CUDA backend is not built yet; use --device cpu");
+        return omni_fail(OMNI_ERR_RUNTIME, "--device cuda: this build has no CUDA backend; use --device cpu");
 #endif
     if (a->threads > 0) op_set_threads(a->threads); /* the encoders run on this thread too */
     if ((st = omni_resolve_model(a->model, s->model_dir, sizeof s->model_dir))) return st;
@@ -226,7 +226,7 @@ omni_status session_turn(omni_session *s, const media_prompt *p, int n_predict, 
 }
 
 void session_print_perf(const omni_session *s) {
-    if (s->args.no_perf) return;
+    if (s->args.no_perf || !s->engine) return; /* nothing ran (the session did not open) */
     double total = omni_time_ms() - s->t_start, enc = media_encoder_ms(s->media) - s->t_encode0_ms;
     const char *p = "omni_perf:";
     fprintf(stderr, "\n%s        load time = %10.2f ms\n", p, s->t_load_ms);

@@ -68,6 +68,18 @@ audio_load_params audio_load_default_params(void);
 omni_status audio_load(const char *path, audio_pcm *out);
 /* The same with explicit limits (p NULL: the defaults). */
 omni_status audio_load_ex(const char *path, const audio_load_params *p, audio_pcm *out);
+/* What a file's header says, checked against the limits, nothing decoded (the errors of audio_load up to there):
+ * for counting audio tokens before any decoding or encoder work. frames/duration_s are -1 when the container does
+ * not state a length. */
+typedef struct {
+    int rate, channels;
+    int64_t frames;
+    double duration_s;
+    char decoder[16];
+} audio_info;
+omni_status audio_probe(const char *path, const audio_load_params *p, audio_info *out);
+/* Samples at 16 kHz of `frames` at `rate` (ceil; the resampler may give a few fewer at the end). */
+int64_t audio_resampled_length(int64_t frames, int rate);
 /* The same from a file held in memory (`name` is used in messages). */
 omni_status audio_load_memory(const void *data, size_t size, const char *name, const audio_load_params *p,
                               audio_pcm *out);
@@ -135,6 +147,9 @@ typedef struct audio_tower audio_tower;
 omni_status audio_tower_load(const omni_ckpt *ckpt, const audio_tower_config *cfg, audio_tower **out);
 void audio_tower_free(audio_tower *t); /* NULL is a no-op */
 const audio_tower_config *audio_tower_get_config(const audio_tower *t);
+/* While *flag is non-zero (Ctrl+C), audio_tower_encode stops before its next layer with OMNI_ERR_RUNTIME
+ * "interrupted". NULL: never. */
+void audio_tower_set_interrupt(audio_tower *t, volatile const int *flag);
 
 /* Encode mel [n_mels, T] (row stride T) to out [audio_token_count(T), out_dim]. */
 omni_status audio_tower_encode(audio_tower *t, const float *mel, int64_t T, float *out);

@@ -49,6 +49,8 @@ typedef struct {
     int64_t n, cap;
     int64_t max_frames; /* the duration limit at the file's rate (0 until the rate is known) */
     double max_seconds;
+    int probe;            /* header only: stop after the limits are checked */
+    int64_t header_frames;/* probe: frames the header states (-1: it does not say) */
 } mono_buf;
 
 static omni_status mono_reserve(mono_buf *b, int64_t extra) {
@@ -188,6 +190,11 @@ static omni_status decode_sndfile(src_t *src, const char *path, const audio_load
     set_frame_limit(b, p, info.samplerate);
     *rate = info.samplerate;
     *channels = info.channels;
+    if (b->probe) {
+        b->header_frames = frames;
+        sf_close(sf);
+        return OMNI_OK;
+    }
     enum { BLOCK = 4096 };
     float *tmp = malloc((size_t)BLOCK * info.channels * sizeof(float));
     if (!tmp) {
@@ -353,6 +360,14 @@ static omni_status decode_ffmpeg(src_t *src, const char *path, const audio_load_
         double dur = ffmpeg_duration(fmt, fmt->streams[si]);
         int64_t frames = dur >= 0 && dec->sample_rate > 0 ? (int64_t)(dur * dec->sample_rate) : -1;
         st = check_header(path, p, dec->sample_rate, dec->ch_layout.nb_channels, frames);
+        b->header_frames = frames;
+    }
+    if (!st && b->probe) {
+        *rate = dec->sample_rate;
+        *channels = dec->ch_layout.nb_channels;
+        avcodec_free_context(&dec);
+        ffmpeg_close(&fmt, &avio);
+        return OMNI_OK;
     }
     if (!st) {
         /* Format conversion only (same rate and layout): planar/int -> interleaved f32. */
@@ -518,6 +533,30 @@ omni_status audio_load_ex(const char *path, const audio_load_params *p, audio_pc
 }
 
 omni_status audio_load(const char *path, audio_pcm *out) { return audio_load_ex(path, NULL, out); }
+
+omni_status audio_probe(const char *path, const audio_load_params *p, audio_info *out) {
+    memset(out, 0, sizeof *out);
+    audio_load_params def = audio_load_default_params();
+    if (!p) p = &def;
+    src_t src;
+    omni_status st = open_file(path, &src);
+    if (st) return st;
+    mono_buf b = {0};
+    b.probe = 1;
+    audio_pcm dec = {0};
+    st = decode_any(&src, path, p, &b, &out->rate, &out->channels, &dec);
+    close(src.fd);
+    if (st) return st;
+    out->frames = b.header_frames;
+    out->duration_s = b.header_frames >= 0 ? (double)b.header_frames / out->rate : -1;
+    snprintf(out->decoder, sizeof out->decoder, "%s", dec.decoder);
+    return OMNI_OK;
+}
+
+int64_t audio_resampled_length(int64_t frames, int rate) {
+    if (frames <= 0 || rate <= 0) return 0;
+    return rate == AUDIO_SAMPLE_RATE ? frames : (frames * AUDIO_SAMPLE_RATE + rate - 1) / rate;
+}
 
 omni_status audio_load_memory(const void *data, size_t size, const char *name, const audio_load_params *p,
                               audio_pcm *out) {

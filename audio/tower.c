@@ -33,6 +33,7 @@ struct audio_tower {
     omni_tensor lnp_w, lnp_b, p1_w, p1_b, p2_w, p2_b; /* ln_post [d]; proj1 [d,d]; proj2 [out,d] */
     aut_layer *layers;
     float *pos; /* [max_source_positions, d] sinusoidal table */
+    volatile const int *interrupt; /* checked between layers (audio_tower_set_interrupt) */
 };
 
 static int64_t floordiv(int64_t a, int64_t b) { /* Python // for b > 0 */
@@ -189,6 +190,8 @@ void audio_tower_free(audio_tower *t) {
     free(t->pos);
     free(t);
 }
+
+void audio_tower_set_interrupt(audio_tower *t, volatile const int *flag) { t->interrupt = flag; }
 
 const audio_tower_config *audio_tower_get_config(const audio_tower *t) { return &t->cfg; }
 
@@ -347,7 +350,13 @@ omni_status audio_tower_encode(audio_tower *t, const float *mel, int64_t T, floa
             int nb = (int)(c1 - cb < w.nb ? c1 - cb : w.nb);
             n += chunk_stem(t, &w, mel, T, cb, nb, n_chunks, tail, Lc, w.h + (size_t)n * c->d_model);
         }
-        for (int l = 0; l < c->n_layers; l++) encoder_layer(t, &t->layers[l], &w, n, win);
+        for (int l = 0; l < c->n_layers; l++) {
+            if (t->interrupt && *t->interrupt) { /* Ctrl+C: stop within one layer */
+                work_free(&w);
+                return omni_fail(OMNI_ERR_RUNTIME, "interrupted");
+            }
+            encoder_layer(t, &t->layers[l], &w, n, win);
+        }
         tower_head(t, &w, n, out + (size_t)row * c->out_dim);
         row += n;
     }

@@ -27,7 +27,7 @@ static omni_status runner_ops_for(llm_device d, const llm_runner_ops **ops) {
     else if (d == LLM_DEVICE_CUDA) *ops = &llm_runner_cuda_ops;
 #endif
     else if (d == LLM_DEVICE_CUDA)
-        return omni_fail(OMNI_ERR_UNSUPPORTED, "--device cuda: the CUDA backend is not built yet; use --device cpu");
+        return omni_fail(OMNI_ERR_RUNTIME, "--device cuda: this build has no CUDA backend; use --device cpu");
     else
         return omni_fail(OMNI_ERR_USAGE, "runner: unknown device %d", (int)d);
     return OMNI_OK;

@@ -277,27 +277,35 @@ static omni_status apply_orientation(vision_image *img, int o) {
     return OMNI_OK;
 }
 
+/* Format, size and channels from the header, checked against the pixel limit; no pixel decoded. */
+static omni_status read_header(const uint8_t *data, size_t size, const char *name, int64_t max_pixels,
+                               img_format *fmt, int *w, int *h, int *comp) {
+    if (max_pixels <= 0) max_pixels = VISION_DEFAULT_MAX_IMAGE_PIXELS;
+    *fmt = FMT_UNKNOWN;
+    omni_status st = check_container(data, size, name, fmt);
+    if (st != OMNI_OK) return st;
+    if (size > (size_t)0x7fffffff) return omni_fail(OMNI_ERR_INPUT, "image '%s' is too large (%zu bytes)", name, size);
+    int64_t hw, hh;
+    if (header_dims(data, size, *fmt, &hw, &hh) && hw * hh > max_pixels)
+        return omni_fail(OMNI_ERR_INPUT, "image '%s' is %lldx%lld = %lld pixels, over the limit of %lld", name,
+                         (long long)hw, (long long)hh, (long long)(hw * hh), (long long)max_pixels);
+    if (!stbi_info_from_memory(data, (int)size, w, h, comp))
+        return omni_fail(OMNI_ERR_INPUT, "image '%s': cannot read the %s header (%s)", name, format_name(*fmt),
+                         stbi_failure_reason());
+    if (*w <= 0 || *h <= 0) return omni_fail(OMNI_ERR_INPUT, "image '%s' has size %dx%d", name, *w, *h);
+    if ((int64_t)*w * *h > max_pixels)
+        return omni_fail(OMNI_ERR_INPUT, "image '%s' is %dx%d = %lld pixels, over the limit of %lld", name, *w, *h,
+                         (long long)*w * *h, (long long)max_pixels);
+    return OMNI_OK;
+}
+
 static omni_status decode_image(const uint8_t *data, size_t size, const char *name, int64_t max_pixels,
                                 vision_image *out) {
     memset(out, 0, sizeof(*out));
-    if (max_pixels <= 0) max_pixels = VISION_DEFAULT_MAX_IMAGE_PIXELS;
-    img_format fmt = FMT_UNKNOWN;
-    omni_status st = check_container(data, size, name, &fmt);
-    if (st != OMNI_OK) return st;
-    if (size > (size_t)0x7fffffff) return omni_fail(OMNI_ERR_INPUT, "image '%s' is too large (%zu bytes)", name, size);
-
-    int64_t hw, hh;
-    if (header_dims(data, size, fmt, &hw, &hh) && hw * hh > max_pixels)
-        return omni_fail(OMNI_ERR_INPUT, "image '%s' is %lldx%lld = %lld pixels, over the limit of %lld", name,
-                         (long long)hw, (long long)hh, (long long)(hw * hh), (long long)max_pixels);
+    img_format fmt;
     int w = 0, h = 0, comp = 0;
-    if (!stbi_info_from_memory(data, (int)size, &w, &h, &comp))
-        return omni_fail(OMNI_ERR_INPUT, "image '%s': cannot read the %s header (%s)", name, format_name(fmt),
-                         stbi_failure_reason());
-    if (w <= 0 || h <= 0) return omni_fail(OMNI_ERR_INPUT, "image '%s' has size %dx%d", name, w, h);
-    if ((int64_t)w * h > max_pixels)
-        return omni_fail(OMNI_ERR_INPUT, "image '%s' is %dx%d = %lld pixels, over the limit of %lld", name, w, h,
-                         (long long)w * h, (long long)max_pixels);
+    omni_status st = read_header(data, size, name, max_pixels, &fmt, &w, &h, &comp);
+    if (st != OMNI_OK) return st;
 
 #ifdef OMNI_HAVE_LIBJPEG
     if (fmt == FMT_JPEG && comp != 4) return decode_jpeg(data, size, name, out);
@@ -351,6 +359,29 @@ omni_status vision_image_load(const char *path, int64_t max_pixels, vision_image
     omni_status st = read_file(path, &data, &size);
     if (st != OMNI_OK) return st;
     st = vision_image_load_memory(data, size, path, max_pixels, out);
+    free(data);
+    return st;
+}
+
+omni_status vision_image_probe_memory(const uint8_t *data, size_t size, const char *name, int64_t max_pixels,
+                                      int *width, int *height) {
+    if (!name) name = "<memory>";
+    img_format fmt;
+    int w = 0, h = 0, comp = 0;
+    omni_status st = read_header(data, size, name, max_pixels, &fmt, &w, &h, &comp);
+    if (st) return st;
+    int o = fmt == FMT_JPEG ? jpeg_exif_orientation(data, size) : 1;
+    *width = o >= 5 && o <= 8 ? h : w; /* orientations 5-8 swap the axes */
+    *height = o >= 5 && o <= 8 ? w : h;
+    return OMNI_OK;
+}
+
+omni_status vision_image_probe(const char *path, int64_t max_pixels, int *width, int *height) {
+    uint8_t *data;
+    size_t size;
+    omni_status st = read_file(path, &data, &size);
+    if (st != OMNI_OK) return st;
+    st = vision_image_probe_memory(data, size, path, max_pixels, width, height);
     free(data);
     return st;
 }

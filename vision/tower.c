@@ -39,6 +39,7 @@ struct vision_tower {
     vis_block *blocks;            /* [depth] */
     vis_merger merger, ds[VISION_MAX_DEEPSTACK];
     float *inv_freq;              /* [hd/4] */
+    volatile const int *interrupt; /* checked between blocks (vision_tower_set_interrupt) */
 };
 
 /* ---- config ------------------------------------------------------------------------------------------------ */
@@ -239,6 +240,8 @@ void vision_tower_free(vision_tower *t) {
 
 const vision_config *vision_tower_config(const vision_tower *t) { return &t->cfg; }
 
+void vision_tower_set_interrupt(vision_tower *t, volatile const int *flag) { t->interrupt = flag; }
+
 /* ---- encode ------------------------------------------------------------------------------------------------ */
 
 typedef struct {
@@ -365,6 +368,11 @@ omni_status vision_tower_encode(vision_tower *t, const vision_patches *pp, visio
     add_pos_embed(t, w.x, w.row, w.col, N, pp->grid_h, pp->grid_w);
     rope_tables(t, w.row, w.col, N, w.cos, w.sin);
     for (int i = 0; i < c->depth; i++) {
+        if (t->interrupt && *t->interrupt) { /* Ctrl+C: stop within one block */
+            work_free(&w);
+            vision_output_free(out);
+            return omni_fail(OMNI_ERR_RUNTIME, "interrupted");
+        }
         run_block(t, &t->blocks[i], &w, N);
         for (int k = 0; k < c->n_deepstack; k++)
             if (c->deepstack_index[k] == i) run_merger(t, &t->ds[k], 1, &w, N, out->deepstack[k]);

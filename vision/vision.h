@@ -41,6 +41,12 @@ omni_status vision_image_load(const char *path, int64_t max_pixels, vision_image
 /* Same from a memory buffer; `name` is used in messages. */
 omni_status vision_image_load_memory(const uint8_t *data, size_t size, const char *name, int64_t max_pixels,
                                      vision_image *out);
+/* Width and height (after EXIF orientation) from the header only, with the same checks and errors as
+ * vision_image_load up to decoding (missing, not a regular file, unknown format, truncated, over max_pixels):
+ * what a caller needs to count an image's tokens before paying for the decode and the encoder. */
+omni_status vision_image_probe(const char *path, int64_t max_pixels, int *width, int *height);
+omni_status vision_image_probe_memory(const uint8_t *data, size_t size, const char *name, int64_t max_pixels,
+                                      int *width, int *height);
 /* Wrap an existing RGB buffer (copied). */
 omni_status vision_image_from_rgb(const uint8_t *rgb, int width, int height, vision_image *out);
 void vision_image_free(vision_image *img); /* frees img->rgb, zeroes *img; NULL is a no-op */
@@ -126,6 +132,9 @@ omni_status vision_tower_load_config(const vision_config *cfg, const omni_ckpt *
 omni_status vision_config_from_json(const cJSON *vc, const char *where, vision_config *out);
 void vision_tower_free(vision_tower *t); /* NULL is a no-op */
 const vision_config *vision_tower_config(const vision_tower *t);
+/* While *flag is non-zero (Ctrl+C), vision_tower_encode stops before its next block with OMNI_ERR_RUNTIME
+ * "interrupted" and no output. NULL: never. */
+void vision_tower_set_interrupt(vision_tower *t, volatile const int *flag);
 
 typedef struct {
     int grid_t, grid_h, grid_w; /* patch units */

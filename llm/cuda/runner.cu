@@ -216,7 +216,7 @@ static omni_status init_common(llm_cuda *r, size_t weight_bytes) {
     int n_dev = 0;
     omni_status st = omni_cuda_available(&n_dev);
     if (!st && r->p.device >= n_dev)
-        return omni_fail(OMNI_ERR_UNSUPPORTED, "--device cuda: no CUDA device %d (%d found); use --device cpu",
+        return omni_fail(OMNI_ERR_RUNTIME, "--device cuda: no CUDA device %d (%d found); use --device cpu",
                          r->p.device, n_dev);
     if ((st = omni_cuda_ctx_init(&r->ctx, r->p.device))) return st;
     r->s = (cudaStream_t)omni_cuda_ctx_stream(r->ctx);

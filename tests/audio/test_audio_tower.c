@@ -58,6 +58,13 @@ static void check_model(const char *name) {
             st = audio_tower_encode(tw, mel, T, out);
             double ms = omni_time_ms() - t0;
             CHECK(st == OMNI_OK, "%s: %s", t->string, omni_last_error());
+            volatile int stop = 1; /* Ctrl+C (issue 15 item 3): stops before the next layer */
+            audio_tower_set_interrupt(tw, &stop);
+            omni_status s2 = audio_tower_encode(tw, mel, T, out + 0);
+            audio_tower_set_interrupt(tw, NULL);
+            CHECK(cfg.n_layers == 0 || (s2 == OMNI_ERR_RUNTIME && !strcmp(omni_last_error(), "interrupted")),
+                  "%s: interrupt: %d %s", t->string, s2, omni_last_error());
+            if (s2) st = audio_tower_encode(tw, mel, T, out); /* the output again, uninterrupted */
             double d = max_abs_diff(out, ref, n_ref), m = max_abs(ref, n_ref);
             printf("%s %-10s T=%4lld N=%3lld  max|d|/max|ref| = %.2e  (%.1f ms)\n", name, t->string, (long long)T,
                    (long long)N, d / m, ms);

@@ -39,6 +39,15 @@ static void check_image(vision_tower *tower, const char *model, const cJSON *img
     if (!st) st = vision_preprocess(&im, &p, &pp);
     if (!st) st = vision_tower_encode(tower, &pp, &out);
     CHECK(st == OMNI_OK, "%s %s: %s", model, file, omni_last_error());
+    if (!st) { /* Ctrl+C (issue 15 item 3): a set flag stops the encode before its first block, nothing returned */
+        volatile int stop = 1;
+        vision_output o2 = {0};
+        vision_tower_set_interrupt(tower, &stop);
+        omni_status s2 = vision_tower_encode(tower, &pp, &o2);
+        vision_tower_set_interrupt(tower, NULL);
+        CHECK(s2 == OMNI_ERR_RUNTIME && !strcmp(omni_last_error(), "interrupted") && !o2.embd, "%s %s: interrupt: %d %s",
+              model, file, s2, omni_last_error());
+    }
     size_t n = 0;
     float *exp = vfix_read(vfix_str(ref, "file"), &n);
     const int nt = vfix_int(ref, "n_tokens"), nds = vfix_int(ref, "n_deepstack");

@@ -1,0 +1,62 @@
+/* chat_line.c - reading and parsing the chat REPL's lines (see chat_line.h). */
+#include "app/chat_line.h"
+
+#include <errno.h>
+#include <string.h>
+
+chat_read chat_read_line(FILE *f, char *buf, size_t cap, size_t *len) {
+    size_t n = 0, total = 0;
+    int c, any = 0;
+    buf[0] = 0;
+    for (;;) {
+        errno = 0;
+        c = getc(f);
+        if (c == EOF) {
+            if (ferror(f) && errno == EINTR) {
+                clearerr(f);
+                *len = total;
+                return CHAT_READ_INTERRUPTED;
+            }
+            if (ferror(f)) return CHAT_READ_ERROR;
+            if (!any) return CHAT_READ_EOF;
+            break;
+        }
+        any = 1;
+        if (c == '\n') break;
+        if (n + 1 < cap) buf[n++] = (char)c;
+        total++;
+    }
+    buf[n] = 0;
+    *len = total;
+    return total + 1 > cap ? CHAT_READ_TOO_LONG : CHAT_READ_OK;
+}
+
+static int is_space(char c) { return c == ' ' || c == '\t' || c == '\r'; }
+
+/* "/word" followed by the end or a space: the rest after the spaces in *rest. */
+static int command(const char *line, const char *word, const char **rest) {
+    size_t n = strlen(word);
+    if (strncmp(line, word, n) || (line[n] && !is_space(line[n]))) return 0;
+    const char *r = line + n;
+    while (is_space(*r)) r++;
+    *rest = r;
+    return 1;
+}
+
+chat_cmd chat_parse_line(char *line) {
+    size_t n = strlen(line);
+    while (n > 0 && is_space(line[n - 1])) line[--n] = 0;
+    const char *s = line, *rest = NULL;
+    while (is_space(*s)) s++;
+    if (!*s) return (chat_cmd){CHAT_EMPTY, s};
+    if (*s != '/') return (chat_cmd){CHAT_MESSAGE, line};
+    if (command(s, "/quit", &rest) || command(s, "/exit", &rest)) return (chat_cmd){CHAT_QUIT, rest};
+    if (command(s, "/clear", &rest)) return (chat_cmd){CHAT_CLEAR, rest};
+    if (command(s, "/help", &rest)) return (chat_cmd){CHAT_HELP, rest};
+    int img = command(s, "/image", &rest), aud = !img && command(s, "/audio", &rest);
+    if (img || aud) {
+        if (!*rest) return (chat_cmd){CHAT_BAD, img ? "missing file name (/image FILE)" : "missing file name (/audio FILE)"};
+        return (chat_cmd){img ? CHAT_IMAGE : CHAT_AUDIO, rest};
+    }
+    return (chat_cmd){CHAT_MESSAGE, line};
+}

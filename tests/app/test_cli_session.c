@@ -1,0 +1,261 @@
+/* test_cli_session.c - what a session does with the context and with Ctrl+C (issue 15 items 1, 2, 3, 6, 7, 10,
+ * and ocr from item 15): -c is a hard cap decided before any encoder or prefill; Ctrl+C during prefill stops
+ * within a chunk with the perf block and exit 130; Ctrl+C in chat stops the answer and keeps the REPL and its
+ * history; one chat line is one message however long (or one clear error); a failed first turn keeps --system;
+ * /image checks its file when given and keeps the other attachments; ocr reads every good image of a list, with
+ * "==> FILE <==" headers on stdout, and exits with the first failure's code. */
+#define _DEFAULT_SOURCE
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "cli_util.h"
+
+#define TEXT_MODEL OMNI_FIXTURES "/text/qvl-h64-hd128-gqa2-tied"
+#define VIS OMNI_FIXTURES "/vision"
+#define GUARD "timeout -s KILL 120"
+
+static char g_tmp[4096], g_vl[4300];
+
+/* A running omni with pipes on stdin, stdout, stderr. */
+typedef struct {
+    pid_t pid;
+    int in, out, err;
+    char obuf[1 << 16], ebuf[1 << 16];
+    size_t on, en;
+} proc;
+
+static void spawn(proc *p, char *const argv[]) {
+    int i[2], o[2], e[2];
+    memset(p, 0, sizeof *p);
+    if (pipe(i) || pipe(o) || pipe(e)) return;
+    p->pid = fork();
+    if (p->pid == 0) {
+        dup2(i[0], 0), dup2(o[1], 1), dup2(e[1], 2);
+        close(i[1]), close(o[0]), close(e[0]);
+        execv(OMNI_BIN, argv);
+        _exit(127);
+    }
+    close(i[0]), close(o[1]), close(e[1]);
+    p->in = i[1], p->out = o[0], p->err = e[0];
+    fcntl(p->out, F_SETFL, O_NONBLOCK);
+    fcntl(p->err, F_SETFL, O_NONBLOCK);
+}
+
+/* Read what is available for up to ms milliseconds, or until stdout holds `until` bytes more than `base`. */
+static void pump(proc *p, int ms, size_t base, size_t until) {
+    double t0 = omni_time_ms();
+    while (omni_time_ms() - t0 < ms && (!until || p->on < base + until)) {
+        struct pollfd f[2] = {{p->out, POLLIN, 0}, {p->err, POLLIN, 0}};
+        if (poll(f, 2, 50) <= 0) continue;
+        ssize_t r;
+        if ((r = read(p->out, p->obuf + p->on, sizeof p->obuf - 1 - p->on)) > 0) p->on += (size_t)r;
+        if ((r = read(p->err, p->ebuf + p->en, sizeof p->ebuf - 1 - p->en)) > 0) p->en += (size_t)r;
+        p->obuf[p->on] = p->ebuf[p->en] = 0;
+    }
+}
+
+static void say(proc *p, const char *line) {
+    if (write(p->in, line, strlen(line)) < 0) CHECK(0, "write to omni");
+}
+
+/* Wait for exit (reading everything), at most ms; returns the exit code (-1: killed / timed out). */
+static int finish(proc *p, int ms) {
+    close(p->in);
+    double t0 = omni_time_ms();
+    int status = 0;
+    while (waitpid(p->pid, &status, WNOHANG) == 0) {
+        if (omni_time_ms() - t0 > ms) {
+            kill(p->pid, SIGKILL);
+            waitpid(p->pid, &status, 0);
+            break;
+        }
+        pump(p, 50, 0, 0);
+    }
+    pump(p, 100, 0, 0);
+    close(p->out), close(p->err);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+static void expect_fail(const char *what, int code, const char *needle, const char *args) {
+    cli_result r = cli_run_prefix(GUARD, "%s", args);
+    CHECK(r.code == code, "%s: exit %d, want %d (stderr: %s)", what, r.code, code, r.err);
+    CHECK(cli_lines(r.err) == 1 && strstr(r.err, needle), "%s: want one stderr line with '%s':\n%s", what, needle, r.err);
+    cli_free(&r);
+}
+
+/* A prompt file of n words. */
+static const char *words_file(const char *name, int n) {
+    static char path[4200];
+    snprintf(path, sizeof path, "%s/%s", g_tmp, name);
+    FILE *f = fopen(path, "w");
+    for (int i = 0; i < n; i++) fprintf(f, "word%d ", i % 97);
+    fclose(f);
+    return path;
+}
+
+/* Item 1: -c is a hard cap, decided before encoders and prefill. */
+static void context_cap(void) {
+    char args[9000];
+    snprintf(args, sizeof args, "generate -m %s -f %s -c 16 -n 4", TEXT_MODEL, words_file("p100.txt", 100));
+    expect_fail("100 words with -c 16", 1, "longer than the context (16", args);
+    /* the image's tokens (from its header) push the prompt over: refused before the image is decoded or encoded */
+    snprintf(args, sizeof args, "generate -m %s -p hi --image %s/a_exact.png -c 20 -n 1", g_vl, VIS);
+    expect_fail("image over the context", 1, "incl. media) longer than the context (20", args);
+    /* generation stops at the cap: never more cells than -c */
+    cli_result r = cli_run_prefix(GUARD, "generate -m %s -p hi -c 40 -n 200 --temp 0", TEXT_MODEL);
+    const char *kv = strstr(r.err, "kv_cache: size =");
+    int cells = -1;
+    if (kv) sscanf(strchr(kv, '(') + 1, "%d", &cells);
+    CHECK(r.code == 0 && cells > 0 && cells <= 40, "-c 40: exit %d, %d cells:\n%s", r.code, cells, r.err);
+    cli_free(&r);
+}
+
+/* Item 3: Ctrl+C during a long prefill stops within a chunk, prints the perf block, exits 130. */
+static void interrupt_prefill(void) {
+    char *argv[] = {"omni", "generate", "-m", TEXT_MODEL, "-f", (char *)words_file("long.txt", 2000), "-c", "8192",
+                    "-n", "4", "--raw", NULL};
+    proc p;
+    spawn(&p, argv);
+    pump(&p, 2500, 0, 0); /* loaded, tokenized, prefilling */
+    CHECK(waitpid(p.pid, NULL, WNOHANG) == 0, "finished before the interrupt (prefill too short?)");
+    double t0 = omni_time_ms();
+    kill(p.pid, SIGINT);
+    int code = finish(&p, 60000);
+    double ms = omni_time_ms() - t0;
+    CHECK(code == 130, "exit %d after Ctrl+C during prefill:\n%s", code, p.ebuf);
+    CHECK(ms < 15000, "took %.0f ms to stop (one chunk is 512 tokens)", ms);
+    CHECK(strstr(p.ebuf, "prompt eval time") && strstr(p.ebuf, "Interrupted by user"), "no perf block / message:\n%s",
+          p.ebuf);
+}
+
+/* Item 2: Ctrl+C in chat stops the answer; the REPL goes on with its history. */
+static void interrupt_chat(void) {
+    char *argv[] = {"omni", "chat", "-m", TEXT_MODEL, "-n", "-1", "-c", "4096", "--temp", "1", "--top-k", "0",
+                    "--top-p", "1", NULL};
+    proc p;
+    spawn(&p, argv);
+    say(&p, "Tell me everything.\n");
+    pump(&p, 30000, 0, 64); /* the answer streams */
+    size_t first = p.on;
+    CHECK(first >= 64 && waitpid(p.pid, NULL, WNOHANG) == 0, "no streaming answer (%zu bytes)", first);
+    kill(p.pid, SIGINT);
+    pump(&p, 3000, 0, 0);
+    CHECK(strstr(p.ebuf, "[answer stopped]") != NULL, "no stop notice:\n%s", p.ebuf);
+    size_t before = p.on;
+    say(&p, "And then?\n");
+    pump(&p, 30000, before, 16); /* a second answer streams: the REPL is alive */
+    CHECK(p.on >= before + 16, "no second answer");
+    kill(p.pid, SIGINT);
+    pump(&p, 3000, 0, 0);
+    say(&p, "/quit\n");
+    int code = finish(&p, 30000);
+    CHECK(code == 0, "chat exit %d after two stopped answers and /quit:\n%s", code, p.ebuf);
+    const char *kv = strstr(p.ebuf, "kv_cache: size =");
+    int cells = -1;
+    if (kv) sscanf(strchr(kv, '(') + 1, "%d", &cells);
+    CHECK(cells > 30, "the history is kept: %d cells at the end", cells); /* both turns and their answers */
+}
+
+/* Run chat with `input` on stdin; returns the result (stdin from a file). */
+static cli_result chat(const char *model, const char *input, const char *extra) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/chat_in.txt", g_tmp);
+    write_all(path, input, strlen(input));
+    return cli_run_prefix(GUARD, "chat -m %s -n 2 --temp 0 %s < %s", model, extra, path);
+}
+
+static int count(const char *s, const char *needle) {
+    int n = 0;
+    for (const char *q = s; (q = strstr(q, needle)); q++) n++;
+    return n;
+}
+
+/* Items 6 and 7: one line is one message; a failed first turn keeps --system. */
+static void chat_lines(void) {
+    size_t n = 200000; /* longer than the old 64 KiB line buffer: used to become 4 turns */
+    char *in = malloc(n + 64);
+    for (size_t i = 0; i < n; i++) in[i] = "abcdefgh "[i % 9];
+    snprintf(in + n, 64, "\n/quit\n");
+    cli_result r = chat(TEXT_MODEL, in, "");
+    CHECK(r.code == 0 && count(r.err, "error:") == 1 && strstr(r.err, "does not fit the context"),
+          "200 KB line: exit %d, %d errors (one message, one error):\n%.2000s", r.code, count(r.err, "error:"), r.err);
+    cli_free(&r);
+    free(in);
+    n = (1 << 20) + 10; /* over the limit: refused as a whole, said once */
+    in = malloc(n + 64);
+    memset(in, 'x', n);
+    snprintf(in + n, 64, "\nhi\n/quit\n");
+    r = chat(TEXT_MODEL, in, "");
+    CHECK(r.code == 0 && count(r.err, "error:") == 1 && strstr(r.err, "over the limit"), "2 MB line:\n%.1000s", r.err);
+    cli_free(&r);
+    free(in);
+    /* --system survives a first turn that fails (too long): the next turn's prompt has it */
+    const char *sys = "--system 'You are a terse assistant who answers in one word.'";
+    char longline[12000];
+    for (int i = 0; i < 11990; i++) longline[i] = "abcdefgh "[i % 9];
+    snprintf(longline + 11990, 10, "\n");
+    char script[13000];
+    snprintf(script, sizeof script, "%shi\n/quit\n", longline);
+    cli_result a = chat(TEXT_MODEL, script, sys), b = chat(TEXT_MODEL, "hi\n/quit\n", sys);
+    int pa = -1, pb = -1;
+    const char *x = strstr(a.err, "prompt eval time"), *y = strstr(b.err, "prompt eval time");
+    if (x) sscanf(strchr(x, '/') + 1, "%d", &pa);
+    if (y) sscanf(strchr(y, '/') + 1, "%d", &pb);
+    CHECK(a.code == 0 && pa > 0 && pa == pb, "prompt tokens after a failed first turn %d, alone %d (system lost?)", pa,
+          pb);
+    cli_free(&a);
+    cli_free(&b);
+}
+
+/* Item 10: /image checks the file at once; the good attachments stay. */
+static void chat_attach(void) {
+    char script[9000];
+    snprintf(script, sizeof script, "/image %s/a_exact.png\n/image /nonexistent.png\nwhat is it\n/quit\n", VIS);
+    cli_result r = chat(g_vl, script, "");
+    const char *bad = strstr(r.err, "/nonexistent.png"), *loaded = strstr(r.err, "a_exact.png image loaded");
+    CHECK(r.code == 0 && loaded && bad && !strstr(r.err, "nonexistent.png image loaded"), "attach:\n%s", r.err);
+    CHECK(count(r.err, "visual tokens)") >= 1 && count(r.err, "encoded in") == 1 && count(r.err, "error:") == 1,
+          "the good image is encoded with the message, one error at /image time:\n%s", r.err);
+    cli_free(&r);
+}
+
+/* ocr of a list with a bad file in the middle. */
+static void ocr_list(void) {
+    cli_result r = cli_run_prefix(GUARD, "ocr %s/a_exact.png /nonexistent.png %s/b_down.png -m %s -n 3 --no-perf", VIS,
+                                  VIS, g_vl);
+    const char *ha = strstr(r.out, "==> " VIS "/a_exact.png <=="), *hb = strstr(r.out, "==> " VIS "/b_down.png <==");
+    CHECK(r.code == 2, "ocr with a bad file: exit %d", r.code);
+    CHECK(ha && hb && ha < hb && strstr(r.out, "==> /nonexistent.png <=="), "headers on stdout:\n%s", r.out);
+    CHECK(strstr(r.err, "error: image: cannot read /nonexistent.png") &&
+              strstr(r.err, "1 of 3 images could not be read"), "errors:\n%s", r.err);
+    cli_free(&r);
+}
+
+int main(void) {
+    signal(SIGPIPE, SIG_IGN); /* an omni that exited early must fail a check, not kill the test */
+    char *t = make_tmpdir();
+    snprintf(g_tmp, sizeof g_tmp, "%s", t);
+    free(t);
+    snprintf(g_vl, sizeof g_vl, "%s/vl", g_tmp);
+    copy_dir(VIS "/vl-h64", g_vl);
+    char cmd[9000];
+    snprintf(cmd, sizeof cmd, "cp %s/tok-small/tokenizer.json %s/tok-small/tokenizer_config.json '%s'/", OMNI_FIXTURES,
+             OMNI_FIXTURES, g_vl);
+    CHECK(system(cmd) == 0, "copy tokenizer");
+    context_cap();
+    chat_lines();
+    chat_attach();
+    ocr_list();
+    interrupt_prefill();
+    interrupt_chat();
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_tmp);
+    if (system(cmd)) {}
+    return check_exit();
+}
