@@ -951,6 +951,7 @@ static void publish_one(llm_engine *e, int i) {
         s.budget_bytes = c->budget;
         s.reserved_bytes = c->resv_bytes;
         s.used_bytes = u.total_bytes;
+        s.used_tokens = u.cells_used;
         s.raw_pages = u.raw_pages, s.quant_pages = u.quant_pages;
         s.raw_pages_free = u.raw_pages_free, s.quant_pages_free = u.quant_pages_free;
         s.n_seqs = u.n_seqs, s.max_seqs = u.max_seqs;

@@ -201,6 +201,8 @@ typedef struct {
     int64_t budget_bytes;   /* the cache's budget */
     int64_t reserved_bytes; /* bytes promised to admitted requests and conversations */
     int64_t used_bytes;     /* bytes of pages in use (after the last step) */
+    int64_t used_tokens;    /* tokens the cache's sequences hold (after the last step): with used_bytes, the
+                               KV-memory-vs-tokens curve of a cache (the demo's chart) */
     int64_t raw_pages, quant_pages, raw_pages_free, quant_pages_free;
     int n_seqs, max_seqs;
     int waiting, running;   /* requests queued for / running on this cache */

@@ -218,7 +218,14 @@ static void teacher_case(const llm_model *m, const char *student_mode, int exact
     r[1].cb = (llm_callbacks){sink_token, sink_logits, sink_done, &b};
     int ids[2], left = 1;
     CHECK(llm_engine_submit_n(e, r, 2, ids) == OMNI_OK, "submit_n: %s", omni_last_error());
-    while (left) llm_engine_step(e, &left);
+    while (left) {
+        llm_engine_step(e, &left);
+        llm_cache_stats s; /* the teacher's cache holds its prompt and every token fed back so far */
+        llm_engine_cache_stats(e, ca, &s);
+        int64_t want = a.st.finish ? 0 : 40 + a.n_tok - 1;
+        CHECK(s.used_tokens == want && (s.used_bytes > 0) == (want > 0), "%s: cache holds %lld tokens (%lld bytes), "
+              "want %lld", student_mode, (long long)s.used_tokens, (long long)s.used_bytes, (long long)want);
+    }
     CHECK(a.n == 12 && b.n == 12 && a.first_pos == 39 && b.first_pos == 39, "%s: %d and %d distributions (pos %d/%d)",
           student_mode, a.n, b.n, a.first_pos, b.first_pos);
     CHECK(a.n_tok == 12 && b.n_tok == 0 && a.st.finish == LLM_FINISH_LENGTH && b.st.finish == LLM_FINISH_LENGTH,
