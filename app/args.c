@@ -30,7 +30,8 @@ enum {
     G_BENCH = 1 << 18,   /* --batch, --random, --csv, --png, --png-size, --bw-mib, --report ... (omni bench) */
     G_KVMEM = 1 << 19,   /* --kv-mem (bench, serve) */
     G_SERVE = 1 << 20,   /* --host, --port, --api-key ... (omni serve) */
-    G_ALL = (1 << 21) - 1,
+    G_DEMO = 1 << 21,    /* --kv-a, --kv-b, --script, --screenshot, --font, --size (omni demo) */
+    G_ALL = (1 << 22) - 1,
 };
 
 /* What the words after the options are. */
@@ -70,6 +71,10 @@ static const cmd_info g_cmds[] = {
     {"serve", G_MODEL | G_RUN | G_SAMPLE | G_CTX | G_KV | G_KVMEM | G_BUDGET | G_SERVE | G_AUDLIM | G_IMGLIM, POS_NONE,
      "-m MODEL [--host H] [--port N] [--api-key K] [--max-seqs N] [--kv-mem GiB] [options]",
      "OpenAI-compatible HTTP server on the batched engine (README: endpoints, limits, --allow-files)."},
+    {"demo", G_MODEL | G_RUN | G_SYSTEM | G_SAMPLE | G_CTX | G_KV | G_BUDGET | G_AUDLIM | G_IMGLIM | G_DEMO, POS_NONE,
+     "[-m MODEL] [--kv-a bf16] [--kv-b int2] [--script FILE [--screenshot FILE.png]] [options]",
+     "The side-by-side window: two KV formats answer the same image or audio question at once, with live KV "
+     "memory, tokens/s and divergence charts (README: shortcuts, script language)."},
 };
 
 typedef enum {
@@ -77,7 +82,8 @@ typedef enum {
     O_TOPP, O_SEED, O_CTX, O_KV, O_KVWIN, O_KVSINK, O_KVROT, O_KVSCALE, O_KVLAYERS, O_IMAGE, O_AUDIO, O_IMGMIN,
     O_IMGMAX, O_NOPERF, O_OUT, O_TOP, O_TEXT, O_CHUNK, O_JSON, O_MAXTEXT, O_MAXAUDIO, O_MAXPIX, O_COMPARE, O_BATCH,
     O_RANDOM, O_CSV, O_PNG, O_PNGSIZE, O_KVMEM, O_BWMIB, O_REPORT, O_BASELINE, O_DEVNAME, O_HOST, O_PORT, O_APIKEY,
-    O_ALIAS, O_MAXSEQS, O_MAXQUEUE, O_MAXTOKENS, O_MAXBODY, O_TIMEOUT, O_ALLOWFILES,
+    O_ALIAS, O_MAXSEQS, O_MAXQUEUE, O_MAXTOKENS, O_MAXBODY, O_TIMEOUT, O_ALLOWFILES, O_KVA, O_KVB, O_SCRIPT,
+    O_SCREENSHOT, O_FONT, O_SIZE,
 } opt_id;
 
 typedef struct {
@@ -144,6 +150,12 @@ static const opt_info g_opts[] = {
     {O_MAXBODY, {"--max-body"}, "MiB", G_SERVE, "largest request body"},
     {O_TIMEOUT, {"--timeout"}, "S", G_SERVE, "request timeout in seconds"},
     {O_ALLOWFILES, {"--allow-files"}, NULL, G_SERVE, "let requests name local image files"},
+    {O_KVA, {"--kv-a"}, "MODE", G_DEMO, "KV format of pane A (default bf16)"},
+    {O_KVB, {"--kv-b"}, "MODE", G_DEMO, "KV format of pane B (default int2)"},
+    {O_SCRIPT, {"--script"}, "FILE", G_DEMO, "drive the window with a script, headless without a display"},
+    {O_SCREENSHOT, {"--screenshot"}, "FILE", G_DEMO, "save the window as PNG at the end of the script"},
+    {O_FONT, {"--font"}, "FILE[:i]", G_DEMO, "a font tried before DejaVu Sans and the CJK fallbacks"},
+    {O_SIZE, {"--size"}, "WxH", G_DEMO, "window size in pixels (default 1280x800)"},
 };
 #define N_OPTS (int)(sizeof g_opts / sizeof g_opts[0])
 
@@ -316,6 +328,12 @@ static omni_status set_value(omni_args *a, const opt_info *o, const char *name, 
     case O_MAXTOKENS: return to_int(v, name, 1, 1 << 24, &a->max_tokens);
     case O_MAXBODY: return to_double(v, name, 1.0 / 1024, 4096, &a->max_body_mib);
     case O_TIMEOUT: return to_double(v, name, 0.01, 1e7, &a->timeout_s);
+    case O_KVA: a->kv_a = v; return OMNI_OK;
+    case O_KVB: a->kv_b = v; return OMNI_OK;
+    case O_SCRIPT: a->script = v; return OMNI_OK;
+    case O_SCREENSHOT: a->screenshot = v; return OMNI_OK;
+    case O_FONT: a->font = v; return OMNI_OK;
+    case O_SIZE: return to_size(v, name, &a->win_w, &a->win_h);
     default: return omni_fail(OMNI_ERR_USAGE, "internal: option %s has no value handler", name);
     }
 }

@@ -77,6 +77,12 @@ typedef struct {
     int port, allow_files;  /* --port, --allow-files */
     int max_seqs, max_queue, max_tokens; /* --max-seqs, --max-queue, --max-tokens */
     double max_body_mib, timeout_s; /* --max-body MiB, --timeout s */
+    /* omni demo */
+    const char *kv_a, *kv_b;  /* --kv-a MODE, --kv-b MODE: the two panes' KV formats */
+    const char *script;       /* --script FILE */
+    const char *screenshot;   /* --screenshot FILE.png */
+    const char *font;         /* --font FILE[:index] */
+    int win_w, win_h;         /* --size WxH */
 } omni_args;
 
 /* Defaults: temp 0.7 top-k 20 top-p 0.8 (Qwen3-VL Instruct recommendation), -n 256, -c 4096, kv f32, limits. */

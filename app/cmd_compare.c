@@ -7,12 +7,12 @@
  *   compare: KV A bf16 1.23 MiB, B int2 0.25 MiB (0.203x); tokens identical up to 12 (A 16, B 16);
  *            B teacher-forced on A: mean KL 0.012345, top-1 agreement 93.75% over 16 positions
  * (one line). KL is KL(A || B) of the softmax distributions in double precision. */
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "app/commands.h"
+#include "app/divergence.h"
 
 #define RING 8 /* A's distributions waiting for B's at the same position (the two run in lock-step) */
 
@@ -72,30 +72,11 @@ static void on_done(void *user, int id, const llm_request_stats *st) {
     ((answer *)user)->st = *st;
 }
 
-/* log-sum-exp of logits (double). */
-static double lse(const float *x, int V) {
-    float mx = x[0];
-    for (int i = 1; i < V; i++) mx = x[i] > mx ? x[i] : mx;
-    double s = 0;
-    for (int i = 0; i < V; i++) s += exp((double)x[i] - mx);
-    return mx + log(s);
-}
-
-static int argmax(const float *x, int V) {
-    int b = 0;
-    for (int i = 1; i < V; i++) b = x[i] > x[b] ? i : b;
-    return b;
-}
-
 /* KL(A || B) and top-1 agreement of one position. */
 static void compare_row(divergence *d, const float *a, const float *b) {
-    double la = lse(a, d->V), lb = lse(b, d->V), kl = 0;
-    for (int i = 0; i < d->V; i++) {
-        double pa = (double)a[i] - la, p = exp(pa);
-        if (p > 0) kl += p * (pa - ((double)b[i] - lb));
-    }
-    d->kl += kl > 0 ? kl : 0;
-    d->agree += argmax(a, d->V) == argmax(b, d->V);
+    divergence_row r = divergence_of(a, b, d->V);
+    d->kl += r.kl;
+    d->agree += r.top_a == r.top_b;
     d->n++;
 }
 

@@ -16,6 +16,7 @@ void ocr_defaults(omni_args *a);
 void ask_defaults(omni_args *a);
 void bench_defaults(omni_args *a);
 void serve_defaults(omni_args *a);
+void demo_defaults(omni_args *a);
 
 static const omni_command g_commands[] = {
     {"generate", generate_defaults, cmd_generate},
@@ -27,6 +28,7 @@ static const omni_command g_commands[] = {
     {"ask", ask_defaults, cmd_ask},
     {"bench", bench_defaults, cmd_bench},
     {"serve", serve_defaults, cmd_serve},
+    {"demo", demo_defaults, cmd_demo},
 };
 
 const omni_command *omni_find_command(const char *name) {

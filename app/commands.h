@@ -34,5 +34,6 @@ omni_status cmd_ocr(const omni_args *a, volatile int *interrupted);
 omni_status cmd_ask(const omni_args *a, volatile int *interrupted);
 omni_status cmd_bench(const omni_args *a, volatile int *interrupted);
 omni_status cmd_serve(const omni_args *a, volatile int *interrupted);
+omni_status cmd_demo(const omni_args *a, volatile int *interrupted); /* app/cmd_demo.c */
 
 #endif

@@ -47,6 +47,8 @@ static void usage(FILE *f) {
             "                                decode/prefill speed, KV memory, %% of roofline, sequences that fit\n"
             "  serve     -m MODEL [--host H] [--port N] [--api-key K] [--max-seqs N] [--kv-mem GiB]\n"
             "                                OpenAI-compatible HTTP server (see README: limits, --allow-files)\n"
+            "  demo      [-m MODEL] [--kv-a bf16] [--kv-b int2] [--script FILE [--screenshot FILE.png]] [--size WxH]\n"
+            "                                the side-by-side window: two KV formats answer at once, live charts\n"
             "\n"
             "omni COMMAND --help lists the options of one command.\n"
             "\n"

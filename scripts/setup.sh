@@ -8,7 +8,7 @@ mode=${1:-run}
 
 PKGS="build-essential cmake pkg-config libopenblas-dev libcjson-dev libpcre2-dev libutf8proc-dev libstb-dev
 libsndfile1-dev libavformat-dev libavcodec-dev libswresample-dev libavutil-dev libfftw3-dev libsdl2-dev
-libsdl2-ttf-dev fonts-dejavu-core libcmocka-dev libjpeg-dev libcairo2-dev libmicrohttpd-dev python3-venv"
+libsdl2-ttf-dev fonts-dejavu-core libcmocka-dev libjpeg-dev libcairo2-dev libmicrohttpd-dev python3-venv fonts-droid-fallback"
 missing=""
 for p in $PKGS; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
