@@ -174,9 +174,9 @@ static void top_bar(demo *d) {
     snprintf(t, sizeof t, "B: %s ▾", d->kv_b);
     button(d, W_KVB, t, 0);
     button(d, W_HELP, "?", 0);
-    const char *dev = d->o.args.device ? d->o.args.device : "cpu";
-    if (d->o.args.threads > 0) snprintf(t, sizeof t, "%s · %d threads", dev, d->o.args.threads);
-    else snprintf(t, sizeof t, "%s", dev);
+    if (d->model_ready && !strcmp(d->info.device, "cpu"))
+        snprintf(t, sizeof t, "cpu · %d thread%s", d->info.threads, d->info.threads == 1 ? "" : "s");
+    else snprintf(t, sizeof t, "%s", d->model_ready ? d->info.device : "");
     int w = ui_text_width(d->txt, UI_SMALL, t, -1);
     label(d, rect(d->wr[W_HELP].x - pad - w, 0, w, d->r_top.h), UI_SMALL, t, C_MUTED, 0);
 }
@@ -377,7 +377,7 @@ omni_status demo_charts_init(demo *d) {
     const uint32_t cab[2] = {plot_palette(0), plot_palette(1)}, cmem[2] = {plot_palette(2), plot_palette(4)},
                    ckl[2] = {plot_palette(6), 0xFFCC2222u};
     const int lines[2] = {0, 0}, klm[2] = {0, 1};
-    int gpu = d->o.args.device && !strcmp(d->o.args.device, "cuda");
+    int gpu = d->gpu;
     omni_status st = chart(d, 0, "KV cache vs generated tokens", "generated tokens", "MiB", ab, cab, lines, 2);
     if (!st) st = chart(d, 1, "decode speed", "seconds since the request", "tokens/s", ab, cab, lines, 2);
     if (!st) st = chart(d, 2, "memory", "seconds", "MiB", mem, cmem, lines, gpu ? 2 : 1);
@@ -497,8 +497,7 @@ static void captions(demo *d) {
     snprintf(t[1], sizeof t[1], "now: A %.1f · B %.1f tokens/s", ra, rb);
     double rss = d->mem_rss.n ? d->mem_rss.y[d->mem_rss.n - 1] : 0;
     if (d->mem_gpu.n) snprintf(t[2], sizeof t[2], "RSS %.0f MiB · GPU %.0f MiB", rss, d->mem_gpu.y[d->mem_gpu.n - 1]);
-    else snprintf(t[2], sizeof t[2], "RSS %.0f MiB%s", rss, d->o.args.device && !strcmp(d->o.args.device, "cuda")
-                                                               ? " · GPU: n/a" : "");
+    else snprintf(t[2], sizeof t[2], "RSS %.0f MiB%s", rss, d->gpu ? " · GPU: n/a" : "");
     int n = 0, same = 0;
     for (int i = 0; i < d->n_div; i++) n += d->kl[i] >= 0;
     while (same < a->n_tok && same < b->n_tok && a->toks[same] == b->toks[same]) same++;

@@ -79,7 +79,7 @@ typedef struct demo {
     model_entry models[DEMO_MAX_MODELS];
     int n_models, cur_model, loading;
     demo_model_info info;
-    int model_ready;
+    int model_ready, gpu; /* gpu: the model runs on CUDA (the memory chart shows the device's memory) */
     char kv_a[32], kv_b[32];
     /* media */
     char image_path[4096], audio_path[4096];

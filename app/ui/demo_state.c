@@ -247,8 +247,11 @@ static void model_event(demo *d, demo_event *ev) {
     }
     d->info = *ev->model;
     d->model_ready = 1;
-    demo_log(d, 0, "model %s (%s, %d layers, %.1f MiB of weights)%s%s", d->info.name, d->info.type, d->info.n_layers,
-             d->info.weight_mib, d->info.has_vision ? ", reads images" : "", d->info.has_audio ? ", hears audio" : "");
+    int gpu = !strcmp(d->info.device, "cuda");
+    if (gpu != d->gpu) d->gpu = gpu, d->chart_scale = 0; /* the memory chart gains or loses its GPU series */
+    demo_log(d, 0, "model %s (%s, %d layers, %.1f MiB of weights, on %s)%s%s", d->info.name, d->info.type,
+             d->info.n_layers, d->info.weight_mib, d->info.device, d->info.has_vision ? ", reads images" : "",
+             d->info.has_audio ? ", hears audio" : "");
     if (d->pending_preset) {
         int p = d->pending_preset;
         d->pending_preset = 0;
@@ -329,7 +332,7 @@ void demo_sample_memory(demo *d) {
     if (res > 0) demo_series_add(&d->mem_rss, t, res * (double)sysconf(_SC_PAGESIZE) / 1048576.0);
     keep_last(&d->mem_rss, MEM_POINTS);
 #ifdef OMNI_HAVE_CUDA
-    if (!strcmp(d->o.args.device, "cuda") && d->model_ready) { /* the device as a whole, as nvidia-smi shows it */
+    if (d->gpu && d->model_ready) { /* the device as a whole, as nvidia-smi shows it */
         size_t fr = 0, tot = 0;
         if (cudaMemGetInfo(&fr, &tot) == cudaSuccess) demo_series_add(&d->mem_gpu, t, (tot - fr) / 1048576.0);
         keep_last(&d->mem_gpu, MEM_POINTS);

@@ -304,6 +304,12 @@ static void do_load(demo_worker *w, const char *dir) {
     push_text(w, DEMO_EV_MESSAGE, 0, "loading %s ...", dir);
     omni_args a = w->p.args;
     a.model = dir;
+    pthread_mutex_lock(&w->mu);
+    char fa[32], fb[32];
+    snprintf(fa, sizeof fa, "%s", w->kv_a);
+    snprintf(fb, sizeof fb, "%s", w->kv_b);
+    pthread_mutex_unlock(&w->mu);
+    a.kv = fa, a.compare = fb; /* two formats compared: the session's device choice (--device unset) knows it */
     omni_status st = session_open(&w->s, &a, 3, 0, 0);
     if (!st && engine_start(w)) st = omni_fail(OMNI_ERR_RUNTIME, "cannot start the engine thread");
     demo_event ev;
@@ -331,6 +337,9 @@ static void do_load(demo_worker *w, const char *dir) {
     mi->has_audio = w->s.cfg->audio_json != NULL;
     mi->n_layers = w->s.cfg->n_layers;
     mi->weight_mib = llm_model_weight_bytes(w->s.model) / 1048576.0;
+    const llm_runner_params *rp = llm_runner_get_params(llm_engine_runner(w->s.engine));
+    snprintf(mi->device, sizeof mi->device, "%s", llm_device_name(rp->device));
+    mi->threads = rp->n_threads;
     pthread_mutex_lock(&w->mu);
     snprintf(mi->kv_a, sizeof mi->kv_a, "%s", w->kv_a);
     snprintf(mi->kv_b, sizeof mi->kv_b, "%s", w->kv_b);

@@ -58,6 +58,8 @@ typedef struct {
     int n_layers;
     double weight_mib;
     char kv_a[32], kv_b[32];
+    char device[16];      /* where the engine runs: "cpu" or "cuda" */
+    int threads;          /* CPU threads of its steps */
 } demo_model_info;
 
 typedef struct {
