@@ -191,7 +191,10 @@ static void make_peaks(demo *d, int cols) {
     for (int c = 0; d->peaks && c < cols; c++) {
         int64_t a = d->n_samples * c / cols, b = d->n_samples * (c + 1) / cols;
         float lo = 0, hi = 0;
-        for (int64_t i = a; i < b; i++) lo = d->samples[i] < lo ? d->samples[i] : lo, hi = d->samples[i] > hi ? d->samples[i] : hi;
+        for (int64_t i = a; i < b; i++) {
+            float v = d->samples[i];
+            lo = v < lo ? v : lo, hi = v > hi ? v : hi;
+        }
         d->peaks[2 * c] = lo, d->peaks[2 * c + 1] = hi;
     }
 }
@@ -258,8 +261,8 @@ static void prompt_box(demo *d) {
     memcpy(buf + d->cursor + il, d->prompt + d->cursor, (size_t)(d->plen - d->cursor) + 1);
     int len = d->plen + il, caret = d->cursor + il, line_h = lh(d, UI_BODY);
     if (!len)
-        label(d, rect(tr.x, tr.y, tr.w, line_h), UI_BODY, "Ask something, or pick a preset (Enter runs, Shift+Enter: new line)",
-              C_MUTED, 0);
+        label(d, rect(tr.x, tr.y, tr.w, line_h), UI_BODY,
+              "Ask something, or pick a preset (Enter runs, Shift+Enter: new line)", C_MUTED, 0);
     if (ui_text_wrap(d->txt, UI_BODY, buf, len, tr.w, &d->plines)) return;
     int cl = 0;
     while (cl + 1 < d->plines.n && d->plines.start[cl + 1] <= caret) cl++;
@@ -272,7 +275,8 @@ static void prompt_box(demo *d) {
     ui_text_draw_lines(d->txt, UI_BODY, buf, len, &d->plines, tr.x, tr.y, first, first + vis, style, pal);
     int cx = tr.x + ui_text_width(d->txt, UI_BODY, buf + d->plines.start[cl], caret - d->plines.start[cl]);
     int cy = tr.y + (cl - first) * line_h;
-    if (!d->pop && ((int)(omni_time_ms() / 530) % 2 == 0 || d->sc_active)) fill(d, rect(cx, cy, demo_px(d, 2), line_h), C_TEXT);
+    int blink_on = (int)(omni_time_ms() / 530) % 2 == 0 || d->sc_active; /* scripts: always on (stable pictures) */
+    if (!d->pop && blink_on) fill(d, rect(cx, cy, demo_px(d, 2), line_h), C_TEXT);
     SDL_RenderSetClipRect(d->r, NULL);
     SDL_Rect ir = rect((int)(cx / d->hidpi), (int)(cy / d->hidpi), 1, (int)(line_h / d->hidpi)); /* IME window */
     SDL_SetTextInputRect(&ir);
@@ -298,9 +302,9 @@ static void pane_state(const demo *d, int k, char *t, int cap) {
 
 static void pane_stats(const demo *d, int k, char *t, int cap) {
     const pane *p = &d->p[k];
-    double now = omni_time_ms(), rate = 0, ttft = 0;
+    double rate = 0, ttft = 0;
     if (p->done) rate = p->st.tokens_per_s, ttft = p->st.ttft_ms;
-    else if (p->n_tok >= 2) rate = (p->n_tok - 1) * 1000.0 / ((p->t_last > p->t_first ? p->t_last : now) - p->t_first + 1e-9);
+    else if (p->n_tok >= 2) rate = (p->n_tok - 1) * 1000.0 / (p->t_last - p->t_first + 1e-9);
     if (!p->done && p->n_tok) ttft = p->t_first - d->t_submit;
     int n = snprintf(t, (size_t)cap, "%.1f tokens/s · TTFT %.0f ms · %d tokens · KV %.3f MiB", rate, ttft, p->n_tok,
                      p->kv_bytes / 1048576.0);
@@ -331,7 +335,8 @@ static void pane_draw(demo *d, int k) {
                            : "the reference answer";
     label(d, rect(r.x + pad, y, r.w - 2 * pad, lh(d, UI_SMALL)), UI_SMALL, legend, C_MUTED, 0);
     if (!p->text) return;
-    if (p->lines.len != p->len || p->lines.width != tr.w) ui_text_wrap(d->txt, UI_BODY, p->text, p->len, tr.w, &p->lines);
+    if (p->lines.len != p->len || p->lines.width != tr.w)
+        ui_text_wrap(d->txt, UI_BODY, p->text, p->len, tr.w, &p->lines);
     int line_h = lh(d, UI_BODY), total = p->lines.n * line_h, max_scroll = total > tr.h ? total - tr.h : 0;
     max_scroll = (max_scroll + line_h - 1) / line_h * line_h; /* whole lines at the top when at the end */
     if (p->follow || p->scroll > max_scroll) p->scroll = max_scroll;
@@ -564,9 +569,11 @@ static void popup_list(demo *d) {
     if (!n) label(d, rect(r.x + pad, y, r.w - 2 * pad, ih), UI_BODY, "(nothing here)", C_MUTED, 0);
     for (int i = d->pop_scroll; i < n && i < d->pop_scroll + rows; i++, y += ih) {
         if (i == d->pop_hover) fill(d, rect(r.x + 1, y, r.w - 2, ih), C_HOVER);
-        int cur = (d->pop == POP_MODEL && i == d->cur_model) || (d->pop == POP_KVA && !strcmp(demo_formats[i], d->kv_a)) ||
+        int cur = (d->pop == POP_MODEL && i == d->cur_model) ||
+                  (d->pop == POP_KVA && !strcmp(demo_formats[i], d->kv_a)) ||
                   (d->pop == POP_KVB && !strcmp(demo_formats[i], d->kv_b));
-        label(d, rect(r.x + pad, y, r.w - 2 * pad, ih), UI_BODY, pop_item(d, i, buf, sizeof buf), cur ? C_ACCENT : C_TEXT, 0);
+        label(d, rect(r.x + pad, y, r.w - 2 * pad, ih), UI_BODY, pop_item(d, i, buf, sizeof buf),
+              cur ? C_ACCENT : C_TEXT, 0);
     }
 }
 
@@ -589,13 +596,15 @@ static const char *const g_help[] = {
 
 static void help(demo *d) {
     int n = (int)(sizeof g_help / sizeof g_help[0]), l = lh(d, UI_BODY), pad = demo_px(d, 16);
-    SDL_Rect r = rect(d->W / 2 - demo_px(d, 300), d->H / 2 - (n + 2) * l / 2 - pad, demo_px(d, 600), (n + 2) * l + 2 * pad);
+    int h = (n + 2) * l + 2 * pad;
+    SDL_Rect r = rect(d->W / 2 - demo_px(d, 300), d->H / 2 - h / 2, demo_px(d, 600), h);
     d->pop_rect = r;
     fill(d, rect(r.x + 4, r.y + 4, r.w, r.h), (SDL_Color){0, 0, 0, 50});
     fill(d, r, C_PANEL);
     frame(d, r, C_ACCENT);
     ui_text_draw(d->txt, UI_TITLE, "Keyboard shortcuts", -1, r.x + pad, r.y + pad, C_TEXT);
-    for (int i = 0; i < n; i++) ui_text_draw(d->txt, UI_BODY, g_help[i], -1, r.x + pad, r.y + pad + (i + 2) * l, C_TEXT);
+    for (int i = 0; i < n; i++)
+        ui_text_draw(d->txt, UI_BODY, g_help[i], -1, r.x + pad, r.y + pad + (i + 2) * l, C_TEXT);
 }
 
 void demo_draw(demo *d) {

@@ -367,7 +367,8 @@ static int ensure_modality(demo *d, int preset) {
 
 void demo_run(demo *d, int preset) {
     if (preset && ((preset == 1 && !d->image_path[0]) || (preset == 2 && !d->audio_path[0]))) {
-        demo_log(d, 1, "open %s first (drop it on the window or press Open)", preset == 1 ? "an image" : "an audio file");
+        demo_log(d, 1, "open %s first (drop it on the window or press Open)",
+                 preset == 1 ? "an image" : "an audio file");
         return;
     }
     if (!d->model_ready) {

@@ -167,7 +167,8 @@ static void cb_token(void *user, int id, int32_t tok, const char *piece, int len
     ev.kind = DEMO_EV_TOKEN, ev.run = rc->run, ev.pane = u->role, ev.token = tok, ev.t_ms = omni_time_ms();
     if (len > 0 && (ev.text = dup_n(piece, len))) ev.len = len;
     llm_cache_stats cs;
-    if (!llm_engine_cache_stats(rc->e, rc->cache[u->role], &cs)) ev.kv_tokens = cs.used_tokens, ev.kv_bytes = cs.used_bytes;
+    if (!llm_engine_cache_stats(rc->e, rc->cache[u->role], &cs))
+        ev.kv_tokens = cs.used_tokens, ev.kv_bytes = cs.used_bytes;
     push(rc->w, &ev);
 }
 
@@ -465,7 +466,8 @@ static void do_run(demo_worker *w, const job *j) {
         char buf[512];
         int len = snprintf(buf, sizeof buf, "A %s, B %s: %d prompt tokens", fa, fb, mp.n_tokens);
         if (n_items)
-            len += snprintf(buf + len, sizeof buf - (size_t)len, " (%d from media, encoded in %.0f ms)", visual, enc_ms);
+            len += snprintf(buf + len, sizeof buf - (size_t)len, " (%d from media, encoded in %.0f ms)", visual,
+                            enc_ms);
         ev.text = dup_n(buf, len), ev.len = ev.text ? len : 0;
         push(w, &ev);
         st = submit_run(w, rc, &mp);
@@ -499,9 +501,10 @@ static file_kind sniff(const uint8_t *h, size_t n) {
     return KIND_UNKNOWN;
 }
 
-static omni_status open_image(const char *path, demo_media *m) {
+/* The limits are the command's (--max-image-mpixels, --max-audio-seconds): checked from the header first. */
+static omni_status open_image(const demo_worker *w, const char *path, demo_media *m) {
     vision_image img;
-    omni_status st = vision_image_load(path, 0, &img);
+    omni_status st = vision_image_load(path, (int64_t)(w->p.args.max_image_mpix * 1e6), &img);
     if (st) return st;
     m->width = img.width, m->height = img.height;
     double s = (double)DEMO_THUMB / (img.width > img.height ? img.width : img.height);
@@ -515,9 +518,11 @@ static omni_status open_image(const char *path, demo_media *m) {
     return st;
 }
 
-static omni_status open_audio(const char *path, demo_media *m) {
+static omni_status open_audio(const demo_worker *w, const char *path, demo_media *m) {
     audio_pcm pcm;
-    omni_status st = audio_load(path, &pcm);
+    audio_load_params lp = audio_load_default_params();
+    if (w->p.args.max_audio_s > 0) lp.max_seconds = w->p.args.max_audio_s;
+    omni_status st = audio_load_ex(path, &lp, &pcm);
     if (st) return st;
     m->is_audio = 1;
     m->samples = pcm.samples, m->n_samples = pcm.n;
@@ -550,9 +555,9 @@ static void do_open(demo_worker *w, const char *path) {
         }
     }
     file_kind k = st ? KIND_UNKNOWN : sniff(head, nh);
-    if (!st && k == KIND_IMAGE) st = open_image(path, m);
-    else if (!st && k == KIND_AUDIO) st = open_audio(path, m);
-    else if (!st && open_image(path, m) && open_audio(path, m)) /* no magic: TGA and what else the decoders know */
+    if (!st && k == KIND_IMAGE) st = open_image(w, path, m);
+    else if (!st && k == KIND_AUDIO) st = open_audio(w, path, m);
+    else if (!st && open_image(w, path, m) && open_audio(w, path, m)) /* no magic: TGA, what else decoders know */
         st = omni_fail(OMNI_ERR_INPUT, "not an image or audio file omni reads (PNG, JPEG, BMP, GIF, PNM, TGA; WAV, "
                                        "FLAC, Ogg, Opus, MP3, M4A ...)");
     ev.t_ms = omni_time_ms();

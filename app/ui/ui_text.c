@@ -185,7 +185,8 @@ omni_status ui_text_set_scale(ui_text *t, float scale) {
     close_faces(t);
     t->scale = scale;
     for (int f = 0; f < t->n_faces; f++)
-        if (open_face(&t->faces[f], scale)) return omni_fail(OMNI_ERR_RUNTIME, "font %s: %s", t->faces[f].path, TTF_GetError());
+        if (open_face(&t->faces[f], scale))
+            return omni_fail(OMNI_ERR_RUNTIME, "font %s: %s", t->faces[f].path, TTF_GetError());
     return OMNI_OK;
 }
 

@@ -67,8 +67,8 @@ typedef struct {
 static frames parse_frames(const char *err) {
     frames f = {0, 0, 0, 0, 0, 0};
     const char *l = strstr(err, "demo: frame time while both panes generated: ");
-    if (l && sscanf(l, "demo: frame time while both panes generated: p50 %lf ms, p95 %lf ms, max %lf ms over %d", &f.p50,
-                    &f.p95, &f.mx, &f.n) == 4) {
+    if (l && sscanf(l, "demo: frame time while both panes generated: p50 %lf ms, p95 %lf ms, max %lf ms over %d",
+                    &f.p50, &f.p95, &f.mx, &f.n) == 4) {
         const char *c = strstr(l, "UI thread CPU per frame p50 ");
         if (c) sscanf(c, "UI thread CPU per frame p50 %lf ms, p95 %lf ms", &f.cpu50, &f.cpu95);
     }
@@ -134,8 +134,8 @@ static void test_read(void) {
     double agree = 100;
     if (gl) sscanf(strstr(gl, "top-1 agreement ") ? strstr(gl, "top-1 agreement ") : "", "top-1 agreement %lf", &agree);
     frames f = parse_frames(d.err);
-    printf("frames while both panes generated: %d, p50 %.2f ms, p95 %.2f ms, max %.2f ms; UI CPU p50 %.2f p95 %.2f ms\n",
-           f.n, f.p50, f.p95, f.mx, f.cpu50, f.cpu95);
+    printf("frames while both panes generated: %d, p50 %.2f ms, p95 %.2f ms, max %.2f ms; UI CPU p50 %.2f p95 %.2f "
+           "ms\n", f.n, f.p50, f.p95, f.mx, f.cpu50, f.cpu95);
     CHECK(f.n >= 3 && f.p50 > 0 && f.p50 <= 33 && f.cpu95 > 0 && f.cpu95 <= 33, "frame times: %d frames, p50 %.2f, "
           "CPU p95 %.2f ms (budget 33 ms)", f.n, f.p50, f.cpu95);
     int w = 0, h = 0, c = 0, w0 = 0, h0 = 0;
@@ -151,7 +151,8 @@ static void test_read(void) {
             count_ink(px, W, r, &ink, &marks);
             count_ink(px0, W, r, &ink0, &marks0);
             CHECK(ink0 == 0 && ink > 500, "pane %c: %d text pixels before the run, %d after", k, ink0, ink);
-            if (k == 'B') CHECK((marks > 0) == (agree < 100), "pane B: %d marked pixels at %.2f%% agreement", marks, agree);
+            if (k == 'B')
+                CHECK((marks > 0) == (agree < 100), "pane B: %d marked pixels at %.2f%% agreement", marks, agree);
             if (k == 'A') CHECK(marks == 0, "pane A has no marks, got %d", marks);
         }
     }
