@@ -109,6 +109,14 @@ omni_status omni_cuda_qk_norm_rope_bf16(uint16_t *q, uint16_t *k, int T, int64_t
                                        int64_t pos_stride, const float *inv_freq, const int32_t *slot_stream,
                                        void *stream);
 
+/* The same on a fused QKV row (q heads, k heads, v heads; row stride ld) written out to three contiguous
+ * buffers, as the attention kernels take them: q [T][Hq·D], k and v [T][Hkv·D] (v copied unchanged). The
+ * results equal omni_cuda_qk_norm_rope_bf16 in place, bit for bit. */
+omni_status omni_cuda_qkv_norm_rope_bf16(const uint16_t *qkv, int64_t ld, uint16_t *q, uint16_t *k, uint16_t *v,
+                                        int T, int Hq, int Hkv, int D, const uint16_t *q_w, const uint16_t *k_w,
+                                        float eps, const int32_t *pos, int64_t pos_stride, const float *inv_freq,
+                                        const int32_t *slot_stream, void *stream);
+
 /* SwiGLU over a fused gate/up row: y[r, i] = bf16(bf16(silu(gu[r, i])) · gu[r, I + i]) (omni_cuda_silu_mul_bf16's
  * arithmetic). gu: [rows, 2I] (gate columns, then up columns), y: [rows, I]; y must not alias gu. */
 omni_status omni_cuda_swiglu_bf16(uint16_t *y, const uint16_t *gu, int rows, int I, void *stream);

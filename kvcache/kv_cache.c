@@ -49,6 +49,21 @@ omni_status kv_init(const kv_params *p, kv_cache **out) {
     return OMNI_OK;
 }
 
+omni_status kv_init_accounting(const kv_params *p, kv_cache **out) {
+    *out = NULL;
+    kv_pages *pages = NULL;
+    omni_status st = kv_pages_init(p, &pages);
+    if (st) return st;
+    kv_cache *c = calloc(1, sizeof *c);
+    if (!c) {
+        kv_pages_free(pages);
+        return omni_fail(OMNI_ERR_NOMEM, "kv: out of memory");
+    }
+    c->pages = pages;
+    *out = c;
+    return OMNI_OK;
+}
+
 void kv_free(kv_cache *c) {
     if (!c) return;
     kv_pages_free(c->pages);
@@ -93,6 +108,7 @@ omni_status kv_forward(kv_cache *c, int layer, int n_seq, const int *seq_ids, co
                          p->n_kv_heads);
     if (n_seq > 0 && (!seq_ids || !n_new || !q || !k || !v || !out))
         return omni_fail(OMNI_ERR_USAGE, "kv: NULL argument to kv_forward");
+    if (!c->mem) return omni_fail(OMNI_ERR_USAGE, "kv: kv_forward on a bookkeeping-only cache (kv_init_accounting)");
     omni_status st = kv_pages_begin(c->pages, n_seq, seq_ids, n_new);
     if (st) return st;
     kv_layer_view view;

@@ -160,6 +160,10 @@ omni_status kv_commit(kv_cache *c, int n_seq, const int *seq_ids, const int *n_n
  * batch and reserve its pages exactly as the first kv_forward of a step does, computing nothing; kv_commit then
  * ends the step (or kv_seq_clear / kv_seq_remove drop it). Errors as kv_forward's, before anything changes. */
 omni_status kv_reserve(kv_cache *c, int n_seq, const int *seq_ids, const int *n_new);
+/* A cache of the page bookkeeping only (sequences, lengths, pages, budget, usage), without host storage and
+ * without the CPU attention: what a device runner hands out while its pages live on the device (kv_dev.h).
+ * kv_forward refuses it; kv_reserve / kv_commit drive it. */
+omni_status kv_init_accounting(const kv_params *p, kv_cache **out);
 
 typedef struct {
     int64_t k_bytes, v_bytes, total_bytes; /* true bytes of pages in use (codes, scales, norms, windows, sinks) */

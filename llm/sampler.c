@@ -93,9 +93,10 @@ static int sort_candidates(llm_sampler *s, const float *logits) {
 int llm_sampler_sample(llm_sampler *s, const float *logits) {
     if (s->p.temp <= 0.f) return op_argmax(logits, s->vocab);
     int n = sort_candidates(s, logits);
+    const float v0 = s->val[0]; /* the largest logit (val[0] itself is overwritten first below) */
     double sum = 0;
     for (int i = 0; i < n; i++) {
-        s->val[i] = expf((s->val[i] - s->val[0]) / s->p.temp);
+        s->val[i] = expf((s->val[i] - v0) / s->p.temp);
         sum += s->val[i];
     }
     int keep = n;

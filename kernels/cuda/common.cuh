@@ -6,10 +6,30 @@
 #include <math.h>
 #include <stdint.h>
 
-#include <cuda_bf16.h>
+#ifdef KVC_EMU
+#include <cuda_runtime_api.h>
+#else
 #include <cuda_runtime.h>
+#endif
+#include <cuda_bf16.h>
+
+#ifdef KVC_EMU
+#include "kernels/cuda/emu_shim.h" /* the CPU emulator of tests/gpu/emu: __shared__, intrinsics, wmma */
+#endif
 
 typedef __nv_bfloat16 bf16;
+
+/* Launch k<<<grid, block, smem, st>>>(args) (each argument converted to the kernel's parameter type); under the CPU
+ * emulator (KVC_EMU) the emulator runs it. Errors surface through cudaGetLastError (OMNI_CUDA_LAUNCHED). */
+template <typename... KP, typename... A>
+static inline void omni_launch(void (*k)(KP...), dim3 grid, dim3 block, size_t smem, cudaStream_t st, A... args) {
+#ifdef KVC_EMU
+    (void)st;
+    emu::launch(grid, block, smem, [=]() { k((KP)args...); });
+#else
+    k<<<grid, block, smem, st>>>((KP)args...);
+#endif
+}
 
 #define ROW_THREADS 256
 #define EW_THREADS 256

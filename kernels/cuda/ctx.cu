@@ -6,6 +6,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include "common.cuh"
 #include "cuda_check.h"
 #include "gemv.cuh"
 #include "kernels/ops_cuda.h"
@@ -144,8 +145,6 @@ __global__ void bias_rows_kernel(float *y, const __nv_bfloat16 *b, int M, int N)
         y[i] = __bfloat162float(b[i % N]);
 }
 
-static int ew_blocks(int64_t total) { return (int)((total + 255) / 256 < 4096 ? (total + 255) / 256 : 4096); }
-
 /* y = bf16(t + b[n]) from the fp32 GEMM result t: the bias joins before the one rounding. */
 __global__ void bias_round_kernel(__nv_bfloat16 *y, const float *t, const __nv_bfloat16 *b, int M, int N) {
     int64_t total = (int64_t)M * N;
@@ -202,14 +201,14 @@ extern "C" omni_status omni_cuda_linear(omni_cuda_ctx *ctx, void *y, omni_dtype 
          * (bf16(bf16(x·Wᵀ) + b): M=33 N=1025 K=128 gave 0 for 0.0034), so neither is used. */
         if ((st = scratch_reserve(ctx, (size_t)M * N * sizeof(float))) != OMNI_OK) return st;
         if ((st = gemm(ctx, ctx->scratch, CUDA_R_32F, x, w, M, N, K, 0.f)) != OMNI_OK) return st;
-        bias_round_kernel<<<ew_blocks((int64_t)M * N), 256, 0, ctx->stream>>>(
-            (__nv_bfloat16 *)y, (const float *)ctx->scratch, (const __nv_bfloat16 *)b, M, N);
+        omni_launch(bias_round_kernel, ew_blocks((int64_t)M * N), 256, 0, ctx->stream, (__nv_bfloat16 *)y,
+                    (const float *)ctx->scratch, (const __nv_bfloat16 *)b, M, N);
         OMNI_CUDA_LAUNCHED();
         return OMNI_OK;
     }
     if (b) { /* fp32 y: y = b exactly, then the GEMM adds x·Wᵀ to it in fp32 (beta = 1): fp32 roundings only */
-        bias_rows_kernel<<<ew_blocks((int64_t)M * N), 256, 0, ctx->stream>>>(
-            (float *)y, (const __nv_bfloat16 *)b, M, N);
+        omni_launch(bias_rows_kernel, ew_blocks((int64_t)M * N), 256, 0, ctx->stream, (float *)y,
+                    (const __nv_bfloat16 *)b, M, N);
         OMNI_CUDA_LAUNCHED();
         return gemm(ctx, y, CUDA_R_32F, x, w, M, N, K, 1.f);
     }

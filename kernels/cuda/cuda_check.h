@@ -4,8 +4,10 @@
 #ifndef OMNI_CUDA_CHECK_H
 #define OMNI_CUDA_CHECK_H
 
+#include <cuda_runtime_api.h>
+#ifndef KVC_EMU
 #include <cublas_v2.h>
-#include <cuda_runtime.h>
+#endif
 
 #include "kernels/status.h"
 
@@ -17,6 +19,7 @@
                              "%s: %s (%s:%d): %s", __func__, #call, __FILE__, __LINE__, cudaGetErrorString(e_)); \
     } while (0)
 
+#ifndef KVC_EMU
 #define OMNI_CUBLAS_TRY(call)                                                                                  \
     do {                                                                                                       \
         cublasStatus_t s_ = (call);                                                                            \
@@ -25,6 +28,7 @@
                              "%s: %s (%s:%d): %s", __func__, #call, __FILE__, __LINE__,                        \
                              cublasGetStatusString(s_));                                                       \
     } while (0)
+#endif
 
 /* After a kernel launch: a bad launch configuration shows up here (asynchronous faults show up at sync). */
 #define OMNI_CUDA_LAUNCHED() OMNI_CUDA_TRY(cudaGetLastError())

@@ -26,6 +26,10 @@ __device__ __forceinline__ float dot8(float acc, uint4 xv, uint4 wv) {
 
 /* 16-byte loads: W streamed past L1 (read once), x through the read-only path (re-read by every warp). Inline
  * asm keeps them as plain independent loads that ptxas can hoist ahead of the FMAs. */
+#ifdef KVC_EMU
+static inline uint4 ld_stream(const uint4 *p) { return *p; }
+static inline uint4 ld_ro(const uint4 *p) { return *p; }
+#else
 __device__ __forceinline__ uint4 ld_stream(const uint4 *p) {
     uint4 v;
     asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
@@ -38,6 +42,7 @@ __device__ __forceinline__ uint4 ld_ro(const uint4 *p) {
     asm volatile("ld.global.nc.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
     return v;
 }
+#endif
 
 /* MINB: blocks per SM promised to ptxas. With a loose register budget ptxas interleaves each chunk's loads with
  * the previous chunk's FMAs (one chunk in flight per warp, seen in SASS); MINB 3 (<= 85 registers) makes it issue
@@ -118,9 +123,9 @@ template <int M, int R, int U, int MINB>
 static void launch_m(const omni_gemv_args *a, cudaStream_t s) {
     dim3 grid((a->N + GEMV_WARPS * R - 1) / (GEMV_WARPS * R), a->batch);
     if (a->f32_out)
-        gemv_kernel<M, R, U, MINB, true><<<grid, GEMV_WARPS * 32, 0, s>>>(*a);
+        omni_launch(gemv_kernel<M, R, U, MINB, true>, grid, GEMV_WARPS * 32, 0, s, *a);
     else
-        gemv_kernel<M, R, U, MINB, false><<<grid, GEMV_WARPS * 32, 0, s>>>(*a);
+        omni_launch(gemv_kernel<M, R, U, MINB, false>, grid, GEMV_WARPS * 32, 0, s, *a);
 }
 
 omni_status omni_gemv_launch(const omni_gemv_args *a, cudaStream_t s) {

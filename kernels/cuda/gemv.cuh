@@ -7,7 +7,7 @@
 
 #include <stdint.h>
 
-#include <cuda_runtime.h>
+#include <cuda_runtime_api.h>
 
 #include "kernels/status.h"
 

@@ -4,7 +4,9 @@
  * the launch bounds (group sizes, offsets) lives in device memory. */
 #include <stdint.h>
 
+#ifndef KVC_EMU
 #include <mma.h>
+#endif
 
 #include "common.cuh"
 #include "cuda_check.h"
@@ -65,8 +67,8 @@ extern "C" omni_status omni_cuda_moe_route(int32_t *sel_e, float *sel_w, const u
     if (T < 0 || E <= 0 || E > 4096 || k < 1 || k > E || k > MOE_MAX_K)
         return omni_fail(OMNI_ERR_USAGE, "%s: T %d E %d k %d", __func__, T, E, k);
     if (T == 0) return OMNI_OK;
-    moe_route_kernel<<<(T + ROUTE_WARPS - 1) / ROUTE_WARPS, ROUTE_WARPS * 32, 0, (cudaStream_t)stream>>>(
-        sel_e, sel_w, logits, T, E, k, norm);
+    omni_launch(moe_route_kernel, (T + ROUTE_WARPS - 1) / ROUTE_WARPS, ROUTE_WARPS * 32, 0, (cudaStream_t)stream,
+                sel_e, sel_w, logits, T, E, k, norm);
     OMNI_CUDA_LAUNCHED();
     return OMNI_OK;
 }
@@ -132,7 +134,8 @@ extern "C" omni_status omni_cuda_moe_group(int32_t *offsets, int32_t *perm_tok, 
     const int64_t n = (int64_t)T * k;
     if (T < 0 || E <= 0 || E > GROUP_MAX_E || k < 1 || n > (1 << 20))
         return omni_fail(OMNI_ERR_USAGE, "%s: T %d E %d k %d", __func__, T, E, k);
-    moe_group_kernel<<<1, GROUP_THREADS, 0, (cudaStream_t)stream>>>(offsets, perm_tok, slot_pos, sel_e, (int)n, E, k);
+    omni_launch(moe_group_kernel, 1, GROUP_THREADS, 0, (cudaStream_t)stream, offsets, perm_tok, slot_pos, sel_e,
+                (int)n, E, k);
     OMNI_CUDA_LAUNCHED();
     return OMNI_OK;
 }
@@ -145,6 +148,16 @@ extern "C" omni_status omni_cuda_moe_group(int32_t *offsets, int32_t *perm_tok, 
 #define GM_LDS (GM_BK + 8) /* smem row stride (elements): 80 bytes, fragment rows stay 32-byte aligned */
 #define GM_THREADS 128     /* 4 warps, 2 x 2, each 32 x 32 = 2 x 2 fragments of 16 x 16 */
 
+#ifdef KVC_EMU /* the emulator: a plain copy (the wait is then trivially satisfied) */
+static inline void cp_async16(void *smem, const void *gmem, bool valid) {
+    if (valid)
+        memcpy(smem, gmem, 16);
+    else
+        memset(smem, 0, 16);
+}
+static inline void cp_async_commit() {}
+static inline void cp_async_wait_all() {}
+#else
 __device__ __forceinline__ void cp_async16(void *smem, const void *gmem, bool valid) {
     unsigned s = (unsigned)__cvta_generic_to_shared(smem);
     int n = valid ? 16 : 0; /* 0: fill with zeros */
@@ -152,6 +165,7 @@ __device__ __forceinline__ void cp_async16(void *smem, const void *gmem, bool va
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;" ::: "memory"); }
+#endif
 
 union gm_smem {
     struct {
@@ -246,7 +260,7 @@ extern "C" omni_status omni_cuda_moe_grouped_linear(uint16_t *y, const uint16_t 
                          __func__, E, max_rows, N, K, (long long)ldx);
     if (max_rows == 0) return OMNI_OK;
     dim3 grid((max_rows + GM_BM - 1) / GM_BM + E, (N + GM_BN - 1) / GM_BN);
-    moe_grouped_kernel<<<grid, GM_THREADS, 0, (cudaStream_t)stream>>>(y, x, ldx, perm, w, offsets, E, N, K);
+    omni_launch(moe_grouped_kernel, grid, GM_THREADS, 0, (cudaStream_t)stream, y, x, ldx, perm, w, offsets, E, N, K);
     OMNI_CUDA_LAUNCHED();
     return OMNI_OK;
 }
@@ -297,7 +311,8 @@ extern "C" omni_status omni_cuda_moe_combine(uint16_t *y, const uint16_t *out, c
                                              void *stream) {
     if (T < 0 || k < 1 || k > MOE_MAX_K || H <= 0) return omni_fail(OMNI_ERR_USAGE, "%s: T %d k %d H %d", __func__, T, k, H);
     if (T == 0) return OMNI_OK;
-    moe_combine_kernel<<<T, row_threads(H), 0, (cudaStream_t)stream>>>(y, out, slot_pos, sel_e, sel_w, k, H);
+    omni_launch(moe_combine_kernel, T, row_threads(H), 0, (cudaStream_t)stream, y, out, slot_pos, sel_e, sel_w, k,
+                H);
     OMNI_CUDA_LAUNCHED();
     return OMNI_OK;
 }

@@ -8,9 +8,6 @@
 #include <math.h>
 #include <stdint.h>
 
-#include <cuda_bf16.h>
-#include <cuda_runtime.h>
-
 #include "common.cuh"
 #include "cuda_check.h"
 #include "kernels/ops_cuda.h"
@@ -76,11 +73,11 @@ template <int VEC>
 static void rmsnorm_launch(uint16_t *y, uint16_t *x, const uint16_t *a, const uint16_t *w, int rows, int dim,
                            float eps, cudaStream_t s) {
     if (dim > 1024) {
-        rmsnorm_block_kernel<VEC><<<rows, row_threads(dim / VEC), 0, s>>>(y, x, a, w, dim, eps);
+        omni_launch(rmsnorm_block_kernel<VEC>, rows, row_threads(dim / VEC), 0, s, y, x, a, w, dim, eps);
     } else if (dim / VEC >= 32) {
-        rmsnorm_lanes_kernel<VEC, 32><<<(rows + 7) / 8, ROW_THREADS, 0, s>>>(y, x, a, w, rows, dim, eps);
+        omni_launch(rmsnorm_lanes_kernel<VEC, 32>, (rows + 7) / 8, ROW_THREADS, 0, s, y, x, a, w, rows, dim, eps);
     } else {
-        rmsnorm_lanes_kernel<VEC, 16><<<(rows + 15) / 16, ROW_THREADS, 0, s>>>(y, x, a, w, rows, dim, eps);
+        omni_launch(rmsnorm_lanes_kernel<VEC, 16>, (rows + 15) / 16, ROW_THREADS, 0, s, y, x, a, w, rows, dim, eps);
     }
 }
 
@@ -142,7 +139,7 @@ extern "C" omni_status omni_cuda_layernorm_bf16(uint16_t *y, const uint16_t *x, 
                                                 int rows, int dim, float eps, void *stream) {
     if (rows < 0 || dim <= 0) return omni_fail(OMNI_ERR_USAGE, "%s: rows %d dim %d", __func__, rows, dim);
     if (rows == 0) return OMNI_OK;
-    layernorm_kernel<<<rows, row_threads(dim), 0, (cudaStream_t)stream>>>(y, x, w, b, dim, eps);
+    omni_launch(layernorm_kernel, rows, row_threads(dim), 0, (cudaStream_t)stream, y, x, w, b, dim, eps);
     OMNI_CUDA_LAUNCHED();
     return OMNI_OK;
 }
@@ -168,7 +165,7 @@ extern "C" omni_status omni_cuda_rope_neox_bf16(uint16_t *x, int T, int H, int D
         return omni_fail(OMNI_ERR_USAGE, "%s: T %d H %d D %d ld %lld", __func__, T, H, D, (long long)ld);
     if (T == 0 || H == 0) return OMNI_OK;
     int threads = row_threads(D / 2);
-    rope_neox_kernel<<<T * H, threads, 0, (cudaStream_t)stream>>>(x, H, D, ld, cos, sin);
+    omni_launch(rope_neox_kernel, T * H, threads, 0, (cudaStream_t)stream, x, H, D, ld, cos, sin);
     OMNI_CUDA_LAUNCHED();
     return OMNI_OK;
 }
@@ -205,7 +202,7 @@ __global__ void add_kernel(uint16_t *y, const uint16_t *a, const uint16_t *b, in
     do {                                                                                                       \
         if ((n) < 0) return omni_fail(OMNI_ERR_USAGE, "%s: n %lld", __func__, (long long)(n));                 \
         if ((n) == 0) return OMNI_OK;                                                                          \
-        kernel<<<ew_blocks(n), EW_THREADS, 0, (cudaStream_t)(stream)>>>(__VA_ARGS__);                          \
+        omni_launch(kernel, ew_blocks(n), EW_THREADS, 0, (cudaStream_t)(stream), __VA_ARGS__);                          \
         OMNI_CUDA_LAUNCHED();                                                                                  \
         return OMNI_OK;                                                                                        \
     } while (0)
@@ -239,7 +236,7 @@ extern "C" omni_status omni_cuda_embed_bf16(uint16_t *y, const uint16_t *table, 
                                             const int32_t *ids, int n, void *stream) {
     if (n < 0 || dim <= 0 || vocab < 0) return omni_fail(OMNI_ERR_USAGE, "%s: n %d dim %d", __func__, n, dim);
     if (n == 0) return OMNI_OK;
-    embed_kernel<<<n, row_threads(dim), 0, (cudaStream_t)stream>>>(y, table, vocab, dim, ids);
+    omni_launch(embed_kernel, n, row_threads(dim), 0, (cudaStream_t)stream, y, table, vocab, dim, ids);
     OMNI_CUDA_LAUNCHED();
     return OMNI_OK;
 }
@@ -265,7 +262,7 @@ __global__ void softmax_kernel(float *x, int n) {
 extern "C" omni_status omni_cuda_softmax_f32(float *x, int rows, int n, void *stream) {
     if (rows < 0 || n <= 0) return omni_fail(OMNI_ERR_USAGE, "%s: rows %d n %d", __func__, rows, n);
     if (rows == 0) return OMNI_OK;
-    softmax_kernel<<<rows, row_threads(n), 0, (cudaStream_t)stream>>>(x, n);
+    omni_launch(softmax_kernel, rows, row_threads(n), 0, (cudaStream_t)stream, x, n);
     OMNI_CUDA_LAUNCHED();
     return OMNI_OK;
 }
@@ -305,7 +302,7 @@ __global__ void argmax_kernel(int32_t *idx, const float *x, int n) {
 extern "C" omni_status omni_cuda_argmax_f32(int32_t *idx, const float *x, int rows, int n, void *stream) {
     if (rows < 0 || n <= 0) return omni_fail(OMNI_ERR_USAGE, "%s: rows %d n %d", __func__, rows, n);
     if (rows == 0) return OMNI_OK;
-    argmax_kernel<<<rows, ROW_THREADS, 0, (cudaStream_t)stream>>>(idx, x, n);
+    omni_launch(argmax_kernel, rows, ROW_THREADS, 0, (cudaStream_t)stream, idx, x, n);
     OMNI_CUDA_LAUNCHED();
     return OMNI_OK;
 }

@@ -14,13 +14,20 @@
 
 #define QKR_WARPS 8
 
-/* Block (t, g): token t, heads g·8 .. g·8+7 of the Hq + Hkv (q heads first), one warp per head. Lane l holds
+/* Where the heads of token t come from and go to: q heads (Hq), k heads (Hkv), v heads (copied; Hkv, or 0). */
+struct qkr_io {
+    const uint16_t *qi, *ki, *vi; /* inputs, row stride ldi */
+    uint16_t *qo, *ko, *vo;       /* outputs, row strides ldq / ldk (v: ldk) */
+    int64_t ldi, ldq, ldk;
+    int Hq, Hkv, Hv;
+};
+
+/* Block (t, g): token t, heads g·8 .. g·8+7 of the Hq + Hkv (+ Hv copied) heads, one warp per head. Lane l holds
  * elements [l·VEC, l·VEC + VEC) of the head (D = 32·VEC); its rotation partner (d ± D/2) sits in lane l ^ 16. */
 template <int VEC>
 __global__ void __launch_bounds__(QKR_WARPS * 32)
-qk_norm_rope_kernel(uint16_t *q, uint16_t *k, int64_t ld, int Hq, int Hkv, const uint16_t *qw, const uint16_t *kw,
-                    float eps, const int32_t *pos, int64_t pos_stride, const float *inv_freq,
-                    const int32_t *slot_stream) {
+qk_norm_rope_kernel(qkr_io io, const uint16_t *qw, const uint16_t *kw, float eps, const int32_t *pos,
+                    int64_t pos_stride, const float *inv_freq, const int32_t *slot_stream) {
     constexpr int D = 32 * VEC, HALF = D / 2;
     __shared__ float cs[HALF], sn[HALF];
     const int t = blockIdx.x;
@@ -31,11 +38,19 @@ qk_norm_rope_kernel(uint16_t *q, uint16_t *k, int64_t ld, int Hq, int Hkv, const
     }
     __syncthreads();
     const int lane = threadIdx.x & 31, h = blockIdx.y * QKR_WARPS + (threadIdx.x >> 5);
-    if (h >= Hq + Hkv) return;
-    const int is_q = h < Hq, slot0 = (lane * VEC) % HALF, upper = lane >= 16;
-    uint16_t *v = is_q ? q + (int64_t)t * ld + (int64_t)h * D : k + (int64_t)t * ld + (int64_t)(h - Hq) * D;
+    if (h >= io.Hq + io.Hkv + io.Hv) return;
+    if (h >= io.Hq + io.Hkv) { /* v head: copied */
+        const int hv = h - io.Hq - io.Hkv;
+        typename vec_of<VEC>::T u = ((const typename vec_of<VEC>::T *)(io.vi + (int64_t)t * io.ldi + (int64_t)hv * D))[lane];
+        ((typename vec_of<VEC>::T *)(io.vo + (int64_t)t * io.ldk + (int64_t)hv * D))[lane] = u;
+        return;
+    }
+    const int is_q = h < io.Hq, slot0 = (lane * VEC) % HALF, upper = lane >= 16;
+    const int64_t hd = (int64_t)(is_q ? h : h - io.Hq) * D;
+    const uint16_t *src = (is_q ? io.qi : io.ki) + (int64_t)t * io.ldi + hd;
+    uint16_t *dst = is_q ? io.qo + (int64_t)t * io.ldq + hd : io.ko + (int64_t)t * io.ldk + hd;
     float x[VEC], w[VEC], n[VEC], o[VEC];
-    load_vec<VEC>(x, v, lane);
+    load_vec<VEC>(x, src, lane);
     load_vec<VEC>(w, is_q ? qw : kw, lane);
     float ss = 0.f;
 #pragma unroll
@@ -50,39 +65,52 @@ qk_norm_rope_kernel(uint16_t *q, uint16_t *k, int64_t ld, int Hq, int Hkv, const
         float p = __shfl_xor_sync(0xffffffffu, n[i], 16), c = cs[slot0 + i], s = sn[slot0 + i];
         o[i] = bf(n[i] * c) + bf((upper ? p : -p) * s);
     }
-    store_vec<VEC>(v, lane, o);
+    store_vec<VEC>(dst, lane, o);
+}
+
+static omni_status qkr_launch(const qkr_io *io, int T, int D, const uint16_t *q_w, const uint16_t *k_w, float eps,
+                              const int32_t *pos, int64_t pos_stride, const float *inv_freq,
+                              const int32_t *slot_stream, void *stream, const char *fn) {
+    if (T < 0 || io->Hq < 0 || io->Hkv < 0 || (D != 32 && D != 64 && D != 128 && D != 256) ||
+        io->ldi < (int64_t)(io->Hq > io->Hkv ? io->Hq : io->Hkv) * D || pos_stride < T)
+        return omni_fail(OMNI_ERR_USAGE, "%s: T %d Hq %d Hkv %d D %d ld %lld pos_stride %lld", fn, T, io->Hq, io->Hkv,
+                         D, (long long)io->ldi, (long long)pos_stride);
+    const int nh = io->Hq + io->Hkv + io->Hv;
+    if (T == 0 || nh == 0) return OMNI_OK;
+    const int vec = D / 32;
+    const void *ptrs[8] = {io->qi, io->ki, io->vi, io->qo, io->ko, io->vo, q_w, k_w};
+    int ok = io->ldi % vec == 0 && io->ldq % vec == 0 && io->ldk % vec == 0;
+    for (int i = 0; i < 8; i++) ok = ok && is_aligned(ptrs[i], 2 * vec);
+    if (!ok) return omni_fail(OMNI_ERR_USAGE, "%s: rows must be %d-byte aligned", fn, 2 * vec);
+    dim3 grid(T, (nh + QKR_WARPS - 1) / QKR_WARPS);
+    cudaStream_t s = (cudaStream_t)stream;
+    void (*k)(qkr_io, const uint16_t *, const uint16_t *, float, const int32_t *, int64_t, const float *,
+              const int32_t *) = D == 32   ? qk_norm_rope_kernel<1>
+                                 : D == 64  ? qk_norm_rope_kernel<2>
+                                 : D == 128 ? qk_norm_rope_kernel<4>
+                                            : qk_norm_rope_kernel<8>;
+    omni_launch(k, grid, QKR_WARPS * 32, 0, s, *io, q_w, k_w, eps, pos, pos_stride, inv_freq, slot_stream);
+    OMNI_CUDA_LAUNCHED();
+    return OMNI_OK;
 }
 
 extern "C" omni_status omni_cuda_qk_norm_rope_bf16(uint16_t *q, uint16_t *k, int T, int64_t ld, int Hq, int Hkv,
                                                   int D, const uint16_t *q_w, const uint16_t *k_w, float eps,
                                                   const int32_t *pos, int64_t pos_stride, const float *inv_freq,
                                                   const int32_t *slot_stream, void *stream) {
-    if (T < 0 || Hq < 0 || Hkv < 0 || (D != 32 && D != 64 && D != 128 && D != 256) || ld < (int64_t)Hq * D ||
-        ld < (int64_t)Hkv * D || pos_stride < T)
-        return omni_fail(OMNI_ERR_USAGE, "%s: T %d Hq %d Hkv %d D %d ld %lld pos_stride %lld", __func__, T, Hq, Hkv,
-                         D, (long long)ld, (long long)pos_stride);
-    if (T == 0 || Hq + Hkv == 0) return OMNI_OK;
-    const int vec = D / 32;
-    if (ld % vec || !is_aligned(q, 2 * vec) || !is_aligned(k, 2 * vec) || !is_aligned(q_w, 2 * vec) ||
-        !is_aligned(k_w, 2 * vec))
-        return omni_fail(OMNI_ERR_USAGE, "%s: rows must be %d-byte aligned (ld %lld)", __func__, 2 * vec,
-                         (long long)ld);
-    dim3 grid(T, (Hq + Hkv + QKR_WARPS - 1) / QKR_WARPS);
-    cudaStream_t s = (cudaStream_t)stream;
-    if (D == 32)
-        qk_norm_rope_kernel<1><<<grid, QKR_WARPS * 32, 0, s>>>(q, k, ld, Hq, Hkv, q_w, k_w, eps, pos, pos_stride,
-                                                               inv_freq, slot_stream);
-    else if (D == 64)
-        qk_norm_rope_kernel<2><<<grid, QKR_WARPS * 32, 0, s>>>(q, k, ld, Hq, Hkv, q_w, k_w, eps, pos, pos_stride,
-                                                               inv_freq, slot_stream);
-    else if (D == 128)
-        qk_norm_rope_kernel<4><<<grid, QKR_WARPS * 32, 0, s>>>(q, k, ld, Hq, Hkv, q_w, k_w, eps, pos, pos_stride,
-                                                               inv_freq, slot_stream);
-    else
-        qk_norm_rope_kernel<8><<<grid, QKR_WARPS * 32, 0, s>>>(q, k, ld, Hq, Hkv, q_w, k_w, eps, pos, pos_stride,
-                                                               inv_freq, slot_stream);
-    OMNI_CUDA_LAUNCHED();
-    return OMNI_OK;
+    qkr_io io = {q, k, NULL, q, k, NULL, ld, ld, ld, Hq, Hkv, 0};
+    return qkr_launch(&io, T, D, q_w, k_w, eps, pos, pos_stride, inv_freq, slot_stream, stream, __func__);
+}
+
+extern "C" omni_status omni_cuda_qkv_norm_rope_bf16(const uint16_t *qkv, int64_t ld, uint16_t *q, uint16_t *k,
+                                                   uint16_t *v, int T, int Hq, int Hkv, int D, const uint16_t *q_w,
+                                                   const uint16_t *k_w, float eps, const int32_t *pos,
+                                                   int64_t pos_stride, const float *inv_freq,
+                                                   const int32_t *slot_stream, void *stream) {
+    if (ld < (int64_t)(Hq + 2 * Hkv) * D) return omni_fail(OMNI_ERR_USAGE, "%s: ld %lld", __func__, (long long)ld);
+    const int64_t qd = (int64_t)Hq * D, kd = (int64_t)Hkv * D;
+    qkr_io io = {qkv, qkv + qd, qkv + qd + kd, q, k, v, ld, qd, kd, Hq, Hkv, Hkv};
+    return qkr_launch(&io, T, D, q_w, k_w, eps, pos, pos_stride, inv_freq, slot_stream, stream, __func__);
 }
 
 /* ---- SwiGLU ------------------------------------------------------------------------------------------------ */
@@ -108,10 +136,10 @@ extern "C" omni_status omni_cuda_swiglu_bf16(uint16_t *y, const uint16_t *gu, in
     cudaStream_t s = (cudaStream_t)stream;
     if (I % 8 == 0 && is_aligned(y, 16) && is_aligned(gu, 16)) {
         int64_t nv = (int64_t)rows * I / 8;
-        swiglu_kernel<8><<<ew_blocks(nv), EW_THREADS, 0, s>>>(y, gu, nv, I);
+        omni_launch(swiglu_kernel<8>, ew_blocks(nv), EW_THREADS, 0, s, y, gu, nv, I);
     } else {
         int64_t nv = (int64_t)rows * I;
-        swiglu_kernel<1><<<ew_blocks(nv), EW_THREADS, 0, s>>>(y, gu, nv, I);
+        omni_launch(swiglu_kernel<1>, ew_blocks(nv), EW_THREADS, 0, s, y, gu, nv, I);
     }
     OMNI_CUDA_LAUNCHED();
     return OMNI_OK;
@@ -142,9 +170,9 @@ extern "C" omni_status omni_cuda_embed_rows_bf16(uint16_t *y, const uint16_t *ta
     if (n == 0) return OMNI_OK;
     cudaStream_t s = (cudaStream_t)stream;
     if (dim % 8 == 0 && is_aligned(y, 16) && is_aligned(table, 16) && is_aligned(rows, 16))
-        embed_rows_kernel<8><<<n, row_threads(dim / 8), 0, s>>>(y, table, vocab, dim, ids, src_row, rows);
+        omni_launch(embed_rows_kernel<8>, n, row_threads(dim / 8), 0, s, y, table, vocab, dim, ids, src_row, rows);
     else
-        embed_rows_kernel<1><<<n, row_threads(dim), 0, s>>>(y, table, vocab, dim, ids, src_row, rows);
+        omni_launch(embed_rows_kernel<1>, n, row_threads(dim), 0, s, y, table, vocab, dim, ids, src_row, rows);
     OMNI_CUDA_LAUNCHED();
     return OMNI_OK;
 }
@@ -159,7 +187,7 @@ extern "C" omni_status omni_cuda_add_rows_bf16(uint16_t *x, int dim, const int32
                                               int n, void *stream) {
     if (n < 0 || dim <= 0) return omni_fail(OMNI_ERR_USAGE, "%s: n %d dim %d", __func__, n, dim);
     if (n == 0) return OMNI_OK;
-    add_rows_kernel<<<n, row_threads(dim), 0, (cudaStream_t)stream>>>(x, dim, dst_row, src);
+    omni_launch(add_rows_kernel, n, row_threads(dim), 0, (cudaStream_t)stream, x, dim, dst_row, src);
     OMNI_CUDA_LAUNCHED();
     return OMNI_OK;
 }
@@ -176,7 +204,7 @@ __global__ void bf16_to_f32_kernel(float *y, const uint16_t *x, int64_t n) {
 extern "C" omni_status omni_cuda_f32_to_bf16(uint16_t *y, const float *x, int64_t n, void *stream) {
     if (n < 0) return omni_fail(OMNI_ERR_USAGE, "%s: n %lld", __func__, (long long)n);
     if (n == 0) return OMNI_OK;
-    f32_to_bf16_kernel<<<ew_blocks(n), EW_THREADS, 0, (cudaStream_t)stream>>>(y, x, n);
+    omni_launch(f32_to_bf16_kernel, ew_blocks(n), EW_THREADS, 0, (cudaStream_t)stream, y, x, n);
     OMNI_CUDA_LAUNCHED();
     return OMNI_OK;
 }
@@ -184,7 +212,7 @@ extern "C" omni_status omni_cuda_f32_to_bf16(uint16_t *y, const float *x, int64_
 extern "C" omni_status omni_cuda_bf16_to_f32(float *y, const uint16_t *x, int64_t n, void *stream) {
     if (n < 0) return omni_fail(OMNI_ERR_USAGE, "%s: n %lld", __func__, (long long)n);
     if (n == 0) return OMNI_OK;
-    bf16_to_f32_kernel<<<ew_blocks(n), EW_THREADS, 0, (cudaStream_t)stream>>>(y, x, n);
+    omni_launch(bf16_to_f32_kernel, ew_blocks(n), EW_THREADS, 0, (cudaStream_t)stream, y, x, n);
     OMNI_CUDA_LAUNCHED();
     return OMNI_OK;
 }

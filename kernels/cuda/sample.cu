@@ -334,7 +334,7 @@ extern "C" omni_status omni_cuda_sample(int32_t *out, const float *logits, int64
     if (rows < 0 || vocab <= 0 || vocab >= (1 << 19) || ld < vocab)
         return omni_fail(OMNI_ERR_USAGE, "%s: rows %d vocab %d ld %lld", __func__, rows, vocab, (long long)ld);
     if (rows == 0) return OMNI_OK;
-    sample_kernel<<<rows, SB, 0, (cudaStream_t)stream>>>(out, logits, ld, vocab, params, u);
+    omni_launch(sample_kernel, rows, SB, 0, (cudaStream_t)stream, out, logits, ld, vocab, params, u);
     OMNI_CUDA_LAUNCHED();
     return OMNI_OK;
 }

@@ -1,5 +1,5 @@
-/* attn_ref.cu - the scaffold attention of attn_ref.h: append into a contiguous bf16 store, causal GQA attention
- * over it, and segment (tower) attention, both split over the keys with a log-sum-exp merge.
+/* attn_ref.cu - the SIMT attention of attn_ref.h: causal GQA attention over the raw bf16 pages of the device cache
+ * and segment (tower) attention, both split over the keys with a log-sum-exp merge.
  *
  * One block of 128 threads per (row, kv head, split) serves the G = Hq / Hkv query heads of the kv head: tiles of
  * 32 keys are staged in shared memory as f32 (K rows padded to D + 1: conflict-free dot products), one warp per
@@ -22,11 +22,24 @@ typedef __nv_bfloat16 bf16;
 
 __device__ __forceinline__ float ldb(const uint16_t *p) { return __bfloat162float(*(const bf16 *)p); }
 
-/* Keys of row r: [kb, ke) at kbase + j·kstride (K) and vbase + j·vstride (V), head offset already applied. */
+/* Keys of row r: positions [kb, ke); key j of head g is either a row k + j·ks (segments: rows in place, head
+ * offset applied) or, with a view, row j % 32 of the raw page of block j / 32 of slot `slot`. */
 struct key_src {
     const uint16_t *k, *v;
     int64_t ks, vs;
     int kb, ke;
+    const kv_layer_view *view; /* NULL: plain rows */
+    int slot, g;
+    __device__ const uint16_t *krow(int j) const {
+        if (!view) return k + (int64_t)j * ks;
+        int32_t page = kv_view_raw_page(view, slot, j / KV_BLOCK);
+        return (const uint16_t *)kv_view_raw_rows(view, page, g, 0) + (j % KV_BLOCK) * view->head_dim;
+    }
+    __device__ const uint16_t *vrow(int j) const {
+        if (!view) return v + (int64_t)j * vs;
+        int32_t page = kv_view_raw_page(view, slot, j / KV_BLOCK);
+        return (const uint16_t *)kv_view_raw_rows(view, page, g, 1) + (j % KV_BLOCK) * view->head_dim;
+    }
 };
 
 __device__ void attend_block(const uint16_t *q, int G, int D, float scale, key_src src, int split, int split_len,
@@ -51,8 +64,8 @@ __device__ void attend_block(const uint16_t *q, int G, int D, float scale, key_s
         for (int i = tid; i < TK * D; i += AT) {
             int j = i / D, d = i % D;
             bool ok = j < nk;
-            kt[j * (D + 1) + d] = ok ? ldb(src.k + (int64_t)(t0 + j) * src.ks + d) : 0.f;
-            vt[j * D + d] = ok ? ldb(src.v + (int64_t)(t0 + j) * src.vs + d) : 0.f;
+            kt[j * (D + 1) + d] = ok ? ldb(src.krow(t0 + j) + d) : 0.f;
+            vt[j * D + d] = ok ? ldb(src.vrow(t0 + j) + d) : 0.f;
         }
         __syncthreads();
         for (int i = tid; i < G * TK; i += AT) { /* scores */
@@ -104,16 +117,12 @@ static size_t attend_smem(void) { return sizeof(float) * (MAXG * MAXD + TK * (MA
 
 /* Partial layout: part[((r·Hq + h)·splits + s)·(D + 2) + {0: m, 1: l, 2..: o}]. */
 __global__ void __launch_bounds__(AT)
-causal_kernel(const lca_store *stores, int layer, const uint16_t *q, int64_t ldq, const int32_t *row_store,
-              const int32_t *row_slot, const int32_t *row_pos, int Hq, int Hkv, int D, float scale, int splits,
-              int split_len, float *ws) {
-    const int r = blockIdx.x, kvh = blockIdx.y, s = blockIdx.z, G = Hq / Hkv;
-    const lca_store st = stores[row_store[r]];
-    const int64_t base = layer * st.layer_stride + row_slot[r] * st.slot_stride + (int64_t)kvh * D;
+causal_kernel(kv_layer_view view, const uint16_t *q, int64_t ldq, const int32_t *row_slot, const int32_t *row_pos,
+              int Hq, float scale, int splits, int split_len, float *ws) {
+    const int r = blockIdx.x, kvh = blockIdx.y, s = blockIdx.z, D = view.head_dim, G = Hq / view.n_kv_heads;
     key_src src;
-    src.k = st.k + base;
-    src.v = st.v + base;
-    src.ks = src.vs = (int64_t)Hkv * D;
+    src.k = src.v = NULL, src.ks = src.vs = 0;
+    src.view = &view, src.slot = row_slot[r], src.g = kvh;
     src.kb = 0, src.ke = row_pos[r] + 1;
     float *part = ws + (((int64_t)r * Hq + (int64_t)kvh * G) * splits + s) * (D + 2);
     attend_block(q + (int64_t)r * ldq + (int64_t)kvh * G * D, G, D, scale, src, s, split_len, part,
@@ -129,6 +138,7 @@ segment_kernel(const uint16_t *q, int64_t ldq, const uint16_t *k, int64_t ldk, c
     src.k = k + (int64_t)h * D, src.v = v + (int64_t)h * D;
     src.ks = ldk, src.vs = ldv;
     src.kb = seg[sg], src.ke = seg[sg + 1];
+    src.view = NULL, src.slot = src.g = 0;
     float *part = ws + (((int64_t)r * H + h) * splits + s) * (D + 2);
     attend_block(q + (int64_t)r * ldq + (int64_t)h * D, 1, D, scale, src, s, split_len, part, 0);
 }
@@ -154,25 +164,6 @@ __global__ void combine_kernel(const float *ws, uint16_t *out, int64_t ldo, int 
     }
 }
 
-__global__ void append_kernel(const lca_store *stores, int layer, const uint16_t *k, const uint16_t *v, int64_t ld,
-                              const int32_t *row_store, const int32_t *row_slot, const int32_t *row_pos, int width) {
-    const int r = blockIdx.x;
-    const lca_store st = stores[row_store[r]];
-    const int64_t dst = layer * st.layer_stride + row_slot[r] * st.slot_stride + (int64_t)row_pos[r] * width;
-    for (int i = threadIdx.x; i < width; i += blockDim.x) {
-        st.k[dst + i] = k[(int64_t)r * ld + i];
-        st.v[dst + i] = v[(int64_t)r * ld + i];
-    }
-}
-
-omni_status lca_append(const lca_layer *L, const uint16_t *k, const uint16_t *v, int64_t ld, const int32_t *row_store,
-                       const int32_t *row_slot, const int32_t *row_pos, int T, cudaStream_t s) {
-    if (T <= 0) return OMNI_OK;
-    append_kernel<<<T, 256, 0, s>>>(L->stores, L->layer, k, v, ld, row_store, row_slot, row_pos, L->Hkv * L->D);
-    OMNI_CUDA_LAUNCHED();
-    return OMNI_OK;
-}
-
 int64_t lca_workspace_floats(int T, int Hq, int D, int splits) { return (int64_t)T * Hq * splits * (D + 2); }
 
 omni_status lca_init(void) {
@@ -183,19 +174,19 @@ omni_status lca_init(void) {
     return OMNI_OK;
 }
 
-omni_status lca_attend(const lca_layer *L, const uint16_t *q, int64_t ldq, uint16_t *out, int64_t ldo,
-                       const int32_t *row_store, const int32_t *row_slot, const int32_t *row_pos, int T, float scale,
-                       int splits, int split_len, float *ws, cudaStream_t s) {
-    const int G = L->Hq / L->Hkv;
-    if (L->Hkv <= 0 || L->Hq % L->Hkv || G > MAXG || L->D > MAXD || splits < 1 || split_len < 1)
-        return omni_fail(OMNI_ERR_UNSUPPORTED, "lca_attend: Hq %d Hkv %d D %d splits %d", L->Hq, L->Hkv, L->D, splits);
+omni_status lca_attend_view(const kv_layer_view *v, const uint16_t *q, int64_t ldq, uint16_t *out, int64_t ldo,
+                            const int32_t *row_slot, const int32_t *row_pos, int T, int Hq, float scale, int splits,
+                            int split_len, float *ws, cudaStream_t s) {
+    const int Hkv = v->n_kv_heads, D = v->head_dim;
+    if (Hkv <= 0 || Hq % Hkv || Hq / Hkv > MAXG || D > MAXD || splits < 1 || split_len < 1 || v->quant ||
+        v->cache_quant || v->rotate || v->k_esz != 2 || v->v_esz != 2)
+        return omni_fail(OMNI_ERR_UNSUPPORTED, "lca_attend_view: Hq %d Hkv %d D %d (raw bf16 layers only)", Hq, Hkv, D);
     if (T <= 0) return OMNI_OK;
-    causal_kernel<<<dim3(T, L->Hkv, splits), AT, attend_smem(), s>>>(L->stores, L->layer, q, ldq, row_store, row_slot,
-                                                                     row_pos, L->Hq, L->Hkv, L->D, scale, splits,
-                                                                     split_len, ws);
+    causal_kernel<<<dim3(T, Hkv, splits), AT, attend_smem(), s>>>(*v, q, ldq, row_slot, row_pos, Hq, scale, splits,
+                                                                   split_len, ws);
     OMNI_CUDA_LAUNCHED();
-    combine_kernel<<<dim3(T, L->Hq), L->D < 128 ? 64 : 128, 0, s>>>(ws, out, ldo, L->Hq, L->D, splits, split_len,
-                                                                     row_pos, NULL, NULL);
+    combine_kernel<<<dim3(T, Hq), D < 128 ? 64 : 128, 0, s>>>(ws, out, ldo, Hq, D, splits, split_len, row_pos, NULL,
+                                                              NULL);
     OMNI_CUDA_LAUNCHED();
     return OMNI_OK;
 }

@@ -7,9 +7,9 @@
  * What it owns, all sized at init and never grown: the weights (one device allocation, fused QKV and gate/up made
  * at load, or random weights of the config's shapes made on the device), a workspace for max_tokens rows and
  * max_seqs entries, pinned host buffers for the step inputs, a stream, and the CUDA graphs of the decode steps
- * (one per batch-size bucket 1, 2, 4, ... max_seqs, captured at init; a decode batch is padded to its bucket with
- * rows of a scratch sequence). KV caches (llm_cuda_cache_init) own their device storage. Nothing is allocated
- * inside a step.
+ * (one per batch-size bucket 1, 2, 4, ... max_seqs; a decode batch is padded to its bucket with rows that repeat
+ * the batch's first sequence, results unused). Graphs belong to a cache and are captured when the cache is made;
+ * a decode step runs as a graph when all its sequences are in one cache. Nothing is allocated inside a step.
  *
  * A step (llm_cuda_step) takes llm_batch_entry's (llm/runner.h): one chunk of each of several sequences, of one
  * or several caches, prefill chunks and single decode tokens mixed, with the inputs of llm/model.h (token ids,
@@ -17,10 +17,13 @@
  * tokens are sampled on the device (omni_cuda_sample) with the entry's llm_sampler parameters and one
  * llm_sampler_uniform per sampled token drawn on the host, so token streams equal the CPU runner's for a seed.
  *
- * KV caches: a kv_cache (kvcache.h) made by kv_init keeps the bookkeeping (sequence ids, lengths, pages, budgets:
- * kv_reserve / kv_commit around each step); the K/V themselves live on the device in bf16, contiguous per
- * sequence slot ([layers][2][max_seqs][max_seq_len][Hkv][D]) until the paged device cache of kvcache/ lands.
- * Formats: f32 and bf16 caches are stored as bf16 (the GPU computes in bf16); quantized formats are refused.
+ * KV caches (llm_cuda_cache_init): the pages live on the device in a kv_dev (kvcache/kv_dev.h: bf16 or OScaR /
+ * KIVI formats, append and quantized flush on the GPU); the kv_cache handed to the caller keeps the same page
+ * bookkeeping on the host (kv_init_accounting: sequences, lengths, budget, usage) and is the handle the engine
+ * uses (kv_seq_add / remove / clear act on it; the device cache follows at the next step). An f32 cache is
+ * stored in bf16 (the GPU computes in bf16). Attention: kvc_prefill / kvc_decode (kvcache/kv_cuda.h) for
+ * head_dim 64 and 128, a plain SIMT kernel over raw bf16 pages for other head dims (small test models; those
+ * take bf16 caches only).
  * Errors: a model or cache that does not fit in free GPU memory fails with OMNI_ERR_NOMEM and one line
  * "... needs X GiB on cuda:N (...), Y GiB free" (the CLI's exit code 4); a CUDA error in a step returns
  * OMNI_ERR_RUNTIME (OMNI_ERR_NOMEM when the device is out of memory) naming the call and file:line; the step's

@@ -7,9 +7,15 @@
  *   h = rmsnorm(x) (fused with the previous residual add) -> qkv = h·Wqkvᵀ -> q/k norm + MRoPE in place ->
  *   append k, v -> att = attention -> o = att·Woᵀ -> x += o, h = rmsnorm(x) -> MLP (dense: gu = h·Wguᵀ,
  *   act = swiglu(gu), m = act·Wdᵀ; MoE: router, top-k, experts, combine) -> x += m (-> DeepStack rows).
- * Step inputs travel in pinned buffers: int32 [ids T | pos 3T | src_row T | row_store T | row_slot T | row_pos T |
- * out_row T | ds_dst 4T] (offsets depend on T only, so a graph of bucket T always reads the same addresses), bf16
- * span rows [n_sp][H] and DeepStack rows [level][n][H], and per output row the sampling parameters and uniform. */
+ * Attention and KV: each cache is a kv_dev (kvcache/kv_dev.h: pages on the device, append with quantization)
+ * plus a kv_cache on the host for the bookkeeping the engine reads (kv_reserve / kv_commit keep both in step).
+ * Rows are grouped by cache; per layer and cache: head_dim 64/128 -> kvc_prefill then kv_dev_append for steps
+ * with a chunk, kv_dev_append then kvc_decode for decode steps (kvcache/kv_cuda.h); other head dims (small test
+ * models) -> kv_dev_append then the SIMT attention of attn_ref.h over the raw pages.
+ * Step inputs travel in pinned buffers: int32 [ids T | pos 3T | src_row T | row_slot T | row_pos T | out_row T |
+ * ent_slot T | ent_new T | ent_row0 T + 1 | ds_dst 4T] (offsets depend on T only, so a graph of bucket T always
+ * reads the same addresses), bf16 span rows [n_sp][H] and DeepStack rows [level][n][H], and per output row the
+ * sampling parameters and uniform. */
 #include "llm/cuda/llm_cuda.h"
 
 #include <math.h>
@@ -21,6 +27,8 @@
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/ops_cuda.h"
+#include "kvcache/kv_cuda.h"
+#include "kvcache/kv_dev.h"
 #include "llm/cuda/attn_ref.h"
 #include "llm/cuda/weights.h"
 #include "llm/sampler.h"
@@ -29,12 +37,12 @@
 #define SPLIT_LEN 256  /* attention keys per split in graphs */
 #define ENTRY_MAX 64   /* MoE entries (T·k) up to which the per-entry GEMVs run instead of grouping */
 #define N_BUCKETS 12   /* decode graph buckets: 1, 2, 4, ..., max_seqs */
-#define MAX_CACHES 16  /* KV caches per runner (store 0 is the scratch of padding rows) */
+#define MAX_CACHES 16  /* KV caches per runner (index 0 unused) */
 #define OUT_MIN 64     /* output rows per lm_head pass: max(max_seqs, OUT_MIN) */
 
 typedef struct {
     int T;            /* bucket */
-    int64_t max_keys; /* longest attended prefix the graph's fixed attention splits cover */
+    int64_t max_keys; /* longest attended prefix the graph's attention covers (SIMT path: its fixed splits) */
     cudaGraphExec_t exec;
 } graph_slot;
 
@@ -46,10 +54,13 @@ static const char *g_prof_names[P_COUNT] = {"embed",     "norm",      "qkv",    
 #define PROF_EVENTS 4096
 
 typedef struct {
-    kv_cache *kv;    /* bookkeeping (NULL: free table entry) */
-    uint16_t *store; /* [L][2][slots][cap][Hkv][D] bf16 */
-    int slots;
-    int64_t cap;
+    kv_cache *kv;  /* host bookkeeping, the handle callers use (NULL: free table entry) */
+    kv_dev *dev;   /* the pages on the device */
+    int slots;     /* max_seqs */
+    int fast;      /* attention through kvc_prefill / kvc_decode (head_dim 64/128); else attn_ref.h */
+    kv_layer_view *views; /* [L] device views (pointers fixed for the cache's life) */
+    graph_slot graphs[N_BUCKETS];
+    int n_graphs;
 } dev_cache;
 
 struct llm_cuda {
@@ -59,13 +70,12 @@ struct llm_cuda {
     omni_cuda_ctx *ctx;
     cudaStream_t s;
     lcw_weights w;
-    dev_cache caches[MAX_CACHES + 1]; /* [0]: the scratch store of padding rows */
-    lca_store stores_host[MAX_CACHES + 1];
-    lca_store *stores_dev;
+    dev_cache caches[MAX_CACHES + 1];
+    kvc_attn *attn; /* tensor-core attention workspace (head_dim 64/128) */
     /* workspace (one allocation) */
     void *ws;
     size_t ws_bytes;
-    uint16_t *x, *ha, *hb, *qkv, *att, *gu, *act, *hl, *scratch_kv;
+    uint16_t *x, *ha, *hb, *qkv, *q, *k, *v, *att, *gu, *act, *hl, *kvfill;
     float *logits, *attn_ws;
     int64_t attn_ws_floats;
     uint16_t *rlog, *mgu, *mact, *mout;
@@ -81,9 +91,9 @@ struct llm_cuda {
     omni_cuda_sample_params *sp_host;
     double *u_host;
     /* per-step host scratch (sized at init) */
-    int *ent_cache, *grp_n, *grp_seq, *grp_new, *out_ent;
-    graph_slot graphs[N_BUCKETS];
-    int n_graphs;
+    int *ent_cache, *grp_seq, *grp_new, *out_ent, *order; /* order: entries grouped by cache (row order) */
+    int grp_c[MAX_CACHES + 1], grp_e0[MAX_CACHES + 2], grp_r0[MAX_CACHES + 2], n_grp; /* this step's cache groups */
+    int grp_maxq[MAX_CACHES + 1];
     size_t peak;
     /* profiling (params.profile): event pairs of the step in flight and the totals per kind */
     cudaEvent_t *ev;
@@ -115,7 +125,7 @@ static void *carve(carver *c, size_t bytes) {
     return c->base ? c->base + o : NULL;
 }
 
-static int64_t ints_per_step(const llm_cuda *r) { return (9 + MAX_DS) * (int64_t)r->T_max; }
+static int64_t ints_per_step(const llm_cuda *r) { return (10 + MAX_DS) * (int64_t)r->T_max + 1; }
 
 /* One walk assigns every workspace pointer (base NULL: size only). */
 static size_t carve_ws(llm_cuda *r, char *base) {
@@ -125,6 +135,9 @@ static size_t carve_ws(llm_cuda *r, char *base) {
     r->ha = (uint16_t *)carve(&c, 2 * T * H);
     r->hb = (uint16_t *)carve(&c, 2 * T * H);
     r->qkv = (uint16_t *)carve(&c, 2 * T * r->Q);
+    r->q = (uint16_t *)carve(&c, 2 * T * r->Hq * r->D);
+    r->k = (uint16_t *)carve(&c, 2 * T * r->Hkv * r->D);
+    r->v = (uint16_t *)carve(&c, 2 * T * r->Hkv * r->D);
     r->att = (uint16_t *)carve(&c, 2 * T * r->Hq * r->D);
     r->hl = (uint16_t *)carve(&c, 2 * O * H);
     r->logits = (float *)carve(&c, 4 * O * r->V);
@@ -148,8 +161,6 @@ static size_t carve_ws(llm_cuda *r, char *base) {
     r->u_dev = (double *)carve(&c, sizeof(double) * O);
     r->in_dev = (int32_t *)carve(&c, 4 * (size_t)ints_per_step(r));
     r->rows_dev = (uint16_t *)carve(&c, 2 * (1 + MAX_DS) * T * H);
-    r->stores_dev = (lca_store *)carve(&c, sizeof(lca_store) * (MAX_CACHES + 1));
-    r->scratch_kv = (uint16_t *)carve(&c, 2 * 2 * (size_t)r->L * r->Hkv * r->D);
     return (c.off + 255) / 256 * 256;
 }
 
@@ -163,8 +174,10 @@ static size_t carve_pinned(llm_cuda *r, char *base) {
     return c.off;
 }
 
-/* Attention workspace: decode buckets with every split of the longest cache capacity, or T_max rows with two. */
+/* SIMT attention workspace (head dims the tensor-core kernels do not take): decode of max_seqs rows with every
+ * split of max_cap keys, or T_max rows with two splits. */
 static int64_t attn_floats(const llm_cuda *r, int64_t max_cap) {
+    if (r->D == 64 || r->D == 128) return 1;
     int64_t splits = (max_cap + SPLIT_LEN - 1) / SPLIT_LEN;
     int64_t dec = lca_workspace_floats(r->S, r->Hq, r->D, (int)splits);
     int64_t pre = lca_workspace_floats(r->T_max, r->Hq, r->D, 2);
@@ -187,6 +200,9 @@ static omni_status check_params(const llm_config *c, const llm_cuda_params *p) {
     if (c->n_heads % c->n_kv_heads || c->n_heads / c->n_kv_heads > 8)
         return omni_fail(OMNI_ERR_UNSUPPORTED, "llm_cuda: %d query heads per kv head (at most 8)",
                          c->n_heads / c->n_kv_heads);
+    if ((c->head_dim == 64 || c->head_dim == 128) && p->max_seqs > KVC_MAX_SEQS)
+        return omni_fail(OMNI_ERR_UNSUPPORTED, "llm_cuda: max_seqs %d > %d (the attention kernels' batch)", p->max_seqs,
+                         KVC_MAX_SEQS);
     if (c->hidden % 8 || (c->n_experts ? c->moe_intermediate : c->intermediate) % 8)
         return omni_fail(OMNI_ERR_UNSUPPORTED, "llm_cuda: hidden %d / intermediate not multiples of 8", c->hidden);
     return OMNI_OK;
@@ -233,26 +249,20 @@ static omni_status init_common(llm_cuda *r, size_t weight_bytes) {
     OMNI_CUDA_TRY(cudaHostAlloc(&pin, carve_pinned(r, NULL), cudaHostAllocDefault));
     carve_pinned(r, (char *)pin);
     const size_t S = (size_t)r->S;
-    r->ent_cache = (int *)calloc(S, sizeof(int)), r->grp_n = (int *)calloc(MAX_CACHES + 1, sizeof(int));
+    r->ent_cache = (int *)calloc(S, sizeof(int)), r->order = (int *)calloc(S, sizeof(int));
     r->grp_seq = (int *)calloc(S, sizeof(int)), r->grp_new = (int *)calloc(S, sizeof(int));
     r->out_ent = (int *)calloc((size_t)r->O, sizeof(int));
-    if (!r->ent_cache || !r->grp_n || !r->grp_seq || !r->grp_new || !r->out_ent)
+    if (!r->ent_cache || !r->order || !r->grp_seq || !r->grp_new || !r->out_ent)
         return omni_fail(OMNI_ERR_NOMEM, "llm_cuda: out of host memory");
     if ((st = lca_init())) return st;
+    if ((r->D == 64 || r->D == 128) && (st = kvc_attn_init(r->S, r->Hq, r->Hkv, r->D, &r->attn))) return st;
     if (r->p.profile) {
         r->ev = (cudaEvent_t *)calloc(PROF_EVENTS, sizeof(cudaEvent_t));
         if (!r->ev) return omni_fail(OMNI_ERR_NOMEM, "llm_cuda: out of host memory");
         for (int i = 0; i < PROF_EVENTS; i++) OMNI_CUDA_TRY(cudaEventCreate(&r->ev[i]));
     }
-    /* store 0: one position of scratch per layer for padding rows (slot 0, position 0) */
-    lca_store s0 = {r->scratch_kv, r->scratch_kv + (size_t)r->L * r->Hkv * r->D, (int64_t)r->Hkv * r->D, 0};
-    r->stores_host[0] = s0;
-    OMNI_CUDA_TRY(cudaMemcpyAsync(r->stores_dev, r->stores_host, sizeof(lca_store) * (MAX_CACHES + 1),
-                                  cudaMemcpyHostToDevice, r->s));
     return OMNI_OK;
 }
-
-static omni_status precapture(llm_cuda *r);
 
 static omni_status init_any(const llm_config *cfg, const omni_ckpt *ck, uint64_t seed, const llm_cuda_params *p,
                             llm_cuda **out) {
@@ -284,10 +294,6 @@ static omni_status init_any(const llm_config *cfg, const omni_ckpt *ck, uint64_t
         if (e != cudaSuccess)
             st = omni_fail(OMNI_ERR_RUNTIME, "llm_cuda: init (%s:%d): %s", __FILE__, __LINE__, cudaGetErrorString(e));
     }
-    if (!st && r->p.graphs && precapture(r)) { /* graphs are an optimisation: run eagerly if capture fails */
-        fprintf(stderr, "warning: CUDA graphs disabled: %s\n", omni_last_error());
-        r->p.graphs = 0;
-    }
     if (st) {
         llm_cuda_free(r);
         return st;
@@ -310,9 +316,9 @@ omni_status llm_cuda_init_random(const llm_config *cfg, uint64_t seed, const llm
 void llm_cuda_free(llm_cuda *r) {
     if (!r) return;
     if (r->s) cudaStreamSynchronize(r->s);
-    for (int i = 0; i < r->n_graphs; i++) cudaGraphExecDestroy(r->graphs[i].exec);
     for (int i = 1; i <= MAX_CACHES; i++)
         if (r->caches[i].kv) llm_cuda_cache_free(r, r->caches[i].kv);
+    kvc_attn_free(r->attn);
     lcw_free(&r->w);
     omni_cuda_free(r->ws);
     if (r->in_host) cudaFreeHost(r->in_host); /* the first carve of the pinned block */
@@ -320,7 +326,7 @@ void llm_cuda_free(llm_cuda *r) {
         if (r->ev[i]) cudaEventDestroy(r->ev[i]);
     free(r->ev);
     omni_cuda_ctx_free(r->ctx);
-    free(r->ent_cache), free(r->grp_n), free(r->grp_seq), free(r->grp_new), free(r->out_ent);
+    free(r->ent_cache), free(r->order), free(r->grp_seq), free(r->grp_new), free(r->out_ent);
     free(r);
 }
 
@@ -335,63 +341,125 @@ size_t llm_cuda_peak_bytes(llm_cuda *r) {
 
 /* ---- caches -------------------------------------------------------------------------------------------------- */
 
+static omni_status capture_cache(llm_cuda *r, int c);
+
+static int cache_index(const llm_cuda *r, const kv_cache *kv) {
+    for (int i = 1; i <= MAX_CACHES; i++)
+        if (kv && r->caches[i].kv == kv) return i;
+    return 0;
+}
+
+void llm_cuda_cache_free(llm_cuda *r, kv_cache *kv) {
+    const int i = r ? cache_index(r, kv) : 0;
+    if (!i) return;
+    dev_cache *c = &r->caches[i];
+    cudaStreamSynchronize(r->s); /* no step may still read the pages */
+    for (int g = 0; g < c->n_graphs; g++) cudaGraphExecDestroy(c->graphs[g].exec);
+    kv_dev_free(c->dev);
+    kv_free(c->kv);
+    free(c->views);
+    memset(c, 0, sizeof *c);
+}
+
 omni_status llm_cuda_cache_init(llm_cuda *r, const kv_params *p, kv_cache **out) {
     *out = NULL;
     if (p->n_layers != r->L || p->n_kv_heads != r->Hkv || p->head_dim != r->D)
         return omni_fail(OMNI_ERR_USAGE, "llm_cuda: cache of %d layers x %d KV heads x %d does not match the model",
                          p->n_layers, p->n_kv_heads, p->head_dim);
-    int stored_raw = (p->fmt.k_type == KV_BF16 || p->fmt.k_type == KV_F32) && p->fmt.k_type == p->fmt.v_type;
-    for (int l = 0; p->layer_fmt && l < p->n_layers && stored_raw; l++)
-        stored_raw = (p->layer_fmt[l].k_type == KV_BF16 || p->layer_fmt[l].k_type == KV_F32) &&
-                     p->layer_fmt[l].k_type == p->layer_fmt[l].v_type;
-    if (!stored_raw)
-        return omni_fail(OMNI_ERR_UNSUPPORTED, "--device cuda keeps the KV cache in bf16 until the device OScaR cache "
-                         "lands: use --kv bf16 (or --device cpu)");
+    kv_params q = *p;
+    q.max_chunk = r->T_max;
+    /* an f32 cache is kept in bf16 on the device (the GPU computes in bf16); the host bookkeeping matches it */
+    kv_format *lf = NULL;
+    if (q.fmt.k_type == KV_F32) q.fmt.k_type = KV_BF16;
+    if (q.fmt.v_type == KV_F32) q.fmt.v_type = KV_BF16;
+    if (p->layer_fmt) {
+        lf = (kv_format *)malloc(sizeof *lf * p->n_layers);
+        if (!lf) return omni_fail(OMNI_ERR_NOMEM, "llm_cuda: out of host memory");
+        for (int l = 0; l < p->n_layers; l++) {
+            lf[l] = p->layer_fmt[l];
+            if (lf[l].k_type == KV_F32) lf[l].k_type = KV_BF16;
+            if (lf[l].v_type == KV_F32) lf[l].v_type = KV_BF16;
+        }
+        q.layer_fmt = lf;
+    }
+    const int fast = r->attn != NULL;
+    int quant = q.fmt.k_type == KV_Q2 || q.fmt.k_type == KV_Q4;
+    for (int l = 0; lf && l < r->L; l++) quant |= lf[l].k_type == KV_Q2 || lf[l].k_type == KV_Q4;
+    omni_status st = OMNI_OK;
+    if (!fast && quant)
+        st = omni_fail(OMNI_ERR_UNSUPPORTED, "llm_cuda: quantized KV caches need head_dim 64 or 128 on the GPU "
+                       "(this model has %d); use --kv bf16", r->D);
     int slot = 0;
     for (int i = 1; i <= MAX_CACHES && !slot; i++)
         if (!r->caches[i].kv) slot = i;
-    if (!slot) return omni_fail(OMNI_ERR_USAGE, "llm_cuda: more than %d KV caches on one runner", MAX_CACHES);
-    kv_params q = *p;
-    q.max_chunk = r->T_max;
-    const int64_t cap = q.max_seq_len > 0 && q.max_seq_len < q.max_tokens ? q.max_seq_len : q.max_tokens;
-    const size_t bytes = 2 * 2 * (size_t)r->L * q.max_seqs * (size_t)cap * r->Hkv * r->D;
-    char detail[128];
-    snprintf(detail, sizeof detail, "%d sequences x %lld tokens in bf16", q.max_seqs, (long long)cap);
-    omni_status st = gib_check("the KV cache", r->p.device, bytes + ((size_t)16 << 20), detail);
-    if (st) return st;
-    dev_cache c = {NULL, NULL, q.max_seqs, cap};
-    if ((st = omni_cuda_malloc((void **)&c.store, bytes))) return st;
-    if ((st = kv_init(&q, &c.kv))) {
-        omni_cuda_free(c.store);
+    if (!st && !slot) st = omni_fail(OMNI_ERR_USAGE, "llm_cuda: more than %d KV caches on one runner", MAX_CACHES);
+    dev_cache *c = slot ? &r->caches[slot] : NULL;
+    if (!st) st = kv_init_accounting(&q, &c->kv); /* the bookkeeping callers see; the pages live on the device */
+    if (!st) { /* the device pool has the accounting's pool size (same pages); refuse with one line if it cannot fit */
+        kv_usage u;
+        kv_get_usage(c->kv, &u);
+        char detail[160];
+        snprintf(detail, sizeof detail, "%d sequences, %lld tokens", q.max_seqs, (long long)q.max_tokens);
+        st = gib_check("the KV cache", r->p.device, (size_t)u.pool_bytes + ((size_t)64 << 20), detail);
+    }
+    if (!st) st = kv_dev_init(&q, &c->dev);
+    free(lf);
+    if (!st) {
+        c->slots = q.max_seqs, c->fast = fast;
+        c->views = (kv_layer_view *)calloc((size_t)r->L, sizeof(kv_layer_view));
+        if (!c->views) st = omni_fail(OMNI_ERR_NOMEM, "llm_cuda: out of host memory");
+        for (int l = 0; !st && l < r->L; l++) st = kv_dev_layer_view(c->dev, l, &c->views[l]);
+    }
+    if (!st && !fast)
+        for (int l = 0; !st && l < r->L; l++)
+            if (c->views[l].rotate || c->views[l].quant || c->views[l].k_esz != 2)
+                st = omni_fail(OMNI_ERR_UNSUPPORTED, "llm_cuda: KV layer %d is not raw bf16 (head_dim %d)", l, r->D);
+    if (!st && r->p.graphs && capture_cache(r, slot)) { /* graphs are an optimisation: run eagerly if capture fails */
+        fprintf(stderr, "warning: CUDA graphs disabled for this cache: %s\n", omni_last_error());
+        for (int g = 0; g < c->n_graphs; g++) cudaGraphExecDestroy(c->graphs[g].exec);
+        c->n_graphs = 0;
+    }
+    if (st) {
+        if (c) {
+            kv_dev_free(c->dev);
+            kv_free(c->kv);
+            free(c->views);
+            memset(c, 0, sizeof *c);
+        }
         return st;
     }
-    const int64_t slot_elems = cap * r->Hkv * r->D, layer_elems = 2 * (int64_t)q.max_seqs * slot_elems;
-    lca_store ls = {c.store, c.store + (size_t)q.max_seqs * slot_elems, layer_elems, slot_elems};
-    r->caches[slot] = c;
-    r->stores_host[slot] = ls;
-    cudaError_t e = cudaMemcpyAsync(r->stores_dev + slot, &r->stores_host[slot], sizeof ls, cudaMemcpyHostToDevice, r->s);
-    if (e == cudaSuccess) e = cudaStreamSynchronize(r->s);
-    if (e != cudaSuccess) {
-        llm_cuda_cache_free(r, c.kv);
-        return omni_fail(OMNI_ERR_RUNTIME, "llm_cuda: cache table (%s:%d): %s", __FILE__, __LINE__, cudaGetErrorString(e));
-    }
-    *out = c.kv;
+    *out = c->kv;
     return OMNI_OK;
 }
 
-static int cache_index(const llm_cuda *r, const kv_cache *kv) {
-    for (int i = 1; i <= MAX_CACHES; i++)
-        if (r->caches[i].kv == kv) return i;
-    return 0;
-}
-
-void llm_cuda_cache_free(llm_cuda *r, kv_cache *kv) {
-    int i = kv && r ? cache_index(r, kv) : 0;
-    if (!i) return;
-    cudaStreamSynchronize(r->s); /* no step may still read the store */
-    omni_cuda_free(r->caches[i].store);
-    kv_free(r->caches[i].kv);
-    memset(&r->caches[i], 0, sizeof r->caches[i]);
+/* Bring the device cache's sequences in line with the host's (the engine adds, clears and removes sequences on
+ * the host kv_cache only): a slot free on the host is freed on the device; a slot new on the host is taken on the
+ * device (ids are the lowest free slot on both sides, so extras taken on the way are given back); a shorter host
+ * sequence was cleared. Lengths otherwise move together (kv_reserve / kv_dev_step, then both commits). */
+static omni_status mirror_slots(dev_cache *c) {
+    int extra[64], n_extra = 0;
+    omni_status st = OMNI_OK;
+    for (int s = 0; s < c->slots && !st; s++) {
+        const int64_t hl = kv_seq_len(c->kv, s), dl = kv_dev_seq_len(c->dev, s);
+        if (hl < 0 && dl >= 0) kv_dev_seq_remove(c->dev, s);
+        if (hl >= 0 && dl >= 0 && hl != dl) {
+            if (hl != 0) return omni_fail(OMNI_ERR_RUNTIME, "llm_cuda: sequence %d: %lld tokens on the host, %lld on the "
+                                          "device", s, (long long)hl, (long long)dl);
+            kv_dev_seq_clear(c->dev, s);
+        }
+        if (hl >= 0 && dl < 0) {
+            int got = -1;
+            while (!st && got != s) {
+                st = kv_dev_seq_add(c->dev, &got);
+                if (!st && got != s) {
+                    if (n_extra == 64) st = omni_fail(OMNI_ERR_RUNTIME, "llm_cuda: cannot mirror sequence %d", s);
+                    else extra[n_extra++] = got;
+                }
+            }
+        }
+    }
+    for (int i = 0; i < n_extra; i++) kv_dev_seq_remove(c->dev, extra[i]);
+    return st;
 }
 
 /* ---- step inputs --------------------------------------------------------------------------------------------- */
@@ -402,16 +470,19 @@ typedef struct {
     int n_sp;         /* substituted rows */
     int n_ds[MAX_DS]; /* DeepStack rows per level */
     int max_len;      /* longest attended prefix among the rows */
+    int chunked;      /* some entry has more than one token: kvc_prefill for the step */
 } step_shape;
 
-/* Views of the packed int32 inputs for T rows (host or device). */
+/* Views of the packed int32 inputs for T rows (host or device). Per row: ids, pos (3 streams), src (substituted
+ * row or -1), slot, rpos (absolute position); per output row: out (the row); per entry in row order: eslot, enew
+ * (tokens this step), erow0 (first row; erow0[n] = rows); per DeepStack level: dsdst. */
 typedef struct {
-    int32_t *ids, *pos, *src, *store, *slot, *rpos, *out, *dsdst;
+    int32_t *ids, *pos, *src, *slot, *rpos, *out, *eslot, *enew, *erow0, *dsdst;
 } step_in;
 
 static step_in in_views(int32_t *base, int T) {
-    step_in v = {base,         base + T,     base + 4 * T, base + 5 * T,
-                 base + 6 * T, base + 7 * T, base + 8 * T, base + 9 * T};
+    step_in v = {base,         base + T,     base + 4 * T, base + 5 * T,  base + 6 * T,
+                 base + 7 * T, base + 8 * T, base + 9 * T, base + 10 * T, base + 11 * T + 1};
     return v;
 }
 
@@ -453,42 +524,49 @@ static void pack_sampling(llm_cuda *r, int o, llm_batch_entry *b) {
     r->sp_host[o] = q, r->u_host[o] = u;
 }
 
-/* Fill the pinned inputs. Rows [rows, T) pad a graph bucket: store 0 (scratch), slot 0, position 0, greedy. First
- * output pass: the last row of every entry that wants logits (last position) or a token; in a graph every row. */
+/* Fill the pinned inputs, entries in r->order (grouped by cache). Rows [rows, T) pad a graph bucket: the entries'
+ * first sequence again, attending to its committed history only (enew 0), greedy, results unused. First output
+ * pass: the last row of every entry that wants logits (last position) or a token; in a graph every row. */
 static step_shape pack_inputs(llm_cuda *r, int n, llm_batch_entry *b, int T, int graph) {
     step_shape sh;
     memset(&sh, 0, sizeof sh);
     sh.T = T;
     step_in v = in_views(r->in_host, T);
     int row = 0;
-    for (int i = 0; i < n; i++) {
+    for (int j = 0; j < n; j++) {
+        const int i = r->order[j];
         const llm_input *x = &b[i].in;
-        const int c = r->ent_cache[i], q = b[i].seq, nt = x->n_tokens;
-        const int64_t base = kv_seq_len(r->caches[c].kv, q);
+        const int q = b[i].seq, nt = x->n_tokens;
+        const int64_t base = kv_seq_len(b[i].kv, q);
+        v.eslot[j] = q, v.enew[j] = nt, v.erow0[j] = row;
         for (int t = 0; t < nt; t++, row++) {
-            v.ids[row] = x->ids[t], v.src[row] = -1, v.store[row] = c, v.slot[row] = q;
-            v.rpos[row] = (int32_t)(base + t);
+            v.ids[row] = x->ids[t], v.src[row] = -1, v.slot[row] = q, v.rpos[row] = (int32_t)(base + t);
             for (int s = 0; s < 3; s++) v.pos[s * T + row] = x->pos ? x->pos[s * nt + t] : (int32_t)(base + t);
         }
         if (base + nt > sh.max_len) sh.max_len = (int)(base + nt);
+        sh.chunked |= nt > 1;
         pack_spans(r, x, row - nt, &v, &sh);
         if (graph || (b[i].logits && !b[i].logits_all) || b[i].sampler) {
             v.out[sh.n_out] = row - 1, r->out_ent[sh.n_out] = i;
             pack_sampling(r, sh.n_out++, &b[i]);
         }
     }
-    for (; row < T; row++) {
-        v.ids[row] = 0, v.src[row] = -1, v.store[row] = 0, v.slot[row] = 0, v.rpos[row] = 0;
+    const int n_ent = graph ? T : n; /* a graph of bucket T has T one-row entries */
+    for (int j = n; j < n_ent; j++, row++) {
+        v.eslot[j] = v.eslot[0], v.enew[j] = 0, v.erow0[j] = row;
+        v.ids[row] = 0, v.src[row] = -1, v.slot[row] = v.eslot[0], v.rpos[row] = 0;
         for (int s = 0; s < 3; s++) v.pos[s * T + row] = 0;
-        if (graph) v.out[sh.n_out] = row, r->out_ent[sh.n_out] = -1, pack_sampling(r, sh.n_out++, NULL);
+        v.out[sh.n_out] = row, r->out_ent[sh.n_out] = -1, pack_sampling(r, sh.n_out++, NULL);
     }
+    v.erow0[n_ent] = row;
     return sh;
 }
 
 /* Upload the packed inputs of this step (only the parts in use). */
 static omni_status upload_inputs(llm_cuda *r, const step_shape *sh) {
     const int T = sh->T, H = r->H;
-    OMNI_CUDA_TRY(cudaMemcpyAsync(r->in_dev, r->in_host, 4 * (size_t)(9 + MAX_DS) * T, cudaMemcpyHostToDevice, r->s));
+    OMNI_CUDA_TRY(cudaMemcpyAsync(r->in_dev, r->in_host, 4 * (size_t)ints_per_step(r) / r->T_max * T + 4,
+                                  cudaMemcpyHostToDevice, r->s));
     if (sh->n_out) {
         OMNI_CUDA_TRY(cudaMemcpyAsync(r->sp_dev, r->sp_host, sizeof(omni_cuda_sample_params) * sh->n_out,
                                       cudaMemcpyHostToDevice, r->s));
@@ -533,16 +611,59 @@ static omni_status mlp_moe(llm_cuda *r, const lcw_layer *L, int T) {
     return OMNI_OK;
 }
 
-static omni_status layer(llm_cuda *r, int l, const step_in *in, const step_shape *sh, int splits, int split_len) {
+/* SIMT attention splits (attn_ref.h): graphs take every split of the workspace (blocks past a row's length exit
+ * at once); eager steps split the longest row over the workspace, or not at all when rows fill the GPU. */
+static void simt_splits(const llm_cuda *r, const step_shape *sh, int graph, int *splits, int *split_len) {
+    const int64_t most = r->attn_ws_floats / lca_workspace_floats(sh->T, r->Hq, r->D, 1);
+    if (graph) {
+        *split_len = SPLIT_LEN;
+        *splits = (int)(most < 32768 / SPLIT_LEN ? most : 32768 / SPLIT_LEN);
+        return;
+    }
+    int sp = (sh->max_len + SPLIT_LEN - 1) / SPLIT_LEN;
+    if (sh->T * r->Hkv >= 264) sp = 1;
+    if (sp > most) sp = (int)most;
+    if (sp < 1) sp = 1;
+    *splits = sp;
+    *split_len = ((sh->max_len + sp - 1) / sp + 31) / 32 * 32;
+}
+
+/* Attention of layer l for every cache group of the step: append the new k/v and attend (see the top). */
+static omni_status attention(llm_cuda *r, int l, const step_in *in, const step_shape *sh, int graph) {
+    const int qd = r->Hq * r->D, kd = r->Hkv * r->D;
+    const float scale = 1.f / sqrtf((float)r->D);
+    for (int g = 0; g < r->n_grp; g++) {
+        dev_cache *c = &r->caches[r->grp_c[g]];
+        const int e0 = r->grp_e0[g], ne = r->grp_e0[g + 1] - e0, r0 = r->grp_r0[g], nr = r->grp_r0[g + 1] - r0;
+        const kv_layer_view *v = &c->views[l];
+        uint16_t *k = r->k + (size_t)r0 * kd, *vv = r->v + (size_t)r0 * kd;
+        if (c->fast && sh->chunked) { /* the chunk attends to the committed history and itself, then is appended */
+            OP(r, P_ATTN, kvc_prefill(v, ne, in->eslot + e0, in->erow0 + e0, r->grp_maxq[g], r->q, r->k, r->v, r->att,
+                                      r->Hq, scale, r->s));
+            OP(r, P_APPEND, kv_dev_append(c->dev, l, k, vv, 0, r->s));
+        } else if (c->fast) { /* decode: the new token goes into the pages first */
+            OP(r, P_APPEND, kv_dev_append(c->dev, l, k, vv, graph ? sh->T : 0, r->s));
+            OP(r, P_ATTN, kvc_decode(r->attn, v, graph ? sh->T : ne, in->eslot + e0, in->enew + e0,
+                                     r->q + (size_t)r0 * qd, r->att + (size_t)r0 * qd, scale, r->s));
+        } else {
+            int splits, split_len;
+            simt_splits(r, sh, graph, &splits, &split_len);
+            OP(r, P_APPEND, kv_dev_append(c->dev, l, k, vv, graph ? sh->T : 0, r->s));
+            OP(r, P_ATTN, lca_attend_view(v, r->q + (size_t)r0 * qd, qd, r->att + (size_t)r0 * qd, qd, in->slot + r0,
+                                          in->rpos + r0, graph ? sh->T : nr, r->Hq, scale, splits, split_len,
+                                          r->attn_ws, r->s));
+        }
+    }
+    return OMNI_OK;
+}
+
+static omni_status layer(llm_cuda *r, int l, const step_in *in, const step_shape *sh, int graph) {
     const lcw_layer *L = &r->w.layers[l];
-    const int T = sh->T, H = r->H, D = r->D, qd = r->Hq * D, kd = r->Hkv * D;
+    const int T = sh->T, H = r->H, qd = r->Hq * r->D;
     OP(r, P_QKV, omni_cuda_linear(r->ctx, r->qkv, OMNI_BF16, r->ha, L->qkv, NULL, T, r->Q, H));
-    OP(r, P_QKR, omni_cuda_qk_norm_rope_bf16(r->qkv, r->qkv + qd, T, r->Q, r->Hq, r->Hkv, D, L->q_norm, L->k_norm,
-                                             r->eps, in->pos, T, r->w.inv_freq, r->w.slot_stream, r->s));
-    lca_layer kv = {r->stores_dev, l, r->Hq, r->Hkv, D};
-    OP(r, P_APPEND, lca_append(&kv, r->qkv + qd, r->qkv + qd + kd, r->Q, in->store, in->slot, in->rpos, T, r->s));
-    OP(r, P_ATTN, lca_attend(&kv, r->qkv, r->Q, r->att, qd, in->store, in->slot, in->rpos, T, 1.f / sqrtf((float)D),
-                             splits, split_len, r->attn_ws, r->s));
+    OP(r, P_QKR, omni_cuda_qkv_norm_rope_bf16(r->qkv, r->Q, r->q, r->k, r->v, T, r->Hq, r->Hkv, r->D, L->q_norm,
+                                              L->k_norm, r->eps, in->pos, T, r->w.inv_freq, r->w.slot_stream, r->s));
+    RUN(attention(r, l, in, sh, graph));
     OP(r, P_O, omni_cuda_linear(r->ctx, r->hb, OMNI_BF16, r->att, L->o, NULL, T, H, qd));
     OP(r, P_RESID, omni_cuda_add_rmsnorm_bf16(r->ha, r->x, r->hb, L->post_norm, T, H, r->eps, r->s));
     if (r->E) {
@@ -574,31 +695,13 @@ static omni_status head(llm_cuda *r, const int32_t *out_rows, int T, int n) {
     return OMNI_OK;
 }
 
-/* Attention splits of a graph of T rows: as many SPLIT_LEN pieces as the workspace holds, up to 32K keys. */
-static int graph_splits(const llm_cuda *r, int T) {
-    int64_t s = r->attn_ws_floats / lca_workspace_floats(T, r->Hq, r->D, 1);
-    return (int)(s < 32768 / SPLIT_LEN ? s : 32768 / SPLIT_LEN);
-}
-
 /* The step on the stream up to the first output pass: embed, layers, logits and sampling of sh->n_out rows. */
 static omni_status forward(llm_cuda *r, const step_shape *sh, int graph) {
     const int T = sh->T, H = r->H;
     step_in in = in_views(r->in_dev, T);
-    int splits, split_len;
-    if (graph) { /* fixed launch shape; blocks past a row's length exit at once */
-        split_len = SPLIT_LEN;
-        splits = graph_splits(r, T);
-    } else {
-        int64_t most = r->attn_ws_floats / lca_workspace_floats(T, r->Hq, r->D, 1);
-        splits = (sh->max_len + SPLIT_LEN - 1) / SPLIT_LEN;
-        if (T * r->Hkv >= 264) splits = 1; /* enough blocks already */
-        if (splits > most) splits = (int)most;
-        if (splits < 1) splits = 1;
-        split_len = ((sh->max_len + splits - 1) / splits + 31) / 32 * 32;
-    }
     OP(r, P_EMBED, omni_cuda_embed_rows_bf16(r->x, r->w.embed, r->V, H, in.ids, in.src, r->rows_dev, T, r->s));
     OP(r, P_NORM, omni_cuda_rmsnorm_bf16(r->ha, r->x, r->w.layers[0].in_norm, T, H, r->eps, r->s));
-    for (int l = 0; l < r->L; l++) RUN(layer(r, l, &in, sh, splits, split_len));
+    for (int l = 0; l < r->L; l++) RUN(layer(r, l, &in, sh, graph));
     if (!sh->n_out) return OMNI_OK;
     RUN(head(r, in.out, T, sh->n_out));
     OP(r, P_SAMPLE, omni_cuda_sample(r->tok, r->logits, r->V, sh->n_out, r->V, r->sp_dev, r->u_dev, r->s));
@@ -608,26 +711,35 @@ static omni_status forward(llm_cuda *r, const step_shape *sh, int graph) {
 /* ---- graphs ---------------------------------------------------------------------------------------------------- */
 
 /* Decode buckets: powers of two below max_seqs, then max_seqs. */
-static int bucket_of(const llm_cuda *r, int n) {
+static int bucket_of(int S, int n) {
     int b = 1;
     while (b < n) b *= 2;
-    return b < r->S ? b : r->S;
+    return b < S ? b : S;
 }
 
-static omni_status capture(llm_cuda *r, int T) {
-    if (r->n_graphs == N_BUCKETS) return omni_fail(OMNI_ERR_RUNTIME, "llm_cuda: graph table full");
+/* The graph of a decode step of bucket T on cache c: captured with an empty device-cache step in flight (the
+ * append's launch shape depends on t_cap only), the cache as the step's only group. */
+static omni_status capture(llm_cuda *r, int c, int T) {
+    dev_cache *dc = &r->caches[c];
     step_shape sh;
     memset(&sh, 0, sizeof sh);
     sh.T = T, sh.n_out = T;
+    r->n_grp = 1, r->grp_c[0] = c, r->grp_e0[0] = 0, r->grp_e0[1] = T, r->grp_r0[0] = 0, r->grp_r0[1] = T;
+    RUN(kv_dev_step(dc->dev, 0, NULL, NULL));
+    omni_status st = kv_dev_upload(dc->dev, r->s);
     cudaGraph_t g = NULL;
-    OMNI_CUDA_TRY(cudaStreamBeginCapture(r->s, cudaStreamCaptureModeThreadLocal));
-    omni_status st = forward(r, &sh, 1);
-    cudaError_t e = cudaStreamEndCapture(r->s, &g);
-    if (st || e != cudaSuccess) {
+    cudaError_t e = cudaSuccess;
+    if (!st) e = cudaStreamBeginCapture(r->s, cudaStreamCaptureModeThreadLocal);
+    if (!st && e == cudaSuccess) {
+        st = forward(r, &sh, 1);
+        e = cudaStreamEndCapture(r->s, &g);
+    }
+    omni_status cst = kv_dev_commit(dc->dev);
+    if (st || e != cudaSuccess || cst) {
         if (g) cudaGraphDestroy(g);
         (void)cudaGetLastError();
-        return st ? st : omni_fail(OMNI_ERR_RUNTIME, "llm_cuda: cudaStreamEndCapture (%s:%d): %s", __FILE__, __LINE__,
-                                   cudaGetErrorString(e));
+        return st ? st : cst ? cst : omni_fail(OMNI_ERR_RUNTIME, "llm_cuda: graph capture (%s:%d): %s", __FILE__,
+                                                __LINE__, cudaGetErrorString(e));
     }
     cudaGraphExec_t exec = NULL;
     e = cudaGraphInstantiate(&exec, g, 0);
@@ -635,31 +747,33 @@ static omni_status capture(llm_cuda *r, int T) {
     if (e != cudaSuccess)
         return omni_fail(e == cudaErrorMemoryAllocation ? OMNI_ERR_NOMEM : OMNI_ERR_RUNTIME,
                          "llm_cuda: cudaGraphInstantiate (%s:%d): %s", __FILE__, __LINE__, cudaGetErrorString(e));
-    graph_slot gs = {T, (int64_t)graph_splits(r, T) * SPLIT_LEN, exec};
-    r->graphs[r->n_graphs++] = gs;
+    int splits = 0, split_len = 0;
+    if (!dc->fast) simt_splits(r, &sh, 1, &splits, &split_len);
+    graph_slot gs = {T, dc->fast ? INT64_MAX : (int64_t)splits * split_len, exec};
+    dc->graphs[dc->n_graphs++] = gs;
     return OMNI_OK;
 }
 
-/* Every decode bucket captured at init (no graph is made inside a step). */
-static omni_status precapture(llm_cuda *r) {
-    for (int T = 1;; T = T * 2 < r->S ? T * 2 : r->S) {
-        RUN(capture(r, T));
-        if (T == r->S) break;
+/* Every decode bucket of a cache, captured when the cache is made (no graph is made inside a step). */
+static omni_status capture_cache(llm_cuda *r, int c) {
+    const int S = r->caches[c].slots < r->S ? r->caches[c].slots : r->S;
+    for (int T = 1;; T = T * 2 < S ? T * 2 : S) {
+        RUN(capture(r, c, T));
+        if (T == S) break;
     }
     return OMNI_OK;
 }
 
-int llm_cuda_graphs(const llm_cuda *r) { return r && r->p.graphs ? r->n_graphs : 0; }
-
-static const graph_slot *graph_of(const llm_cuda *r, int T) {
-    for (int i = 0; i < r->n_graphs; i++)
-        if (r->graphs[i].T == T) return &r->graphs[i];
-    return NULL;
+int llm_cuda_graphs(const llm_cuda *r) {
+    int n = 0;
+    for (int i = 1; r && i <= MAX_CACHES; i++) n += r->caches[i].n_graphs;
+    return r && r->p.graphs ? n : 0;
 }
 
 /* ---- the step ------------------------------------------------------------------------------------------------- */
 
-/* Validate the entries against this runner's caches, then reserve every cache's pages (kv_reserve). */
+/* Validate the entries against this runner's caches, group them by cache (r->order, groups), mirror each cache's
+ * sequences to its device cache, then reserve the step's pages on both (kv_reserve, kv_dev_step). */
 static omni_status begin(llm_cuda *r, int n, llm_batch_entry *b, int *rows) {
     if (n < 1 || n > r->S || !b) return omni_fail(OMNI_ERR_USAGE, "llm_cuda: batch of %d entries (1..%d)", n, r->S);
     int64_t T = 0;
@@ -686,22 +800,41 @@ static omni_status begin(llm_cuda *r, int n, llm_batch_entry *b, int *rows) {
     if (T > r->T_max)
         return omni_fail(OMNI_ERR_USAGE, "step of %lld tokens, more than max_tokens %d", (long long)T, r->T_max);
     *rows = (int)T;
-    for (int c = 1; c <= MAX_CACHES; c++) { /* per cache: validation (duplicates, capacity) and page reservation */
-        int m = 0;
+    int j = 0, row = 0;
+    r->n_grp = 0;
+    for (int c = 1; c <= MAX_CACHES; c++) {
+        int m = 0, maxq = 0;
         for (int i = 0; i < n; i++)
-            if (r->ent_cache[i] == c) r->grp_seq[m] = b[i].seq, r->grp_new[m++] = b[i].in.n_tokens;
-        if (m) RUN(kv_reserve(r->caches[c].kv, m, r->grp_seq, r->grp_new));
+            if (r->ent_cache[i] == c) {
+                r->grp_seq[m] = b[i].seq, r->grp_new[m++] = b[i].in.n_tokens;
+                if (b[i].in.n_tokens > maxq) maxq = b[i].in.n_tokens;
+            }
+        if (!m) continue;
+        dev_cache *dc = &r->caches[c];
+        RUN(mirror_slots(dc));
+        RUN(kv_reserve(dc->kv, m, r->grp_seq, r->grp_new)); /* validation (duplicates, capacity) and pages */
+        RUN(kv_dev_step(dc->dev, m, r->grp_seq, r->grp_new));
+        const int g = r->n_grp++;
+        r->grp_c[g] = c, r->grp_e0[g] = j, r->grp_r0[g] = row, r->grp_maxq[g] = maxq;
+        for (int i = 0; i < n; i++)
+            if (r->ent_cache[i] == c) r->order[j++] = i, row += b[i].in.n_tokens;
     }
+    r->grp_e0[r->n_grp] = j, r->grp_r0[r->n_grp] = row;
     return OMNI_OK;
 }
 
 static omni_status commit(llm_cuda *r, int n, const llm_batch_entry *b) {
-    for (int c = 1; c <= MAX_CACHES; c++) {
+    for (int g = 0; g < r->n_grp; g++) {
+        dev_cache *c = &r->caches[r->grp_c[g]];
         int m = 0;
-        for (int i = 0; i < n; i++)
-            if (r->ent_cache[i] == c) r->grp_seq[m] = b[i].seq, r->grp_new[m++] = b[i].in.n_tokens;
-        if (m) RUN(kv_commit(r->caches[c].kv, m, r->grp_seq, r->grp_new));
+        for (int j = r->grp_e0[g]; j < r->grp_e0[g + 1]; j++) {
+            const int i = r->order[j];
+            r->grp_seq[m] = b[i].seq, r->grp_new[m++] = b[i].in.n_tokens;
+        }
+        RUN(kv_commit(c->kv, m, r->grp_seq, r->grp_new));
+        RUN(kv_dev_commit(c->dev));
     }
+    (void)n;
     return OMNI_OK;
 }
 
@@ -731,12 +864,12 @@ omni_status llm_cuda_profile_enable(llm_cuda *r, int on) {
 /* Later lm_head passes: every row of the logits_all entries, O rows at a time, straight into their buffers. */
 static omni_status logits_all_passes(llm_cuda *r, int n, llm_batch_entry *b) {
     int row0 = 0;
-    for (int i = 0; i < n; i++) {
-        const int nt = b[i].in.n_tokens;
+    for (int j = 0; j < n; j++) {
+        const int i = r->order[j], nt = b[i].in.n_tokens;
         for (int a = 0; b[i].logits_all && a < nt; a += r->O) {
             const int m = nt - a < r->O ? nt - a : r->O;
             int32_t *rows = r->in_dev + (size_t)ints_per_step(r) - r->O; /* free tail of the input block */
-            for (int j = 0; j < m; j++) r->tok_host[j] = row0 + a + j;
+            for (int t = 0; t < m; t++) r->tok_host[t] = row0 + a + t;
             OMNI_CUDA_TRY(cudaMemcpyAsync(rows, r->tok_host, 4 * (size_t)m, cudaMemcpyHostToDevice, r->s));
             RUN(head(r, rows, r->T_max, m));
             OMNI_CUDA_TRY(cudaMemcpyAsync(b[i].logits + (size_t)a * r->V, r->logits, 4 * (size_t)m * r->V,
@@ -749,19 +882,28 @@ static omni_status logits_all_passes(llm_cuda *r, int n, llm_batch_entry *b) {
     return OMNI_OK;
 }
 
+static const graph_slot *graph_of(const dev_cache *c, int T) {
+    for (int i = 0; i < c->n_graphs; i++)
+        if (c->graphs[i].T == T) return &c->graphs[i];
+    return NULL;
+}
+
 omni_status llm_cuda_step(llm_cuda *r, int n, llm_batch_entry *b) {
     int rows = 0;
     RUN(begin(r, n, b, &rows));
-    int graph = r->p.graphs && rows == n && !r->prof_on;
-    for (int i = 0; i < n && graph; i++) graph = !b[i].logits_all && b[i].in.n_spans == 0;
-    const graph_slot *g = graph ? graph_of(r, bucket_of(r, n)) : NULL;
-    for (int i = 0; i < n && g; i++) /* a history beyond the graph's attention splits runs eagerly */
-        if (kv_seq_len(b[i].kv, b[i].seq) + 1 > g->max_keys) g = NULL;
-    graph = g != NULL;
+    /* a graph: decode only (one token per entry), one cache, no spans, no logits_all, every history covered */
+    const graph_slot *g = NULL;
+    if (r->p.graphs && rows == n && r->n_grp == 1 && !r->prof_on) {
+        const dev_cache *c = &r->caches[r->grp_c[0]];
+        g = graph_of(c, bucket_of(c->slots < r->S ? c->slots : r->S, n));
+        for (int i = 0; i < n && g; i++)
+            if (b[i].logits_all || b[i].in.n_spans || kv_seq_len(b[i].kv, b[i].seq) + 1 > g->max_keys) g = NULL;
+    }
     for (int i = 0; i < n; i++) b[i].token = -1;
-    step_shape sh = pack_inputs(r, n, b, graph ? g->T : rows, graph);
+    step_shape sh = pack_inputs(r, n, b, g ? g->T : rows, g != NULL);
     RUN(upload_inputs(r, &sh));
-    if (graph)
+    for (int k = 0; k < r->n_grp; k++) RUN(kv_dev_upload(r->caches[r->grp_c[k]].dev, r->s));
+    if (g)
         OMNI_CUDA_TRY(cudaGraphLaunch(g->exec, r->s));
     else
         RUN(forward(r, &sh, 0));
@@ -784,22 +926,16 @@ omni_status llm_cuda_step(llm_cuda *r, int n, llm_batch_entry *b) {
 
 /* ---- benchmarks: a long context without its prefill -------------------------------------------------------- */
 
-__device__ __forceinline__ uint64_t fill_mix(uint64_t z) {
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-/* Positions [p0, p0 + n) of slot `slot` in every layer of store st: bf16 of a sum of 4 uniforms (mean 0, var 1/3). */
-__global__ void fill_kv_kernel(lca_store st, int L, int slot, int64_t p0, int64_t n, int width, uint64_t seed) {
-    const int64_t per = n * width, total = (int64_t)L * 2 * per;
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
-        int64_t l = i / (2 * per), kv = (i / per) % 2, j = i % per;
-        uint64_t h = fill_mix(seed * 0x9e3779b97f4a7c15ull + (uint64_t)i);
+/* n rows of random bf16 k and v (a sum of 4 uniforms: mean 0, variance 1/3) for the append of a fill step. */
+__global__ void fill_rows_kernel(uint16_t *k, uint16_t *v, int64_t n, uint64_t seed) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < 2 * n; i += (int64_t)gridDim.x * blockDim.x) {
+        uint64_t h = (seed * 0x9e3779b97f4a7c15ull + (uint64_t)i) ^ 0x94d049bb133111ebull;
+        h = (h ^ (h >> 30)) * 0xbf58476d1ce4e5b9ull;
+        h = (h ^ (h >> 27)) * 0x94d049bb133111ebull;
+        h ^= h >> 31;
         float u = ((h & 0xffff) + ((h >> 16) & 0xffff) + ((h >> 32) & 0xffff) + (h >> 48)) * (1.f / 65536.f) - 2.f;
-        uint16_t *base = kv ? st.v : st.k;
         __nv_bfloat16 b = __float2bfloat16_rn(u);
-        base[l * st.layer_stride + slot * st.slot_stride + p0 * width + j] = *(uint16_t *)&b;
+        (i < n ? k : v)[i < n ? i : i - n] = *(uint16_t *)&b;
     }
 }
 
@@ -807,14 +943,23 @@ omni_status llm_cuda_fill_random(llm_cuda *r, kv_cache *kv, int seq, int64_t n_t
     const int c = cache_index(r, kv);
     if (!c || kv_seq_len(kv, seq) < 0 || n_tokens < 0)
         return omni_fail(OMNI_ERR_USAGE, "llm_cuda_fill_random: cache %p sequence %d", (void *)kv, seq);
-    while (n_tokens > 0) {
+    dev_cache *dc = &r->caches[c];
+    RUN(mirror_slots(dc));
+    const int kd = r->Hkv * r->D;
+    while (n_tokens > 0) { /* steps of up to max_tokens rows through the device cache's own append (and flush) */
         const int n = (int)(n_tokens < r->T_max ? n_tokens : r->T_max);
-        const int64_t p0 = kv_seq_len(kv, seq);
         RUN(kv_reserve(kv, 1, &seq, &n));
-        fill_kv_kernel<<<1024, 256, 0, r->s>>>(r->stores_host[c], r->L, seq, p0, n, r->Hkv * r->D, seed + (uint64_t)p0);
-        OMNI_CUDA_LAUNCHED();
+        RUN(kv_dev_step(dc->dev, 1, &seq, &n));
+        RUN(kv_dev_upload(dc->dev, r->s));
+        for (int l = 0; l < r->L; l++) {
+            fill_rows_kernel<<<1024, 256, 0, r->s>>>(r->k, r->v, (int64_t)n * kd, seed + (uint64_t)l * 7919u +
+                                                                               (uint64_t)kv_seq_len(kv, seq));
+            OMNI_CUDA_LAUNCHED();
+            RUN(kv_dev_append(dc->dev, l, r->k, r->v, 0, r->s));
+        }
         OMNI_CUDA_TRY(cudaStreamSynchronize(r->s));
         RUN(kv_commit(kv, 1, &seq, &n));
+        RUN(kv_dev_commit(dc->dev));
         n_tokens -= n;
     }
     return OMNI_OK;

@@ -259,6 +259,24 @@ static void test_reserve(void) {
     CHECK(kv_reserve(c, 1, &b, &n) == OMNI_ERR_USAGE, "T > max_chunk accepted");
     n = 61;
     CHECK(kv_reserve(c, 1, &b, &n) == OMNI_ERR_NOMEM && kv_seq_len(c, b) == 0, "over max_tokens accepted");
+    /* the same bookkeeping without storage: equal accounting, kv_forward refused */
+    kv_params ap = kv_default_params();
+    kv_parse_mode("bf16", &ap.fmt);
+    ap.fmt.window = 32, ap.n_layers = 2, ap.n_kv_heads = 2, ap.head_dim = 64, ap.max_tokens = 100, ap.max_seqs = 2;
+    ap.max_chunk = 64;
+    kv_cache *acc = NULL;
+    int aa = -1;
+    n = 40;
+    CHECK(kv_init_accounting(&ap, &acc) == OMNI_OK && kv_seq_add(acc, &aa) == OMNI_OK, "%s", omni_last_error());
+    CHECK(kv_reserve(acc, 1, &aa, &n) == OMNI_OK && kv_commit(acc, 1, &aa, &n) == OMNI_OK, "%s", omni_last_error());
+    kv_usage ua;
+    kv_get_usage(acc, &ua);
+    CHECK(ua.raw_pages == ur.raw_pages && ua.total_bytes == ur.total_bytes && ua.pool_bytes == ur.pool_bytes,
+          "accounting-only cache: pages %lld bytes %lld pool %lld, want %lld %lld %lld", (long long)ua.raw_pages,
+          (long long)ua.total_bytes, (long long)ua.pool_bytes, (long long)ur.raw_pages, (long long)ur.total_bytes,
+          (long long)ur.pool_bytes);
+    CHECK(kv_forward(acc, 0, 1, &aa, &n, d.q, d.k, d.v, out, 4, 0.125f) == OMNI_ERR_USAGE, "kv_forward accepted");
+    kv_free(acc);
     free(out);
     kvd_free(&d);
     kv_free(c), kv_free(ref);
