@@ -221,19 +221,27 @@ static omni_status av_err(const char *path, const char *what, int err) {
     return omni_fail(OMNI_ERR_INPUT, "audio '%s': %s: %s", path, what, msg);
 }
 
-/* Convert every frame the decoder has ready to interleaved f32 (same rate, same channels) and append it. */
-static omni_status drain_decoder(AVCodecContext *dec, AVFrame *fr, SwrContext *cvt, float **tmp, int *tmp_cap,
+/* Convert every frame the decoder has ready to interleaved f32 (same rate, same channels) and append it. The
+ * converter was made for the stream's first parameters: a frame with other ones (a stream that changes its
+ * channel count, rate or sample format mid-way) is refused rather than misread. tmp_cap counts floats. */
+static omni_status drain_decoder(AVCodecContext *dec, AVFrame *fr, SwrContext *cvt, float **tmp, int64_t *tmp_cap,
                                  mono_buf *b, const char *path) {
+    const int ch = dec->ch_layout.nb_channels, rate = dec->sample_rate, fmt = dec->sample_fmt;
     for (;;) {
         int r = avcodec_receive_frame(dec, fr);
         if (r == AVERROR(EAGAIN) || r == AVERROR_EOF) return OMNI_OK;
         if (r < 0) return av_err(path, "decode error", r);
-        int ch = dec->ch_layout.nb_channels;
-        if (fr->nb_samples > *tmp_cap) {
-            float *t = realloc(*tmp, (size_t)fr->nb_samples * ch * sizeof(float));
+        if (fr->ch_layout.nb_channels != ch || fr->sample_rate != rate || fr->format != fmt) {
+            av_frame_unref(fr);
+            return omni_fail(OMNI_ERR_INPUT, "audio '%s': the stream changes its channels, rate or sample format "
+                             "mid-way (not supported)", path);
+        }
+        int64_t need = (int64_t)fr->nb_samples * ch;
+        if (need > *tmp_cap) {
+            float *t = realloc(*tmp, (size_t)need * sizeof(float));
             if (!t) return omni_fail(OMNI_ERR_NOMEM, "audio: out of memory");
             *tmp = t;
-            *tmp_cap = fr->nb_samples;
+            *tmp_cap = need;
         }
         uint8_t *outp[1] = {(uint8_t *)*tmp};
         int got = swr_convert(cvt, outp, fr->nb_samples, (const uint8_t **)fr->extended_data, fr->nb_samples);
@@ -250,7 +258,8 @@ static omni_status ffmpeg_pump(AVFormatContext *fmt, int si, AVCodecContext *dec
     AVPacket *pkt = av_packet_alloc();
     AVFrame *fr = av_frame_alloc();
     float *tmp = NULL;
-    int tmp_cap = 0, r;
+    int64_t tmp_cap = 0;
+    int r;
     omni_status st = (pkt && fr) ? OMNI_OK : omni_fail(OMNI_ERR_NOMEM, "audio: out of memory");
     while (!st && (r = av_read_frame(fmt, pkt)) >= 0) {
         if (pkt->stream_index == si) {

@@ -51,6 +51,17 @@ static omni_status read_prep(const cJSON *root, const char *file, vision_prep_pa
     return st;
 }
 
+omni_status vision_prep_parse_json(const char *json, size_t len, vision_prep_params *p) {
+    cJSON *root = NULL;
+    omni_status st = omni_json_parse(json, len, "preprocessor_config.json", OMNI_ERR_MODEL, &root);
+    if (!st && !cJSON_IsObject(root)) st = omni_fail(OMNI_ERR_MODEL, "preprocessor_config.json: not a JSON object");
+    vision_prep_params t = *p; /* all or nothing */
+    if (!st) st = read_prep(root, "preprocessor_config.json", &t);
+    cJSON_Delete(root);
+    if (!st) *p = t;
+    return st;
+}
+
 omni_status vision_prep_load_config(const char *model_dir, vision_prep_params *p) {
     char path[4096];
     struct stat sb;

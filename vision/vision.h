@@ -69,6 +69,8 @@ vision_prep_params vision_prep_default_params(void);
  * min_pixels/max_pixels (which override size, as the processor does), patch_size, temporal_patch_size,
  * merge_size, image_mean, image_std, rescale_factor. A missing file leaves the defaults (OMNI_OK). */
 omni_status vision_prep_load_config(const char *model_dir, vision_prep_params *p);
+/* The same from the text of a preprocessor_config.json (*p unchanged on failure). */
+omni_status vision_prep_parse_json(const char *json, size_t len, vision_prep_params *p);
 /* Express the pixel budget in visual tokens (one token = (patch*merge)^2 pixels): min_tokens/max_tokens <= 0
  * leave that bound unchanged, unless the other bound, given alone, crosses it: then it follows (max 32 alone
  * with a default min of 64 tokens gives 32..32). Fails with OMNI_ERR_USAGE if both are given and min > max. */

@@ -1,0 +1,36 @@
+/* fuzz_args.c - the command line (app/args.c): byte 0 picks the command, the rest is argv split at NUL bytes.
+ * Parsing either fails with a message or gives consistent args (the prompt joined from the words). */
+#include "fuzz_util.h"
+
+#include "app/args.h"
+
+static const char *CMDS[] = {"generate", "chat", "tokenize", "logits", "ocr", "ask", "eval", "bench", "serve",
+                             "unknown"};
+
+int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n) {
+    if (n < 1) return 0;
+    char *buf = fuzz_str(d + 1, n - 1);
+    char *argv[66];
+    int argc = 0;
+    argv[argc++] = "omni";
+    argv[argc++] = (char *)CMDS[d[0] % 10];
+    for (size_t i = 0; i < n - 1 && argc < 65;) {
+        argv[argc++] = buf + i;
+        i += strlen(buf + i) + 1;
+    }
+    argv[argc] = NULL;
+    omni_args a;
+    omni_args_defaults(&a);
+    if (d[0] % 10 == 7) a.lists = 1; /* bench */
+    omni_status st = omni_args_parse(&a, argv[1], argc, argv, 2);
+    if (st == OMNI_OK && !a.help) {
+        FUZZ_ASSERT(a.n_images <= OMNI_MAX_MEDIA && a.n_audios <= OMNI_MAX_MEDIA && a.n_positional <= OMNI_MAX_MEDIA);
+        FUZZ_ASSERT(d[0] % 10 == 9 || !(a.prompt && a.prompt_file)); /* "unknown": not in the table, unchecked */
+        FUZZ_ASSERT(a.ctx >= 1 && (a.kv_window < 0 || (a.kv_window <= 256 && a.kv_window % 32 == 0)));
+        FUZZ_ASSERT(a.image_min_tokens <= a.image_max_tokens || !a.image_max_tokens);
+        if (a.prompt) (void)strlen(a.prompt);
+    }
+    omni_args_free(&a);
+    free(buf);
+    return 0;
+}

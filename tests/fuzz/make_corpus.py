@@ -1,0 +1,204 @@
+#!/usr/bin/env python3
+"""make_corpus.py - (re)writes the seed corpus of every fuzz target (tests/fuzz/corpus/TARGET/) from the committed
+fixtures plus small synthetic files. Seeds stay small (<= 64 KiB, the fuzzers' -max_len) so that runs are fast.
+Run from anywhere: python3 tests/fuzz/make_corpus.py (only the standard library is needed)."""
+import base64, hashlib, json, os, shutil, struct, sys, wave, io
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+FIX = os.path.join(HERE, "..", "fixtures")
+ROOT = os.path.join(HERE, "..", "..")
+OUT = os.path.join(HERE, "corpus")
+MAX = 65536
+
+
+def put(target, data, name=None):
+    if isinstance(data, str):
+        data = data.encode()
+    if len(data) > MAX:
+        return
+    d = os.path.join(OUT, target)
+    os.makedirs(d, exist_ok=True)
+    name = name or hashlib.sha1(data).hexdigest()[:16]
+    with open(os.path.join(d, name), "wb") as f:
+        f.write(data)
+
+
+def read(*p):
+    with open(os.path.join(*p), "rb") as f:
+        return f.read()
+
+
+def safetensors(tensors, meta=None):
+    """tensors: name -> (dtype, shape, bytes)."""
+    hdr, data = {}, b""
+    if meta:
+        hdr["__metadata__"] = meta
+    for name, (dt, shape, raw) in tensors.items():
+        hdr[name] = {"dtype": dt, "shape": shape, "data_offsets": [len(data), len(data) + len(raw)]}
+        data += raw
+    h = json.dumps(hdr).encode()
+    return struct.pack("<Q", len(h)) + h + data
+
+
+def seeds_safetensors():
+    f32 = struct.pack("<6f", *range(6))
+    one = safetensors({"a.weight": ("F32", [2, 3], f32), "b": ("BF16", [4], b"\x80\x3f" * 4),
+                       "c": ("I64", [1], struct.pack("<q", 7)), "d": ("U8", [0], b""), "e": ("F16", [], b"\x00\x3c")},
+                      {"format": "pt"})
+    put("safetensors", b"\x00" + one, "single")
+    put("safetensors", b"\x00" + safetensors({"x": ("BOOL", [3, 1], b"\x01\x00\x01")}), "bool")
+    put("safetensors", b"\x00" + one[:40], "truncated")
+    idx = json.dumps({"metadata": {"total_size": 24}, "weight_map": {"a.weight": "a.safetensors"}}).encode()
+    put("safetensors", b"\x01" + idx + b"\n#\n" + safetensors({"a.weight": ("F32", [2, 3], f32)}), "index")
+    put("safetensors", b"\x01" + idx, "index_no_shard")
+    # the header of a real fixture checkpoint (data section cut)
+    real = read(FIX, "text", "qvl-h64-hd128-gqa2-tied", "model.safetensors")
+    hl = struct.unpack("<Q", real[:8])[0]
+    put("safetensors", b"\x00" + real[:8 + hl] + real[8 + hl:8 + hl + 256], "fixture_header")
+
+
+def seeds_config():
+    for d in sorted(os.listdir(os.path.join(FIX, "text"))):
+        p = os.path.join(FIX, "text", d)
+        for f in ("config.json", "generation_config.json"):
+            if os.path.exists(os.path.join(p, f)):
+                put("config", read(p, f), d + "_" + f)
+    for m in ("omni-a", "omni-b"):
+        put("config", read(FIX, "audio", m, "config.json"), m + "_config.json")
+    for d in sorted(os.listdir(os.path.join(ROOT, "assets", "configs"))):
+        p = os.path.join(ROOT, "assets", "configs", d)
+        if os.path.isdir(p):
+            for f in sorted(os.listdir(p)):
+                put("config", read(p, f), d + "_" + f)
+
+
+def tiny_tokenizer(merges_as_pairs=False, normalizer=None, pre=None, added=True):
+    alphabet = [chr(c) for c in range(33, 127)] + ["Ġ", "Ċ"]
+    vocab = {t: i for i, t in enumerate(alphabet)}
+    merges = [("h", "e"), ("l", "l"), ("he", "ll"), ("Ġ", "w"), ("o", "r")]
+    for a, b in merges:
+        vocab.setdefault(a + b, len(vocab))
+    tok = {"version": "1.0", "truncation": None, "padding": None,
+           "added_tokens": [{"id": len(vocab) + i, "content": c, "single_word": False, "lstrip": False,
+                             "rstrip": False, "normalized": False, "special": s}
+                            for i, (c, s) in enumerate([("<|im_start|>", True), ("<|im_end|>", True), ("<think>", False)])]
+           if added else [],
+           "normalizer": normalizer,
+           "pre_tokenizer": pre or {"type": "Sequence", "pretokenizers": [
+               {"type": "Split", "pattern": {"Regex": "(?i:'s|'t|'re)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s+"},
+                "behavior": "Isolated", "invert": False},
+               {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False}]},
+           "post_processor": None,
+           "decoder": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False},
+           "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": "",
+                     "end_of_word_suffix": "", "fuse_unk": False, "byte_fallback": False, "ignore_merges": False,
+                     "vocab": vocab,
+                     "merges": [[a, b] for a, b in merges] if merges_as_pairs else [a + " " + b for a, b in merges]}}
+    return json.dumps(tok)
+
+
+def seeds_tokenizer_load():
+    put("tokenizer_load", tiny_tokenizer(), "strings")
+    put("tokenizer_load", tiny_tokenizer(merges_as_pairs=True), "pairs")
+    put("tokenizer_load", tiny_tokenizer(normalizer={"type": "NFC"}), "nfc")
+    put("tokenizer_load", tiny_tokenizer(normalizer={"type": "Sequence", "normalizers": [{"type": "NFD"}, {"type": "NFKC"}]}), "norm_seq")
+    put("tokenizer_load", tiny_tokenizer(pre={"type": "ByteLevel", "add_prefix_space": False, "use_regex": True}), "bytelevel")
+    put("tokenizer_load", tiny_tokenizer(pre={"type": "Split", "pattern": {"String": " "}, "behavior": "Isolated", "invert": False}), "split_string")
+    put("tokenizer_load", tiny_tokenizer(added=False), "no_added")
+
+
+def seeds_tokenizer_encode():
+    n = 0
+    for f in ("small_cases.txt", "qwen3_cases.txt"):
+        p = os.path.join(FIX, "tokenizer", f)
+        if not os.path.exists(p):
+            continue
+        for line in read(p).split(b"\n")[::25]:
+            if line and n < 200:
+                put("tokenizer_encode", bytes([n & 1]) + line[:4000])
+                n += 1
+    put("tokenizer_encode", b"\x01<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\n</think>", "chat")
+    put("tokenizer_encode", b"\x00ab\xff\xfe\xc3\x28 \xe2\x82 \xf0\x9f\x98\x80 \x00\x00 z", "invalid_utf8")
+
+
+def seeds_image():
+    for f in sorted(os.listdir(os.path.join(FIX, "vision"))):
+        if f.split(".")[-1] in ("png", "jpg", "bmp", "gif", "ppm", "pgm", "tga"):
+            put("image", read(FIX, "vision", f), f)
+    put("image", read(FIX, "audio", "clips", "pattern_64x96.png"), "pattern_64x96.png")
+
+
+def wav(rate, ch, width, frames):
+    b = io.BytesIO()
+    w = wave.open(b, "wb")
+    w.setnchannels(ch)
+    w.setsampwidth(width)
+    w.setframerate(rate)
+    w.writeframes(bytes((i * 37) & 255 for i in range(frames * ch * width)))
+    w.close()
+    return b.getvalue()
+
+
+def seeds_audio():
+    for f in ("tone_0p5s.wav", "mono_8k.wav", "tone_1s.wav", "tone_1s.ogg", "tone_1s.opus", "tone_1s.webm",
+              "tone_3p3s.m4a", "tone_3p3s.mp3", "video_1s.mp4"):
+        put("audio", read(FIX, "audio", "clips", f), f)
+    put("audio", read(FIX, "audio", "clips", "tone_3p3s.flac")[:MAX], "tone_cut.flac")
+    put("audio", wav(44100, 2, 2, 4000), "stereo16.wav")
+    put("audio", wav(8000, 1, 1, 4000), "u8.wav")
+    put("audio", wav(48000, 3, 3, 2000), "s24_3ch.wav")
+
+
+def seeds_chat_line():
+    for i, l in enumerate(["hello there", "/image a.png", "/audio  q.wav  ", "/image", "/clear", "/quit", "/exit",
+                           "/help", "/imagery is a word", "   ", "a\r\nb\nc", "/image /tmp/x y z.png\n/quit\n",
+                           "x" * 300 + "\nshort\n"]):
+        put("chat_line", l, "line%02d" % i)
+
+
+def seeds_args():
+    cmds = ["generate", "chat", "tokenize", "logits", "ocr", "ask", "eval", "bench", "serve", "unknown"]
+    sets = [(0, ["-m", "M", "-p", "hello", "world", "-n", "4", "--temp=0", "--kv", "int2", "--kv-window", "64"]),
+            (0, ["-m", "M", "--raw", "--system", "s", "-f", "-", "--image", "a.png", "--", "-x"]),
+            (1, ["-m", "M", "--system", "be brief", "-c", "8192", "--kv-layers", "0-3:int4"]),
+            (2, ["-m", "M", "-p", "text", "--max-text-bytes", "100"]),
+            (3, ["-m", "M", "-p", "hi", "-o", "out.f32", "--top", "5"]),
+            (4, ["a.png", "b.png", "-m", "M", "--image-max-tokens", "64", "--prompt", "read"]),
+            (5, ["-m", "M", "--audio", "q.wav", "what", "is", "this", "--max-audio-seconds", "30"]),
+            (6, ["kl", "-m", "M", "--kv", "int2", "--text", "t.txt", "--ctx", "512", "--chunk", "4", "--json"]),
+            (7, ["--random", "cfg.json", "--kv", "bf16,int2", "--batch", "1,8", "--ctx", "4K,32K", "--png-size", "800x600"]),
+            (8, ["-m", "M", "--port", "0", "--max-seqs", "4", "--allow-files", "--max-image-mpixels", "2"]),
+            (9, ["-h"])]
+    for i, (c, argv) in enumerate(sets):
+        put("args", bytes([c]) + b"\0".join(a.encode() for a in argv), "argv%02d_%s" % (i, cmds[c]))
+
+
+def seeds_server_request():
+    png = base64.b64encode(read(FIX, "vision", "fmt_grey.png")).decode()
+    wavb = base64.b64encode(wav(16000, 1, 2, 400)).decode()
+    chat = {"model": "m", "messages": [{"role": "system", "content": "be brief"},
+                                       {"role": "user", "content": [
+                                           {"type": "image_url", "image_url": {"url": "data:image/png;base64," + png}},
+                                           {"type": "input_audio", "input_audio": {"data": wavb, "format": "wav"}},
+                                           {"type": "text", "text": "what is this?"}]},
+                                       {"role": "assistant", "content": "a cat"},
+                                       {"role": "user", "content": "sure?"}],
+            "temperature": 0.5, "top_p": 0.9, "top_k": 20, "max_tokens": 64, "seed": 7, "stop": ["\n\n", "END"],
+            "stream": True, "stream_options": {"include_usage": True}}
+    put("server_request", b"\x00" + json.dumps(chat).encode(), "chat_media")
+    put("server_request", b"\x00" + json.dumps({"messages": [{"role": "user", "content": "hi"}]}).encode(), "chat_min")
+    put("server_request", b"\x02" + json.dumps({"messages": [{"role": "user", "content": [
+        {"type": "image_url", "image_url": "file:///tmp/x.png"}, {"type": "text", "text": "read"}]}]}).encode(), "file")
+    put("server_request", b"\x01" + json.dumps({"prompt": "Once upon", "max_tokens": 16, "stop": "."}).encode(), "completion")
+    put("server_request", b"\x00" + json.dumps({"messages": [{"role": "user", "content": "x"}], "tools": [], "n": 2,
+                                                "logprobs": True}).encode(), "refused")
+
+
+if __name__ == "__main__":
+    if os.path.isdir(OUT):
+        shutil.rmtree(OUT)
+    for f in (seeds_safetensors, seeds_config, seeds_tokenizer_load, seeds_tokenizer_encode, seeds_image, seeds_audio,
+              seeds_chat_line, seeds_args, seeds_server_request):
+        f()
+    for t in sorted(os.listdir(OUT)):
+        print(t, len(os.listdir(os.path.join(OUT, t))), "seeds", file=sys.stderr)
