@@ -6,13 +6,16 @@
 #                                                         (default DIR build-fuzz, FFmpeg on)
 #     tests/fuzz/run_all.sh pack [DIR]                    DIR/fuzzpack/: binaries, corpus, regression inputs,
 #                                                         the tokenizer, these scripts, the shared libraries the
-#                                                         binaries need except glibc/libstdc++ (lib.tar.xz)
+#                                                         binaries need except glibc/libstdc++ (lib.tar.xz);
+#                                                         all of it in one DIR/fuzzpack.tar.xz
 #   anywhere (here, or a bare x86-64 host with the pack carried, e.g. the GPU host):
 #     tests/fuzz/run_all.sh run SECONDS [JOBS] [DIR]      every target at once for SECONDS with JOBS worker
 #                                                         processes in all (default: all cores), slower targets
-#                                                         getting more; summary.txt and fuzz-results.tar.xz
-#                                                         (logs, new corpus, crash files) under $OUT
-#                                                         (default DIR/fuzz-out)
+#                                                         getting more, at nice ${NICE:-10}; writes three files
+#                                                         under $OUT (default DIR/fuzz-out): summary.txt (per
+#                                                         target executions, exec/s, findings; EXECS lines),
+#                                                         fuzz-corpus.tar.xz (the new corpus inputs, <= 15 MiB),
+#                                                         fuzz-found.tar.xz (crash/timeout/OOM inputs, reports)
 # DIR for run: a build dir (tests/fuzz/fuzz_* inside) or a pack (fuzz_* at its top). The summary gives, per
 # target: workers, total executions, exec/s, new corpus files, crashes/timeouts/OOMs/leaks. Exit status 1 when
 # anything was found: copy those files into tests/fuzz/regress/TARGET/ (fix first) so CTest replays them.
@@ -51,8 +54,10 @@ pack)
         grep -v -E "/(libc|libm|libpthread|libdl|librt|libresolv|libutil|ld-linux-x86-64|libstdc\+\+|libgcc_s)\.so" |
         while read -r l; do cp -L "$l" "$p/lib/"; done
     tar -C "$p" -cJf "$p/lib.tar.xz" lib && rm -rf "$p/lib"
-    du -sh "$p"
-    echo "carry $p; on the host: bash $p/run_all.sh run SECONDS JOBS $p   (logs under \$OUT)"
+    tar -C "$dir" -cJf "$dir/fuzzpack.tar.xz" fuzzpack # one file to carry (~11 MB)
+    du -sh "$p" "$dir/fuzzpack.tar.xz"
+    echo "carry $dir/fuzzpack.tar.xz; on the host: tar -C /tmp -xJf fuzzpack.tar.xz &&" \
+        "OUT=\$OUT/fuzz bash /tmp/fuzzpack/run_all.sh run SECONDS JOBS /tmp/fuzzpack"
     ;;
 run)
     secs=${2:?seconds}
@@ -62,9 +67,11 @@ run)
     bin=$(cd "$bin" && pwd)
     out=${OUT:-$dir/fuzz-out}
     mkdir -p "$out" && out=$(cd "$out" && pwd)
+    # the work (corpus, logs, artifacts) stays outside $OUT: only three files go there (a device returns few)
+    work=$(mktemp -d "${TMPDIR:-/tmp}/omni_fuzz.XXXXXX")
     if [ -f "$bin/lib.tar.xz" ]; then # a pack: its libraries, its tokenizer, its seeds
-        mkdir -p /tmp/omni_fuzz_lib && tar -C /tmp/omni_fuzz_lib -xJf "$bin/lib.tar.xz"
-        export LD_LIBRARY_PATH=/tmp/omni_fuzz_lib/lib:${LD_LIBRARY_PATH:-}
+        tar -C "$work" -xJf "$bin/lib.tar.xz"
+        export LD_LIBRARY_PATH=$work/lib:${LD_LIBRARY_PATH:-}
         seeds=$bin
     else
         seeds=$HERE
@@ -73,38 +80,69 @@ run)
     export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1}
     sum=0
     for x in $TARGETS; do sum=$((sum + $(weight $x))); done
-    echo "fuzz: $secs s, $jobs workers, $(nproc) cores, $(date -u +%FT%TZ)" | tee "$out/summary.txt"
+    echo "fuzz: $secs s, $jobs workers, $(nproc) cores, $(uname -n), $(date -u +%FT%TZ)" | tee "$out/summary.txt"
     pids=""
-    rm -f "$out/workers.txt.new"
+    t0=$(date +%s)
     for x in $TARGETS; do
         w=$(( jobs * $(weight $x) / sum )); [ $w -lt 1 ] && w=1
-        echo "$x $w" >> "$out/workers.txt.new"
-        mkdir -p "$out/$x/corpus" "$out/$x/artifacts"
-        ( cd "$out/$x" && "$bin/fuzz_$x" -fork=$w -ignore_crashes=1 -ignore_timeouts=1 -ignore_ooms=1 \
-            -max_total_time="$secs" -timeout=10 -rss_limit_mb=4096 -max_len="$(maxlen $x)" -print_final_stats=1 \
-            -artifact_prefix="$out/$x/artifacts/" "$out/$x/corpus" "$seeds/corpus/$x" "$seeds/regress/$x" \
-            > "$out/$x/log.txt" 2>&1 ) &
+        echo "$x $w" >> "$work/workers.txt"
+        mkdir -p "$work/$x/corpus" "$work/$x/artifacts"
+        # fork mode: w child processes; timeout stops the whole process group (children too) when the last
+        # jobs overrun (each fork job runs up to a few minutes); the counts come from the last progress line
+        ( cd "$work/$x" && nice -n "${NICE:-10}" timeout -k 5 $((secs + 30)) "$bin/fuzz_$x" -fork=$w \
+            -ignore_crashes=1 -ignore_timeouts=1 -ignore_ooms=1 -max_total_time="$secs" -timeout=10 \
+            -rss_limit_mb=2048 -max_len="$(maxlen $x)" -print_final_stats=1 -artifact_prefix="$work/$x/artifacts/" \
+            "$work/$x/corpus" "$seeds/corpus/$x" "$seeds/regress/$x" > "$work/$x/log.txt" 2>&1 ) &
         pids="$pids $!"
     done
     wait $pids
-    mv "$out/workers.txt.new" "$out/workers.txt"
+    el=$(( $(date +%s) - t0 ))
     found=0
-    printf "%-18s %7s %14s %10s %8s %s\n" target workers executions exec/s corpus found | tee -a "$out/summary.txt"
+    printf "%-18s %7s %14s %10s %8s %s\n" target workers executions exec/s new found | tee -a "$out/summary.txt"
+    mkdir -p "$work/pack/corpus" "$work/pack/found"
     for x in $TARGETS; do
-        w=$(awk -v t=$x '$1 == t {print $2}' "$out/workers.txt")
-        last=$(grep -E "^#[0-9]+: cov:" "$out/$x/log.txt" | tail -1)
+        w=$(awk -v t=$x '$1 == t {print $2}' "$work/workers.txt")
+        last=$(grep -E "^#[0-9]+: cov:" "$work/$x/log.txt" | tail -1)
         n=$(echo "$last" | sed -E 's/^#([0-9]+):.*/\1/')
         rate=$(echo "$last" | sed -E 's/.*exec\/s:? ([0-9]+).*/\1/')
-        corp=$(ls "$out/$x/corpus" | wc -l)
-        arts=$(ls "$out/$x/artifacts" 2>/dev/null | wc -l)
-        leaks=$(grep -c "ERROR: LeakSanitizer" "$out/$x/log.txt")
-        [ "$arts" -gt 0 ] || [ "$leaks" -gt 0 ] && found=1
-        printf "%-18s %7s %14s %10s %8s %s\n" "$x" "$w" "${n:-?}" "${rate:-?}" "$corp" \
-            "$arts files, $leaks leak reports" | tee -a "$out/summary.txt"
+        # new corpus files: those whose content is not a seed's (libFuzzer names files by their SHA-1)
+        sha1sum "$seeds"/corpus/$x/* "$seeds"/regress/$x/* 2>/dev/null | awk '{print $1}' | sort -u > "$work/seed.sha"
+        mkdir -p "$work/pack/corpus/$x"
+        for c in "$work/$x/corpus"/*; do
+            [ -f "$c" ] || continue
+            h=$(sha1sum "$c" | awk '{print $1}')
+            grep -qx "$h" "$work/seed.sha" || cp "$c" "$work/pack/corpus/$x/$h"
+        done
+        new=$(ls "$work/pack/corpus/$x" | wc -l)
+        arts=$(ls "$work/$x/artifacts" 2>/dev/null | wc -l)
+        leaks=$(grep -c "ERROR: LeakSanitizer" "$work/$x/log.txt")
+        errs=$(grep -c -E "ERROR: (AddressSanitizer|libFuzzer)|runtime error:|fuzz invariant failed" "$work/$x/log.txt")
+        if [ "$arts" -gt 0 ] || [ "$leaks" -gt 0 ] || [ "$errs" -gt 0 ]; then
+            found=1
+            mkdir -p "$work/pack/found/$x"
+            cp "$work/$x/artifacts"/* "$work/pack/found/$x/" 2>/dev/null
+            # the reports (each with its stack), not the whole log
+            grep -n -B2 -A40 -E "ERROR: |runtime error:|fuzz invariant failed" "$work/$x/log.txt" | head -3000 \
+                > "$work/pack/found/$x/reports.txt"
+        fi
+        tail -5 "$work/$x/log.txt" > "$work/pack/found/$x.log-tail.txt" 2>/dev/null
+        printf "%-18s %7s %14s %10s %8s %s\n" "$x" "$w" "${n:-?}" "${rate:-?}" "$new" \
+            "$arts artifacts, $leaks leak reports, $errs error lines" | tee -a "$out/summary.txt"
+        echo "EXECS $x ${n:-0} ${el}s $w workers" >> "$work/execs.txt"
     done
-    echo "artifacts (crash-*, timeout-*, oom-*): TARGET/artifacts/ in fuzz-results.tar.xz" | tee -a "$out/summary.txt"
-    # one archive (logs, new corpus, artifacts) beside summary.txt: a device returns only a few files
-    (cd "$out" && tar -cJf fuzz-results.tar.xz workers.txt $TARGETS && rm -rf $TARGETS workers.txt)
+    cat "$work/execs.txt" >> "$out/summary.txt"
+    # the new corpus (<= 15 MiB compressed; else the largest files of the largest target are dropped)
+    while :; do
+        tar -C "$work/pack" -cJf "$out/fuzz-corpus.tar.xz" corpus
+        [ "$(stat -c %s "$out/fuzz-corpus.tar.xz")" -le $((15 << 20)) ] && break
+        big=$(du -s "$work/pack/corpus"/* | sort -n | tail -1 | cut -f2)
+        ls -S "$big" | head -n $(( $(ls "$big" | wc -l) / 4 + 1 )) | while read -r f; do rm -f "$big/$f"; done
+        echo "corpus over 15 MiB: dropped the largest quarter of $big" | tee -a "$out/summary.txt"
+    done
+    tar -C "$work/pack" -cJf "$out/fuzz-found.tar.xz" found
+    echo "files: summary.txt, fuzz-corpus.tar.xz (new inputs per target), fuzz-found.tar.xz (artifacts," \
+        "reports, log tails); $el s wall" | tee -a "$out/summary.txt"
+    rm -rf "$work"
     exit $found
     ;;
 *)
