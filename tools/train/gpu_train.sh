@@ -1,21 +1,22 @@
 #!/usr/bin/env bash
-# gpu_train.sh [MINUTES] [RESUME_DIR] - train the three embedded models at the same time on one GPU.
+# gpu_train.sh [MINUTES] [RESUME_DIR] [MODELS] - train the embedded models at the same time on one GPU.
 #
 # Run from the repository root on the GPU host (one H200, 16 cores, python3 with torch + transformers 5.17), with
 # the ignored folder .train/ carried (tools/train/prepare_carry.sh fills it here: espeak-ng .debs + pcaudio stub):
-#     bash tools/train/gpu_train.sh 7                    # fresh start, 7 minutes of training per model
-#     bash tools/train/gpu_train.sh 7 assets/models      # resume from DIR/{ocr,speech,text} (any subset)
-# Whole run = MINUTES + about 1.5 minutes (start, held-out evaluation, packing); each model is killed at
-# MINUTES*60+150 s at the latest. Writes under $OUT (default /tmp/omni-train-out):
-#     train_log.txt          this script's output (progress lines of the three trainings, summary)
-#     logs.txt               the three trainings' full logs
+#     bash tools/train/gpu_train.sh 7                          # fresh start of ocr + speech, 7 minutes each
+#     bash tools/train/gpu_train.sh 7 assets/models            # resume from DIR/{ocr,speech} (those present)
+#     bash tools/train/gpu_train.sh 6 "" ocr,speech,text       # MODELS: any of ocr, speech, text (default ocr,speech)
+# Whole run = MINUTES + about 1 minute (start, held-out evaluation, packing); each model is killed at
+# MINUTES*60+90 s at the latest. Writes under $OUT (default /tmp/omni-train-out), at most 5 files:
+#     train_log.txt          this script's output (progress lines of the trainings, summary) + the full logs
 #     summary.json           per model: steps, seconds, final loss, held-out evaluation
-#     models.tar.partNN      ocr/ speech/ text/ checkpoint folders (bf16 safetensors + configs + tokenizer +
-#                            training_recipe.json), split in <16 MiB parts:  cat models.tar.part* | tar -x -C DEST
+#     models.tar.xz.partNN   the models' checkpoint folders (bf16 safetensors + configs + tokenizer +
+#                            training_recipe.json), xz, split in <16 MiB parts:  cat models.tar.xz.part* | tar -xJ -C DEST
 # TOY=1 runs tiny models for a few steps on the CPU (to test this script; MINUTES then is the training budget).
 set -u
 M=${1:-7}
 RESUME=${2:-}
+MODELS=${3:-ocr,speech}
 OUT=${OUT:-/tmp/omni-train-out}
 cd "$(dirname "$0")/../.."
 mkdir -p "$OUT"
@@ -24,7 +25,7 @@ rm -rf "$W"
 mkdir -p "$W/run"
 exec > >(tee "$OUT/train_log.txt") 2>&1
 
-echo "gpu_train: $(date -u +%FT%TZ) minutes=$M resume=${RESUME:-none} $(nproc) cores"
+echo "gpu_train: $(date -u +%FT%TZ) minutes=$M resume=${RESUME:-none} models=$MODELS $(nproc) cores"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || echo "no nvidia-smi"
 python3 -c "import torch, transformers, tokenizers, PIL, torchaudio, matplotlib; print('torch', torch.__version__, \
 'cuda', torch.cuda.is_available(), 'transformers', transformers.__version__, 'tokenizers', tokenizers.__version__)"
@@ -40,37 +41,40 @@ LD_LIBRARY_PATH=$L ESPEAK_DATA_PATH=$L "$ES/usr/bin/espeak-ng" -w "$W/check.wav"
 
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false OMP_NUM_THREADS=2 RAYON_NUM_THREADS=2
 if [ "${TOY:-0}" = 1 ]; then
-    common="--toy --device cpu --workers 1 --batch 4"
-    ocr_x="--eval-single 2 --eval-multi 1" speech_x="--eval-n 2" text_x=""
-else
-    common="" ocr_x="--workers 7 --batch 96" speech_x="--workers 4 --batch 64" text_x="--workers 2 --batch 16"
+    common="--toy --device cpu --workers 1"
+    ocr_x="--batch 8 --eval-n 3 --replay 8" speech_x="--batch 8 --eval-n 3 --replay 8" text_x="--batch 4"
+else  # 16 cores, shared with other work: 12 CPU data workers, 8 render images (~80/s each) + 4 synthesize speech
+    common="" ocr_x="--workers 8 --batch 256" speech_x="--workers 4 --batch 128" text_x="--workers 2 --batch 16"
 fi
 resume() { [ -n "$RESUME" ] && [ -f "$RESUME/$1/config.json" ] && echo "--resume $RESUME"; }
-limit=$(python3 -c "print(int($M * 60 + 150))")
+limit=$(python3 -c "print(int($M * 60 + 90))")
 run() { # name script args...
     local n=$1; shift
     timeout -k 10 "$limit" python3 "$@" > "$W/$n.log" 2>&1
     echo "gpu_train: $n exited with $?" | tee -a "$W/$n.log"
 }
-run ocr tools/train/train_ocr.py --out "$W/run" --minutes "$M" $common $ocr_x $(resume ocr) &
-p1=$!
-run speech tools/train/train_speech.py --out "$W/run" --espeak "$ES" --minutes "$M" $common $speech_x \
-    $(resume speech) &
-p2=$!
-run text tools/train/train_text.py --out "$W/run" --minutes "$M" $common $text_x \
-    $(resume text) &
-p3=$!
-while kill -0 $p1 2>/dev/null || kill -0 $p2 2>/dev/null || kill -0 $p3 2>/dev/null; do
+names=() pids=()
+for n in ${MODELS//,/ }; do
+    case $n in
+    ocr) run ocr tools/train/train_ocr.py --out "$W/run" --minutes "$M" $common $ocr_x $(resume ocr) & ;;
+    speech) run speech tools/train/train_speech.py --out "$W/run" --espeak "$ES" --minutes "$M" $common $speech_x \
+        $(resume speech) & ;;
+    text) run text tools/train/train_text.py --out "$W/run" --minutes "$M" $common $text_x $(resume text) & ;;
+    *) echo "gpu_train: unknown model $n"; continue ;;
+    esac
+    names+=("$n") pids+=($!)
+done
+alive() { for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && return 0; done; return 1; }
+while alive; do
     sleep 20
-    for n in ocr speech text; do
+    for n in "${names[@]}"; do
         echo "  $n: $(grep -a 'step\|eval\|saved\|Error\|exited' "$W/$n.log" | tail -n 1)"
     done
 done
-wait $p1 $p2 $p3  # (a plain wait would also wait for the tee process substitution)
+wait "${pids[@]}"  # (a plain wait would also wait for the tee process substitution)
 
-for n in ocr speech text; do echo "=== $n.log"; cat "$W/$n.log"; done > "$OUT/logs.txt"
-python3 tools/train/summarize.py "$W/run" "$OUT/summary.json"
-python3 - "$W/run" "$OUT" <<'EOF'
+python3 tools/train/summarize.py "$W/run" "$OUT/summary.json" "${names[@]}"
+python3 - "$W/run" "$OUT" <<'PY'
 import os, sys
 sys.path.insert(0, "tools/train")
 import util
@@ -79,7 +83,8 @@ items = [(n, os.path.join(run, n)) for n in ("ocr", "speech", "text") if os.path
 size, parts = util.pack_dirs(items, out)
 print("gpu_train: packed %s (%.1f MB) into %s" % ([n for n, _ in items], size / 1e6,
                                                   [os.path.basename(p) for p in parts]))
-EOF
+PY
 ls -la "$OUT"
 echo "gpu_train: done $(date -u +%FT%TZ)"
+for n in "${names[@]}"; do echo "=== $n.log"; cat "$W/$n.log"; done
 sleep 1  # let tee write the last lines

@@ -1,20 +1,24 @@
-"""Synthetic OCR data: rendered text lines -> (image, exact text), and the Qwen3-VL image preprocessing.
+"""Synthetic OCR data: one rendered text line -> (image, exact text), and the Qwen3-VL image preprocessing.
+
+The OCR model reads single lines: every image is LINE_H (32) px high after the model's own smart_resize (its
+height is drawn in 24..44 px, which smart_resize rounds to 32), so the vision tower sees one row of merged 32x32
+tokens and the decoder reads 1-4 characters per visual token, left to right.
 
 Recipe (all randomness from one numpy Generator, so a seed fixes every sample):
-  text    1-3 lines of printable ASCII (no leading/trailing/double spaces), each line drawn from: prose from
-          data/words.txt (case styles, punctuation) 40%, title case 8%, numbers/dates/prices/times 16%,
-          identifiers/emails/URLs/codes 11%, code-like snippets 10%, random printable characters 10%, labelled
-          values ("Total: $12.40") 5%; line length 1..MAX_LINE characters (most 4..40).
+  text    one line of printable ASCII (no leading/trailing/double spaces), 1..MAX_LINE (40) characters, drawn from:
+          prose from data/words.txt (case styles, punctuation) 42%, title case 8%, numbers/dates/prices/times 17%,
+          identifiers/emails/URLs/codes 12%, code-like snippets 10%, random printable characters 5%, labelled
+          values ("Total: $12.40") 6%.
   fonts   the 16 regular/bold/italic DejaVu Sans, Sans Mono, Serif and STIX General TTFs of matplotlib's mpl-data
-          (same files on every machine with matplotlib), size 15..40 px.
-  layout  margins 2..28 px, line spacing 1.0..1.6, left/center/right alignment.
+          (same files on every machine with matplotlib), size 16..30 px.
+  layout  ink height + top/bottom margins = 24..44 px, left/right margins 2..24 px, width >= 40 px.
   colours light, dark or coloured background (solid, gradient, noise texture or a few faint shapes), text colour
           with a luminance difference >= 90.
-  damage  rotation +-3 degrees, bilinear (45%), Gaussian blur r 0.3..1.1 (25%), Gaussian noise sigma 2..14 (30%),
-          down/up scaling 0.6..0.9 (15%), JPEG quality 35..90 (20%).
+  damage  rotation +-1 degree (15%), Gaussian blur r 0.3..0.9 (20%), Gaussian noise sigma 2..10 (25%), down/up
+          scaling 0.7..0.9 (10%), JPEG quality 40..90 (15%).
 Preprocessing = Qwen2VLImageProcessorFast of transformers 5.17 with this model's preprocessor_config.json:
 smart_resize (factor 32, MIN_PIXELS..MAX_PIXELS), torchvision bicubic antialiased resize on uint8, (x/255-0.5)/0.5,
-patches of 3x2x16x16 in merge-block order (test_ocr_data.py checks it equals the transformers processor).
+patches of 3x2x16x16 in merge-block order (patchify; patchify_batch is the same on a padded batch, on the GPU).
 """
 
 import io
@@ -26,9 +30,10 @@ from PIL import Image, ImageDraw, ImageFilter, ImageFont
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PATCH, MERGE, TPATCH = 16, 2, 2
-MIN_PIXELS = 32 * 32 * 4        # >= 4 visual tokens
-MAX_PIXELS = 32 * 32 * 256      # <= 256 visual tokens (e.g. 640x400)
-MAX_LINE = 48
+LINE_H = 32                     # every image is one row of merged tokens after smart_resize
+MIN_PIXELS = 32 * 32             # >= 1 visual token (a larger minimum would upscale short lines to 2 rows)
+MAX_PIXELS = 32 * 32 * 64        # <= 64 visual tokens (a 32 x 2048 line)
+MAX_LINE = 40
 PROMPT = "Read all the text in the image."
 
 FONT_NAMES = [
@@ -159,19 +164,19 @@ class TextGen:
     def line_raw(self):
         r = self.rng
         u = r.random()
-        if u < 0.40:
+        if u < 0.42:
             return self.prose(int(ri(r, 1, 9)), ["lower", "sentence", "sentence", "upper"][ri(r, 4)])
-        if u < 0.48:
+        if u < 0.50:
             return self.prose(int(ri(r, 1, 6)), "title")
-        if u < 0.64:
+        if u < 0.67:
             return " ".join(self.number() for _ in range(ri(r, 1, 4)))
-        if u < 0.75:
+        if u < 0.79:
             return " ".join(self.code_token() for _ in range(ri(r, 1, 3)))
-        if u < 0.85:
+        if u < 0.89:
             t = CODE[ri(r, len(CODE))]
             return t.format(a=self.ident(), b=self.ident(), c=self.ident(), n=ri(r, 0, 1000),
                             m=ri(r, 0, 100))
-        if u < 0.95:
+        if u < 0.94:
             return "".join(r.choice(list(PRINTABLE), ri(r, 1, 25)))
         return "%s: %s" % (LABELS[ri(r, len(LABELS))], [self.number, self.code_token, self.word][ri(r, 3)]())
 
@@ -246,73 +251,77 @@ def background(rng, w, h, bg):
     return img
 
 
-def render(rng, lines, font_path, size):
-    """Render lines with one font; returns an RGB PIL image sized to the text plus margins."""
-    font = ImageFont.truetype(font_path, size)
-    asc, desc = font.getmetrics()
-    spacing = rng.uniform(1.0, 1.6)
-    line_h = int(round((asc + desc) * spacing))
-    widths = [int(np.ceil(font.getlength(s))) for s in lines]
-    ml, mr, mt, mb = (int(v) for v in rng.integers(2, 29, 4))
-    w = max(widths) + ml + mr
-    h = (asc + desc) + line_h * (len(lines) - 1) + mt + mb
+INK_PROBE = "ÅHdgjpqy|[]()$@"  # the tallest and deepest glyphs: a line's ink box whatever its text
+
+
+class Fonts:
+    """The training fonts, each (font, size) loaded once with its ink box (loading a face costs ~1 ms)."""
+
+    def __init__(self, paths=None):
+        self.paths = paths or font_paths()
+        self.cache = {}
+
+    def __len__(self):
+        return len(self.paths)
+
+    def get(self, i, size):
+        """-> (ImageFont, (ink top, ink bottom) relative to the drawing origin)."""
+        k = (i, size)
+        if k not in self.cache:
+            f = ImageFont.truetype(self.paths[i], size)
+            _, top, _, bottom = f.getbbox(INK_PROBE)
+            self.cache[k] = (f, (top, bottom))
+        return self.cache[k]
+
+
+def render_line(rng, text, fonts, fi, size):
+    """One line of text in font fi on a canvas 24..44 px high (smart_resize makes it 32); -> (RGB image, bg)."""
+    font, (top, bottom) = fonts.get(fi, size)
+    ink = bottom - top
+    lo = max(0, 24 - ink)
+    m = int(rng.integers(lo, max(lo, min(44 - ink, 12)) + 1))  # top + bottom margin
+    mt = int(rng.integers(0, m + 1))
+    tw = int(np.ceil(font.getlength(text)))
+    ml, mr = (int(v) for v in rng.integers(2, 25, 2))
+    w = tw + ml + mr
+    if w < 40:  # very short lines: centred on a 40 px canvas
+        w, ml = 40, (40 - tw) // 2
     bg, fg = colours(rng)
-    img = background(rng, w, h, bg)
-    dr = ImageDraw.Draw(img)
-    align = rng.choice(["left", "left", "left", "center", "center", "right"])
-    for i, s in enumerate(lines):
-        if align == "left":
-            x = ml
-        elif align == "center":
-            x = ml + (max(widths) - widths[i]) // 2
-        else:
-            x = ml + max(widths) - widths[i]
-        dr.text((x, mt + i * line_h), s, font=font, fill=fg)
+    img = background(rng, w, ink + m, bg)
+    ImageDraw.Draw(img).text((ml, mt - top), text, font=font, fill=fg)
     return img, bg
 
 
 def damage(rng, img, bg):
-    if rng.random() < 0.45:
-        img = img.rotate(rng.uniform(-3, 3), resample=Image.BILINEAR, expand=True, fillcolor=bg)
     if rng.random() < 0.15:
-        s = rng.uniform(0.6, 0.9)
+        img = img.rotate(rng.uniform(-1, 1), resample=Image.BILINEAR, expand=False, fillcolor=bg)
+    if rng.random() < 0.10:
+        s = rng.uniform(0.7, 0.9)
         w, h = img.size
         img = img.resize((max(8, int(w * s)), max(8, int(h * s))), Image.BILINEAR).resize((w, h), Image.BICUBIC)
-    if rng.random() < 0.25:
-        img = img.filter(ImageFilter.GaussianBlur(rng.uniform(0.3, 1.1)))
-    if rng.random() < 0.30:
-        a = np.asarray(img, np.float32) + rng.standard_normal((img.size[1], img.size[0], 1), dtype=np.float32) * \
-            rng.uniform(2, 14)
-        img = Image.fromarray(np.clip(a, 0, 255).astype(np.uint8))
     if rng.random() < 0.20:
+        img = img.filter(ImageFilter.GaussianBlur(rng.uniform(0.3, 0.9)))
+    if rng.random() < 0.25:
+        a = np.asarray(img, np.float32) + rng.standard_normal((img.size[1], img.size[0], 1), dtype=np.float32) * \
+            rng.uniform(2, 10)
+        img = Image.fromarray(np.clip(a, 0, 255).astype(np.uint8))
+    if rng.random() < 0.15:
         buf = io.BytesIO()
-        img.save(buf, format="JPEG", quality=int(rng.integers(35, 91)))
+        img.save(buf, format="JPEG", quality=int(rng.integers(40, 91)))
         buf.seek(0)
         img = Image.open(buf).convert("RGB")
     return img
 
 
-def choose_lines(rng, gen, n_lines=None, max_chars=MAX_LINE):
-    if n_lines is None:
-        u = rng.random()
-        n_lines = 1 if u < 0.55 else (2 if u < 0.8 else 3)
-    return [gen.line(max_chars) for _ in range(n_lines)]
-
-
-def make_sample(rng, gen, fonts, n_lines=None, max_chars=MAX_LINE, clean=False):
-    """-> (PIL RGB image, text with '\\n' between lines, meta dict)."""
-    lines = choose_lines(rng, gen, n_lines, max_chars)
+def make_sample(rng, gen, fonts, max_chars=MAX_LINE, clean=False):
+    """-> (PIL RGB image of one line, its text, meta dict); fonts: a Fonts."""
+    text = gen.line(max_chars)
     fi = int(rng.integers(len(fonts)))
-    size = int(rng.integers(15, 41))
-    # keep the picture within MAX_PIXELS without shrinking the text below ~15 px
-    for _ in range(6):
-        img, bg = render(rng, lines, fonts[fi], size)
-        if img.size[0] * img.size[1] <= MAX_PIXELS * 0.9 or size <= 15:
-            break
-        size = max(15, int(size * 0.8))
+    size = int(rng.integers(16, 31))
+    img, bg = render_line(rng, text, fonts, fi, size)
     if not clean:
         img = damage(rng, img, bg)
-    return img, "\n".join(lines), {"font": FONT_NAMES[fi], "size": size, "lines": len(lines)}
+    return img, text, {"font": FONT_NAMES[fi], "size": size}
 
 
 # ---- preprocessing (Qwen2VLImageProcessorFast, transformers 5.17) ------------------------------------------------
@@ -322,8 +331,8 @@ def target_size(h, w):
     return smart_resize(h, w, factor=PATCH * MERGE, min_pixels=MIN_PIXELS, max_pixels=MAX_PIXELS)
 
 
-def preprocess(img):
-    """PIL RGB image -> (pixel_values float32 [N, 3*2*16*16], (1, gh, gw), resized uint8 [h, w, 3])."""
+def resize(img):
+    """PIL image -> uint8 tensor [3, h, w] at the smart_resize size (bicubic, antialiased, as the processor)."""
     import torch
     from torchvision.transforms import InterpolationMode
     from torchvision.transforms.v2 import functional as TF
@@ -333,9 +342,14 @@ def preprocess(img):
     x = torch.from_numpy(np.asarray(img).copy()).permute(2, 0, 1).contiguous()  # [3, h0, w0] uint8
     if (h, w) != (h0, w0):
         x = TF.resize(x, [h, w], interpolation=InterpolationMode.BICUBIC, antialias=True)
-    resized = x.permute(1, 2, 0).numpy()
+    return x
+
+
+def preprocess(img):
+    """PIL RGB image -> (pixel_values float32 [N, 3*2*16*16], (1, gh, gw), resized uint8 [h, w, 3])."""
+    x = resize(img)
     pv, g = patchify(x)
-    return pv, g, resized
+    return pv, g, x.permute(1, 2, 0).numpy()
 
 
 def patchify(x):
@@ -343,13 +357,24 @@ def patchify(x):
     import torch
     if isinstance(x, np.ndarray):  # [h, w, 3]
         x = torch.from_numpy(np.ascontiguousarray(x)).permute(2, 0, 1)
-    h, w = x.shape[1], x.shape[2]
-    f = (x.float() - 127.5) / 127.5  # (x/255 - 0.5)/0.5 as the fast processor fuses it
-    gh, gw = h // PATCH, w // PATCH
-    f = f[None].expand(TPATCH, 3, h, w)  # the still image repeated to 2 frames
-    f = f.reshape(1, TPATCH, 3, gh // MERGE, MERGE, PATCH, gw // MERGE, MERGE, PATCH)
-    f = f.permute(0, 3, 6, 4, 7, 2, 1, 5, 8)  # [t, R, C, i, j, ch, tp, py, px]
-    return f.reshape(gh * gw, 3 * TPATCH * PATCH * PATCH).contiguous(), (1, gh, gw)
+    pv = patchify_batch(x[None], torch.tensor([x.shape[2]]))
+    return pv, (1, x.shape[1] // PATCH, x.shape[2] // PATCH)
+
+
+def patchify_batch(x, widths):
+    """uint8 [B, 3, h, Wmax] (right-padded; h, Wmax multiples of 32), widths [B] (multiples of 32, on x's device)
+    -> pixel_values float32 [patches, 1536]: image b is x[b, :, :, :widths[b]] as 2 equal frames, normalised
+    ((x/255 - 0.5)/0.5 as the fast processor fuses it), cut in 2x16x16 patches in merge-block order
+    [row block, column block, i, j] x [channel, frame, y, x]; the images follow each other."""
+    import torch
+    B, _, h, W = x.shape
+    R, C = h // (PATCH * MERGE), W // (PATCH * MERGE)
+    f = (x.float() - 127.5) / 127.5
+    f = f.reshape(B, 1, 3, R, MERGE, PATCH, C, MERGE, PATCH).expand(B, TPATCH, 3, R, MERGE, PATCH, C, MERGE, PATCH)
+    f = f.permute(0, 3, 6, 4, 7, 2, 1, 5, 8)  # [B, R, C, i, j, ch, tp, py, px]
+    f = f.reshape(B, R, C, MERGE * MERGE, 3 * TPATCH * PATCH * PATCH)
+    keep = torch.arange(C, device=x.device)[None, :] < (widths // (PATCH * MERGE))[:, None]  # [B, C]
+    return f[keep[:, None, :].expand(B, R, C)].reshape(-1, 3 * TPATCH * PATCH * PATCH)
 
 
 def preprocessor_config():

@@ -8,7 +8,7 @@ by running omni itself on held-out synthetic sets, plus key/value norms and atte
 Needs the Python packages of tools/train (torch, transformers 5.17.0, tokenizers, pillow, matplotlib, torchaudio)
 and espeak-ng unpacked by tools/train/prepare_carry.sh + setup_espeak.sh (for the held-out speech set).
 Held-out sets are the same generators and seeds as the end-of-training evaluation (train_*.py EVAL_SEED):
-  OCR     the first N single-line (<= 40 characters) and M 1-3 line images, `omni ocr` greedy;
+  OCR     the first N single-line images (<= 40 characters), `omni ocr` greedy (the model's own pixel limits);
   speech  the first N clips with their question, `omni ask --temp 0`;
   text    held-out standard-library files (text_data.is_heldout), `omni eval kl` at 512, 2048 and 4096 tokens
           (token by token, BF16 cache as the reference), and passkey retrieval with `omni generate --temp 0`.
@@ -66,16 +66,15 @@ class Omni:
 
 # ---- held-out sets ----------------------------------------------------------------------------------------------
 
-def ocr_set(work, n_single, n_multi):
+def ocr_set(work, n):
     import train_ocr
     d = os.path.join(work, "ocr")
     os.makedirs(d, exist_ok=True)
-    single, multi = train_ocr.eval_sets(n_single, n_multi)
     items = []
-    for k, (img, text) in enumerate(single + multi):
+    for k, (img, text) in enumerate(train_ocr.eval_set(n)):
         p = os.path.join(d, "%03d.png" % k)
         img.save(p)
-        items.append({"file": p, "text": text, "set": "single_line_le40" if k < n_single else "lines_1_3"})
+        items.append({"file": p, "text": text, "set": "single_line_le40"})
     return items
 
 
@@ -129,13 +128,12 @@ def text_set(work, model_dir, lengths, per_length, passkey_lengths, depths, keys
 
 def run_ocr(omni, model, items, flags):
     """One omni process for all images; answers are separated by a blank line (they contain no blank lines)."""
-    out = omni(["ocr"] + [it["file"] for it in items] + ["-m", model, "-n", "200", "--image-min-tokens", "4",
-                                                          "--image-max-tokens", "256"] + flags)
+    out = omni(["ocr"] + [it["file"] for it in items] + ["-m", model, "-n", "200"] + flags)
     hyps = out[:-1].split("\n\n") if out.endswith("\n") else out.split("\n\n")
     if len(hyps) != len(items):
         raise RuntimeError("ocr: %d answers for %d images" % (len(hyps), len(items)))
     res = {}
-    for name in ("single_line_le40", "lines_1_3"):
+    for name in ("single_line_le40",):
         pairs = [(h, it["text"]) for h, it in zip(hyps, items) if it["set"] == name]
         if pairs:
             res[name] = {"n": len(pairs), "exact": sum(h == r for h, r in pairs) / len(pairs),
@@ -323,14 +321,13 @@ def report(res, args, recipes):
     if "ocr" in res:
         w("## OCR (`omni ocr`, greedy)\n")
         any_ = next(iter(res["ocr"].values()))
-        w("Held-out images: %d single lines of <= 40 characters, %d images of 1-3 lines (training fonts, random "
-          "damage).\n" % (any_.get("single_line_le40", {}).get("n", 0), any_.get("lines_1_3", {}).get("n", 0)))
-        w("| KV mode | exact (<= 40 chars) | CER (<= 40 chars) | exact (1-3 lines) | CER (1-3 lines) |")
-        w("|---|---|---|---|---|")
+        w("Held-out images: %d single lines of <= 40 characters (training fonts, random damage).\n" % (
+            any_.get("single_line_le40", {}).get("n", 0)))
+        w("| KV mode | exact (<= 40 chars) | CER (<= 40 chars) |")
+        w("|---|---|---|")
         for label, r in res["ocr"].items():
-            s, m = r.get("single_line_le40", {}), r.get("lines_1_3", {})
-            w("| %s | %s | %s | %s | %s |" % (label, pct(s.get("exact")), pct(s.get("cer")), pct(m.get("exact")),
-                                              pct(m.get("cer"))))
+            s = r.get("single_line_le40", {})
+            w("| %s | %s | %s |" % (label, pct(s.get("exact")), pct(s.get("cer"))))
         w("")
     if "speech" in res:
         w("## Speech (`omni ask --temp 0`)\n")
@@ -441,7 +438,7 @@ def main():
     ap.add_argument("--only", nargs="*", default=["ocr", "speech", "text", "stats"])
     args = ap.parse_args()
     q = args.quick
-    args.ocr_single, args.ocr_multi = (6, 3) if q else (150, 50)
+    args.ocr_n = 6 if q else 200
     args.speech_n = 6 if q else 150
     args.kl_texts = 1 if q else 3
     args.depths = [0.1, 0.5, 0.9] if not q else [0.5]
@@ -457,7 +454,7 @@ def main():
     runs = mode_runs()
     md = lambda n: os.path.join(args.models, n)  # noqa: E731
     if "ocr" in args.only and recipes["ocr"]:
-        items = ocr_set(args.work, args.ocr_single, args.ocr_multi)
+        items = ocr_set(args.work, args.ocr_n)
         res["ocr"] = {}
         for label, flags in runs:
             res["ocr"][label], _ = run_ocr(omni, md("ocr"), items, flags)

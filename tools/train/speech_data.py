@@ -6,12 +6,16 @@ Recipe (one numpy Generator per worker; a seed fixes every sample):
             written text given to espeak-ng (numbers as digits, digit strings as "7 2 9").
   voices    espeak-ng 1.51 (Debian 12 packages, unpacked with dpkg -x; libpcaudio replaced by pcaudio_stub.c):
             VOICES x VARIANTS, rate 120..230 words/min, pitch 20..80, pitch range 20..90, word gap 0..2.
-  audio     22050 Hz synthesis -> 16 kHz (torchaudio sinc resampling), 0..0.6 s of silence before and after,
+  audio     22050 Hz synthesis, 0..0.6 s of silence before and after, -> 16 kHz (torchaudio sinc resampling),
             peak 0.1..0.95, rough telephone band (12%), then white or brown noise at 5..40 dB SNR (85%).
+            Training does the resampling, degradation and features on the GPU (GpuAudio: the same steps on a
+            batch; every reuse of a synthesized clip gets new gain, band and noise).
   questions "Transcribe the audio." 42%, "What number was said?" 22%, "What is the first word?" 10%,
             "What is the last word?" 10%, "How many words were said?" 6% (random words only), paraphrases of
             the transcription request 10% ("What was said?", "Write down what you hear.").
-  features  WhisperFeatureExtractor (128 mel bins, 16 kHz, hop 160) exactly as Qwen3-Omni's processor calls it.
+  features  WhisperFeatureExtractor (128 mel bins, 16 kHz, hop 160) exactly as Qwen3-Omni's processor calls it
+            (GpuAudio.log_mel: its torch path on a padded batch; only the last frame of each clip can differ, as
+            the STFT's reflection padding sees the batch's zero padding there).
 """
 
 import ctypes
@@ -188,10 +192,15 @@ class Resampler:
             return self.rs(self.torch.from_numpy(x.astype(np.float32))).numpy()
 
 
+def pad_silence(rng, x, rate=SR):
+    """0..0.6 s of silence before and after."""
+    pre, post = (np.zeros(ri(rng, 0, int(0.6 * rate)), x.dtype) for _ in range(2))
+    return np.concatenate([pre, x, post])
+
+
 def degrade(rng, x):
     """Silence padding, gain, telephone band, noise (float32 16 kHz in/out)."""
-    pre, post = (np.zeros(ri(rng, 0, int(0.6 * SR)), np.float32) for _ in range(2))
-    x = np.concatenate([pre, x, post])
+    x = pad_silence(rng, x)
     x = x / max(1e-6, np.abs(x).max()) * rng.uniform(0.1, 0.95)
     if rng.random() < 0.12:  # rough telephone band: pre-emphasis high-pass, 3-tap low-pass
         x = np.convolve(x, np.array([1.0, -0.95], np.float32), mode="same")
@@ -207,6 +216,71 @@ def degrade(rng, x):
             n /= np.sqrt(np.mean(n ** 2) + 1e-12)
         x = x + n * sig / (10 ** (snr / 20))
     return np.clip(x, -1, 1).astype(np.float32)
+
+
+def resampled_length(n, src):
+    """Samples after torchaudio's resampling of n samples from src Hz to 16 kHz."""
+    return -(-n * SR // src)
+
+
+class GpuAudio:
+    """The training batch's audio on the device: int16 clips at the synthesis rate (right-padded) -> 16 kHz
+    resampling, degrade()'s gain / telephone band / noise with fresh random draws, and log-mel features."""
+
+    def __init__(self, src_rate, device, seed):
+        import torch
+        import torchaudio
+        self.torch, self.src, self.dev = torch, src_rate, device
+        self.gen = torch.Generator(device=device)
+        self.gen.manual_seed(int(seed))
+        self.rs = torchaudio.transforms.Resample(src_rate, SR).to(device)
+        fe = feature_extractor()
+        self.mel = torch.from_numpy(fe.mel_filters).to(device, torch.float32)  # [201, 128]
+        self.window = torch.hann_window(400, device=device)
+
+    def rand(self, *shape):
+        return self.torch.rand(*shape, generator=self.gen, device=self.dev)
+
+    def waves(self, pcm, lengths):
+        """pcm int16 [B, L] at src_rate, lengths [B] -> (float32 [B, N] 16 kHz degraded, zero after each clip,
+        16 kHz lengths [B])."""
+        torch = self.torch
+        n16 = (lengths * SR + self.src - 1) // self.src
+        x = self.rs(pcm.float() / 32768.0)
+        B, N = x.shape
+        valid = torch.arange(N, device=self.dev)[None, :] < n16[:, None]
+        x = x * valid
+
+        def peak(v, gain):
+            return v / v.abs().amax(1, keepdim=True).clamp_min(1e-6) * gain
+        x = peak(x, 0.1 + 0.85 * self.rand(B, 1))
+        tel = self.rand(B, 1) < 0.12  # rough telephone band: pre-emphasis high-pass, 3-tap low-pass
+        y = x - 0.95 * torch.nn.functional.pad(x, (1, 0))[:, :-1]
+        y = torch.nn.functional.avg_pool1d(torch.nn.functional.pad(y, (1, 1))[:, None], 3, 1)[:, 0] * valid
+        x = torch.where(tel, peak(y, 0.1 + 0.85 * self.rand(B, 1)), x)
+        sig = ((x * x).sum(1, keepdim=True) / n16[:, None]).add(1e-12).sqrt()
+        noise = torch.randn(B, N, generator=self.gen, device=self.dev)
+        br = noise.cumsum(1)  # brown-ish noise: integrated, minus its 64-sample moving average
+        br = br - torch.nn.functional.avg_pool1d(torch.nn.functional.pad(br, (32, 31))[:, None], 64, 1,
+                                                 count_include_pad=True)[:, 0]
+        br = br / ((br * br * valid).sum(1, keepdim=True) / n16[:, None]).add(1e-12).sqrt()
+        noise = torch.where(self.rand(B, 1) < 0.3, br, noise)
+        snr = 5 + 35 * self.rand(B, 1)
+        x = torch.where(self.rand(B, 1) < 0.85, x + noise * sig / 10 ** (snr / 20), x)
+        return x.clamp(-1, 1) * valid, n16
+
+    def log_mel(self, x, n16):
+        """float32 [B, N] (zero after each clip) -> (features [B, 128, T] (zero after each clip), T per clip [B]):
+        WhisperFeatureExtractor's torch path, the log-mel maximum taken per clip over its own frames."""
+        torch = self.torch
+        st = torch.stft(x, 400, 160, window=self.window, return_complex=True)
+        mag = (st[..., :-1].abs() ** 2)  # [B, 201, F]
+        lg = torch.clamp(self.mel.T @ mag, min=1e-10).log10()  # [B, 128, F]
+        T = n16 // 160
+        valid = torch.arange(lg.shape[2], device=self.dev)[None, :] < T[:, None]  # [B, F]
+        mx = torch.where(valid[:, None, :], lg, torch.full_like(lg, -1e9)).amax((1, 2), keepdim=True)
+        lg = (torch.maximum(lg, mx - 8.0) + 4.0) / 4.0
+        return lg * valid[:, None, :], T
 
 
 class Synth:

@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
-"""summarize.py RUN_DIR OUT.json - one summary of the training rounds under RUN_DIR/{ocr,speech,text}/
-(training_recipe.json): steps, seconds, first/last loss and the held-out evaluation of the last round."""
+"""summarize.py RUN_DIR OUT.json [NAME...] - one summary of the training rounds under RUN_DIR/NAME/ (default
+ocr, speech, text; training_recipe.json): steps, seconds, first/last loss and the held-out evaluation of the last
+round."""
 import json
 import os
 import sys
 
 run, out = sys.argv[1], sys.argv[2]
 summary = {}
-for name in ("ocr", "speech", "text"):
+for name in sys.argv[3:] or ("ocr", "speech", "text"):
     p = os.path.join(run, name, "training_recipe.json")
     if not os.path.exists(p):
         summary[name] = {"error": "no checkpoint (see logs.txt)"}

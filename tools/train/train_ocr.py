@@ -23,11 +23,12 @@ import util  # noqa: E402
 from util import log  # noqa: E402
 
 NAME = "ocr"
-FULL = dict(hidden=192, layers=3, heads=4, kv=2, head_dim=128, inter=576,
-            v_depth=4, v_hidden=192, v_heads=3, v_inter=768, v_pos=1024, v_deepstack=[1])
+FULL = dict(hidden=256, layers=4, heads=4, kv=2, head_dim=128, inter=768,
+            v_depth=6, v_hidden=256, v_heads=4, v_inter=1024, v_pos=1024, v_deepstack=[2])
 TOY = dict(hidden=64, layers=2, heads=2, kv=1, head_dim=128, inter=128,
-           v_depth=2, v_hidden=32, v_heads=2, v_inter=64, v_pos=64, v_deepstack=[0])
+           v_depth=2, v_hidden=64, v_heads=2, v_inter=128, v_pos=64, v_deepstack=[0])
 EVAL_SEED = 900_001  # held-out sets: seeds never used by training workers (those are < 900_000)
+CTC_UPSAMPLE, CTC_WEIGHT = 6, 0.3  # auxiliary CTC on the merged visual tokens: 6 frames per token (<= ~5 chars)
 
 
 def make_config(tok, s):
@@ -55,74 +56,78 @@ class Prompt:
         return self.tok.encode(text, add_special_tokens=False).ids + [self.ids["<|im_end|>"]]
 
 
-def collate(samples, prompt, pad_id):
-    """samples: list of (pixel_values, grid, text) -> training batch (right-padded)."""
-    seqs, labs = [], []
-    for pv, g, text in samples:
-        p = prompt.prompt(g[1] * g[2] // 4)
+def ctc_targets(text):
+    return [ocr_data.PRINTABLE.index(c) + 1 for c in text]
+
+
+def collate(samples, prompt, pad_id, rope):
+    """samples: list of (uint8 [3, 32, w], text) -> training batch: right-padded token rows, their MRoPE position ids
+    (rope: util.RopeIndex), images (the pixel values are made on the device: ocr_data.patchify_batch), CTC
+    targets, visual tokens per image."""
+    seqs, labs, ntok = [], [], []
+    for x, text in samples:
+        ntok.append(x.shape[1] * x.shape[2] // (32 * 32))
+        p = prompt.prompt(ntok[-1])
         a = prompt.answer(text)
         seqs.append(p + a)
         labs.append([-100] * len(p) + a)
-    L = max(len(s) for s in seqs)
-    ids = torch.full((len(seqs), L), pad_id, dtype=torch.long)
-    labels = torch.full((len(seqs), L), -100, dtype=torch.long)
-    mask = torch.zeros((len(seqs), L), dtype=torch.long)
-    for i, (s, lb) in enumerate(zip(seqs, labs)):
+    B, L, W = len(seqs), max(len(s) for s in seqs), max(x.shape[2] for x, _ in samples)
+    ids = torch.full((B, L), pad_id, dtype=torch.long)
+    labels = torch.full((B, L), -100, dtype=torch.long)
+    mask = torch.zeros((B, L), dtype=torch.long)
+    images = torch.zeros((B, 3, ocr_data.LINE_H, W), dtype=torch.uint8)
+    for i, (s, lb, (x, _)) in enumerate(zip(seqs, labs, samples)):
         ids[i, :len(s)] = torch.tensor(s)
         labels[i, :len(s)] = torch.tensor(lb)
         mask[i, :len(s)] = 1
-    return {"input_ids": ids, "labels": labels, "attention_mask": mask,
-            "pixel_values": torch.cat([s[0] for s in samples]),
-            "image_grid_thw": torch.tensor([list(s[1]) for s in samples], dtype=torch.long),
+        images[i, :, :, :x.shape[2]] = x
+    tg = [ctc_targets(t) for _, t in samples]
+    widths = torch.tensor([x.shape[2] for x, _ in samples])
+    pos = rope(ids, mm_token_type_ids=(ids == prompt.ids["<|image_pad|>"]).int(), image_grid_thw=grid_thw(widths),
+               attention_mask=mask)
+    return {"input_ids": ids, "labels": labels, "attention_mask": mask, "position_ids": pos, "images": images,
+            "widths": widths, "vis_tokens": ntok,
+            "ctc_targets": torch.tensor([c for t in tg for c in t]), "ctc_lengths": torch.tensor([len(t) for t in tg]),
             "n_tokens": int(sum(len(a) for a in labs))}
 
 
-class Stream(torch.utils.data.IterableDataset):
-    """Endless training batches; each DataLoader worker has its own seed (base_seed, round, worker). Rendering is
-    the bottleneck, so once a worker has REPLAY_MIN samples, half of each batch is drawn again from its last
-    REPLAY_KEEP rendered images (kept as resized uint8)."""
-    REPLAY_KEEP, REPLAY_MIN, FRESH = 3000, 500, 0.5
+def grid_thw(widths):
+    """image_grid_thw [B, 3] of one-row images of these pixel widths (multiples of 32)."""
+    return torch.stack([torch.ones_like(widths), torch.full_like(widths, ocr_data.LINE_H // ocr_data.PATCH),
+                        widths // ocr_data.PATCH], 1)
 
-    def __init__(self, batch, seed, tok_name):
-        self.batch, self.seed, self.tok_name = batch, seed, tok_name
+
+class Stream(torch.utils.data.IterableDataset):
+    """Endless training batches; each DataLoader worker has its own seed (base_seed, round, worker)."""
+
+    def __init__(self, batch, seed, tok_name, config):
+        self.batch, self.seed, self.tok_name, self.config = batch, seed, tok_name, config
 
     def __iter__(self):
         torch.set_num_threads(1)
         info = torch.utils.data.get_worker_info()
-        wid = info.id if info else 0
-        rng = np.random.default_rng([*self.seed, wid])
+        rng = np.random.default_rng([*self.seed, info.id if info else 0])
         tok = util.load_tokenizer(self.tok_name)
         prompt = Prompt(tok)
         gen = ocr_data.TextGen(rng, ocr_data.load_words())
-        fonts = ocr_data.font_paths()
+        fonts = ocr_data.Fonts()
         pad = util.special_ids(tok)["<|endoftext|>"]
-        keep = []
+        from transformers import Qwen3VLModel
+        rope = util.RopeIndex(Qwen3VLModel, self.config)
         while True:
-            n_fresh = self.batch if len(keep) < self.REPLAY_MIN else int(np.ceil(self.batch * self.FRESH))
             samples = []
-            for _ in range(n_fresh):
+            for _ in range(self.batch):
                 img, text, _ = ocr_data.make_sample(rng, gen, fonts)
-                pv, g, resized = ocr_data.preprocess(img)
-                samples.append((pv, g, text))
-                if len(keep) < self.REPLAY_KEEP:
-                    keep.append((resized, text))
-                else:
-                    keep[int(rng.integers(len(keep)))] = (resized, text)
-            for _ in range(self.batch - n_fresh):
-                resized, text = keep[int(rng.integers(len(keep)))]
-                pv, g = ocr_data.patchify(resized)
-                samples.append((pv, g, text))
-            yield collate(samples, prompt, pad)
+                samples.append((ocr_data.resize(img), text))
+            yield collate(samples, prompt, pad, rope)
 
 
-def eval_sets(n_single, n_multi):
-    """Held-out samples (deterministic): single lines of <= 40 characters, and 1-3 line images."""
+def eval_set(n):
+    """Held-out single-line images (deterministic, seed EVAL_SEED, the training recipe) -> [(image, text)]."""
     rng = np.random.default_rng(EVAL_SEED)
     gen = ocr_data.TextGen(rng, ocr_data.load_words())
-    fonts = ocr_data.font_paths()
-    single = [ocr_data.make_sample(rng, gen, fonts, n_lines=1, max_chars=40)[:2] for _ in range(n_single)]
-    multi = [ocr_data.make_sample(rng, gen, fonts)[:2] for _ in range(n_multi)]
-    return single, multi
+    fonts = ocr_data.Fonts()
+    return [ocr_data.make_sample(rng, gen, fonts)[:2] for _ in range(n)]
 
 
 @torch.no_grad()
@@ -166,16 +171,14 @@ def score(pairs, hyps):
             "examples": [{"ref": r, "hyp": h} for h, r in list(zip(hyps, refs))[:12] if h != r][:8]}
 
 
-def evaluate(model, tok, device, n_single, n_multi):
-    single, multi = eval_sets(n_single, n_multi)
-    res = {}
-    for name, pairs in (("single_line_le40", single), ("lines_1_3", multi)):
-        t = time.time()
-        hyps = transcribe(model, tok, [im for im, _ in pairs], device)
-        res[name] = score(pairs, hyps)
-        res[name]["seconds"] = round(time.time() - t, 1)
-        log("eval %s: n %d exact %.4f CER %.4f (%.1fs)" % (name, res[name]["n"], res[name]["exact_match"],
-                                                          res[name]["cer"], res[name]["seconds"]))
+def evaluate(model, tok, device, n):
+    pairs = eval_set(n)
+    t = time.time()
+    hyps = transcribe(model, tok, [im for im, _ in pairs], device)
+    res = {"single_line_le40": score(pairs, hyps)}
+    res["single_line_le40"]["seconds"] = round(time.time() - t, 1)
+    r = res["single_line_le40"]
+    log("eval single_line_le40: n %d exact %.4f CER %.4f (%.1fs)" % (r["n"], r["exact_match"], r["cer"], r["seconds"]))
     return res
 
 
@@ -195,9 +198,10 @@ def save(model, tok_name, out, recipe):
 
 
 def main():
-    ap = util.train_args(NAME, seed=1, batch=96, workers=7, lr=1.5e-3)
-    ap.add_argument("--eval-single", type=int, default=400)
-    ap.add_argument("--eval-multi", type=int, default=200)
+    ap = util.train_args(NAME, seed=1, batch=256, workers=8, lr=1.5e-3)
+    ap.add_argument("--eval-n", type=int, default=400)
+    ap.add_argument("--replay", type=int, default=400, help="batches kept on the device for reuse")
+    ap.add_argument("--ctc-weight", type=float, default=CTC_WEIGHT, help="weight of the auxiliary CTC loss")
     args = ap.parse_args()
     from transformers import Qwen3VLForConditionalGeneration
     tok = util.load_tokenizer(NAME)
@@ -206,25 +210,38 @@ def main():
     model, dev = run.model, run.dev
     util.use_varlen_attention(model.config.vision_config)
     util.use_sdpa_attention(model.config.text_config)
-    it = run.batches(Stream(args.batch, run.seed, NAME))
+    it = run.batches(Stream(args.batch, run.seed, NAME, model.config), replay=args.replay)
+    ctc = util.CTCHead(model.model.visual, lambda out: out.pooler_output, model.config.text_config.hidden_size,
+                       len(ocr_data.PRINTABLE), CTC_UPSAMPLE, args.ctc_weight)
+    ctc.proj.to(dev)
     image_pad = util.special_ids(tok)["<|image_pad|>"]
+    cur = {}
 
     def to_kwargs(b):
-        kw = {k: v.to(dev, non_blocking=True) for k, v in b.items() if k != "n_tokens"}
+        cur.update(b)
+        w = b["widths"]
+        kw = {k: b[k] for k in ("input_ids", "labels", "attention_mask", "position_ids")}
+        kw["pixel_values"] = ocr_data.patchify_batch(b["images"], w)
+        kw["image_grid_thw"] = grid_thw(w)
         kw["mm_token_type_ids"] = (kw["input_ids"] == image_pad).int()
-        return kw, b["n_tokens"], b["image_grid_thw"].shape[0]
-    warm = 300 if run.round == 0 else 100
+        return kw, b["n_tokens"], len(b["vis_tokens"])
+
+    def ctc_loss(kw):
+        return ctc.loss(cur["vis_tokens"], cur["ctc_targets"], cur["ctc_lengths"])
+    warm = args.warmup or (200 if run.round == 0 else 100)
     step, secs, curve = util.train_loop(NAME, model, it, dev, args.lr, args.minutes, args.max_steps, warm,
-                                        to_kwargs, log_every=5 if args.toy else 100)
+                                        to_kwargs, log_every=5 if args.toy or args.overfit else 100, extra_loss=ctc_loss,
+                                        extra_modules=[ctc.proj])
+    ctc.remove()
     run.record(step, secs, curve, warm, "AdamW(0.9, 0.95), wd 0.05, clip 1.0, bf16 autocast",
-               replay=" ".join(Stream.__doc__.split()))
+               aux_loss="CTC over printable characters on the merged visual tokens (%d frames per token), weight "
+                        "%.2f; the head is not saved" % (CTC_UPSAMPLE, args.ctc_weight),
+               replay="%s (last %d batches)" % (" ".join(util.Feeder.__doc__.split()), args.replay))
     run.recipe.setdefault("sizes", TOY if args.toy else FULL)
     run.recipe.update({"parameters": run.n_params, "data": ocr_data.__doc__.strip(), "eval_seed": EVAL_SEED,
-                       "eval_sets": "single_line_le40: %d one-line images (<= 40 chars); lines_1_3: %d images" % (
-                           args.eval_single, args.eval_multi),
+                       "eval_sets": "single_line_le40: %d held-out one-line images (<= 40 chars)" % args.eval_n,
                        "preprocessor": ocr_data.preprocessor_config(), "tokenizer": "tools/train/tokenizers/ocr"})
-    run.finish(lambda recipe: save(model, NAME, args.out, recipe),
-               lambda: evaluate(model, tok, dev, args.eval_single, args.eval_multi))
+    run.finish(lambda recipe: save(model, NAME, args.out, recipe), lambda: evaluate(model, tok, dev, args.eval_n))
 
 
 if __name__ == "__main__":

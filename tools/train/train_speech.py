@@ -25,12 +25,13 @@ import util  # noqa: E402
 from util import log  # noqa: E402
 
 NAME = "speech"
-FULL = dict(hidden=192, layers=3, heads=4, kv=2, head_dim=128, experts=8, top_k=2, moe_inter=128,
-            a_d=192, a_layers=3, a_heads=3, a_ffn=768, a_conv=32)
+FULL = dict(hidden=256, layers=4, heads=4, kv=2, head_dim=128, experts=8, top_k=2, moe_inter=128,
+            a_d=256, a_layers=4, a_heads=4, a_ffn=1024, a_conv=64)
 TOY = dict(hidden=64, layers=2, heads=2, kv=1, head_dim=128, experts=4, top_k=2, moe_inter=32,
            a_d=64, a_layers=2, a_heads=2, a_ffn=128, a_conv=16)
 EVAL_SEED = 900_002
-REUSE = 2  # each synthesized clip is used REUSE times (fresh noise, gain, padding and question each time)
+REUSE = 2  # each synthesized clip is used REUSE times in a batch (other question; on the GPU: other gain and noise)
+CTC_UPSAMPLE, CTC_WEIGHT = 2, 0.3  # auxiliary CTC of the transcript's tokens on the audio tower's output
 
 
 def thinker_config(tok, s):
@@ -75,35 +76,41 @@ class Prompt:
         return self.tok.encode(text, add_special_tokens=False).ids + [self.ids["<|im_end|>"]]
 
 
-def collate(samples, prompt, pad_id):
-    """samples: list of (mel [128, T], question, answer) -> right-padded batch."""
-    seqs, labs = [], []
-    for mel, q, a in samples:
-        p = prompt.prompt(speech_data.audio_tokens(mel.shape[1]), q)
+def collate(samples, prompt, pad_id, rate, tok, rope):
+    """samples: list of (int16 clip at `rate` Hz, question, answer, transcript) -> right-padded batch: clips (made
+    into features on the device: speech_data.GpuAudio), token rows and their MRoPE position ids (rope:
+    util.RopeIndex), CTC targets (transcript tokens + 1)."""
+    seqs, labs, ntok, frames = [], [], [], []
+    for pcm, q, a, _ in samples:
+        frames.append(speech_data.resampled_length(len(pcm), rate) // 160)
+        ntok.append(speech_data.audio_tokens(frames[-1]))
+        p = prompt.prompt(ntok[-1], q)
         an = prompt.answer(a)
         seqs.append(p + an)
         labs.append([-100] * len(p) + an)
-    L = max(len(s) for s in seqs)
-    Tm = max(m.shape[1] for m, _, _ in samples)
-    B = len(samples)
+    B, L, n = len(samples), max(len(s) for s in seqs), max(len(s[0]) for s in samples)
     ids = torch.full((B, L), pad_id, dtype=torch.long)
     labels = torch.full((B, L), -100, dtype=torch.long)
     mask = torch.zeros((B, L), dtype=torch.long)
-    feats = torch.zeros((B, 128, Tm))
-    fmask = torch.zeros((B, Tm), dtype=torch.long)
-    for i, ((mel, _, _), s, lb) in enumerate(zip(samples, seqs, labs)):
+    pcm = torch.zeros((B, n), dtype=torch.int16)
+    for i, ((x, _, _, _), s, lb) in enumerate(zip(samples, seqs, labs)):
         ids[i, :len(s)] = torch.tensor(s)
         labels[i, :len(s)] = torch.tensor(lb)
         mask[i, :len(s)] = 1
-        feats[i, :, :mel.shape[1]] = mel
-        fmask[i, :mel.shape[1]] = 1
-    return {"input_ids": ids, "labels": labels, "attention_mask": mask, "input_features": feats,
-            "feature_attention_mask": fmask, "n_tokens": int(sum(len(a) for a in labs))}
+        pcm[i, :len(x)] = torch.from_numpy(x)
+    tg = [[t + 1 for t in tok.encode(tr, add_special_tokens=False).ids] for _, _, _, tr in samples]
+    pos = rope(ids, attention_mask=mask, audio_seqlens=torch.tensor(frames))
+    return {"input_ids": ids, "labels": labels, "attention_mask": mask, "position_ids": pos, "pcm": pcm,
+            "lengths": torch.tensor([len(x) for x, _, _, _ in samples]), "frames": max(frames), "audio_tokens": ntok,
+            "ctc_targets": torch.tensor([c for t in tg for c in t]), "ctc_lengths": torch.tensor([len(t) for t in tg]),
+            "n_tokens": int(sum(len(a) for a in labs))}
 
 
 class Stream(torch.utils.data.IterableDataset):
-    def __init__(self, batch, seed, espeak_root):
-        self.batch, self.seed, self.root = batch, seed, espeak_root
+    """Endless batches of synthesized clips (int16 at espeak-ng's rate, silence padded) with their questions."""
+
+    def __init__(self, batch, seed, espeak_root, config):
+        self.batch, self.seed, self.root, self.config = batch, seed, espeak_root, config
 
     def __iter__(self):
         torch.set_num_threads(1)
@@ -113,19 +120,22 @@ class Stream(torch.utils.data.IterableDataset):
         prompt = Prompt(tok)
         pad = util.special_ids(tok)["<|endoftext|>"]
         gen = speech_data.UtteranceGen(rng)
-        syn = speech_data.Synth(self.root)
-        fe = speech_data.feature_extractor()
+        es = speech_data.Espeak(self.root)
+        from transformers import Qwen3OmniMoeThinkerForConditionalGeneration
+        rope = util.RopeIndex(Qwen3OmniMoeThinkerForConditionalGeneration, self.config)
         pending = []
         while True:
             while len(pending) < self.batch:
                 u = gen.utterance()
-                clean = syn.clean(u["text"], speech_data.voice_params(rng))
+                vp = speech_data.voice_params(rng)
+                pcm = speech_data.pad_silence(rng, es.say(u["text"], vp["voice"], vp["rate"], vp["pitch"],
+                                                          vp["prange"], vp["gap"]), es.rate)
                 for _ in range(REUSE):
                     q, a = gen.question(u)
-                    pending.append((speech_data.log_mel(fe, speech_data.degrade(rng, clean)), q, a))
+                    pending.append((pcm, q, a, u["text"]))
             order = rng.permutation(len(pending))
             pending = [pending[i] for i in order]
-            yield collate(pending[:self.batch], prompt, pad)
+            yield collate(pending[:self.batch], prompt, pad, es.rate, tok, rope)
             pending = pending[self.batch:]
 
 
@@ -287,9 +297,11 @@ def load_thinker(d):
 
 
 def main():
-    ap = util.train_args(NAME, seed=2, batch=64, workers=5, lr=1e-3)
+    ap = util.train_args(NAME, seed=2, batch=128, workers=6, lr=1e-3)
     ap.add_argument("--espeak", required=True, help="root of the unpacked espeak-ng packages (setup_espeak.sh)")
     ap.add_argument("--eval-n", type=int, default=400)
+    ap.add_argument("--replay", type=int, default=300, help="batches kept on the device for reuse")
+    ap.add_argument("--ctc-weight", type=float, default=CTC_WEIGHT, help="weight of the auxiliary CTC loss")
     args = ap.parse_args()
     from transformers import Qwen3OmniMoeThinkerForConditionalGeneration
     tok = util.load_tokenizer(NAME)
@@ -300,18 +312,37 @@ def main():
     balance = BalanceLoss(model)
     util.use_varlen_attention(model.config.audio_config)
     util.use_sdpa_attention(model.config.text_config)
-    it = run.batches(Stream(args.batch, run.seed, args.espeak))
+    it = run.batches(Stream(args.batch, run.seed, args.espeak, model.config), replay=args.replay)
+    audio = speech_data.GpuAudio(speech_data.Espeak(args.espeak).rate, dev, args.seed * 1000 + run.round)
+    ctc = util.CTCHead(model.audio_tower, lambda out: out.last_hidden_state, model.config.text_config.hidden_size,
+                       util.n_regular_tokens(tok), CTC_UPSAMPLE, args.ctc_weight)
+    ctc.proj.to(dev)
+    cur = {}
 
     def to_kwargs(b):
         balance.clear()
-        kw = {k: v.to(dev, non_blocking=True) for k, v in b.items() if k != "n_tokens"}
+        cur.update(b)
+        x, n16 = audio.waves(b["pcm"], b["lengths"])
+        feats, T = audio.log_mel(x, n16)
+        F = b["frames"]
+        kw = {k: b[k] for k in ("input_ids", "labels", "attention_mask", "position_ids")}
+        kw["input_features"] = feats[:, :, :F]
+        kw["feature_attention_mask"] = (torch.arange(F, device=dev)[None, :] < T[:, None]).long()
         return kw, b["n_tokens"], b["input_ids"].shape[0]
-    warm = 300 if run.round == 0 else 100
+
+    def aux_loss(kw):
+        return balance(kw) + ctc.loss(cur["audio_tokens"], cur["ctc_targets"], cur["ctc_lengths"])
+    warm = args.warmup or (200 if run.round == 0 else 100)
     step, secs, curve = util.train_loop(NAME, model, it, dev, args.lr, args.minutes, args.max_steps, warm,
-                                        to_kwargs, log_every=5 if args.toy else 100, extra_loss=balance)
+                                        to_kwargs, log_every=5 if args.toy or args.overfit else 100, extra_loss=aux_loss,
+                                        extra_modules=[ctc.proj])
+    ctc.remove()
     balance.active = False
     run.record(step, secs, curve, warm, "AdamW(0.9, 0.95), wd 0.05, clip 1.0, bf16 autocast, balance loss 0.01",
-               reuse_per_clip=REUSE)
+               reuse_per_clip=REUSE,
+               aux_loss="CTC of the transcript's tokens on the audio tower's output (%d frames per token), weight "
+                        "%.2f; the head is not saved" % (CTC_UPSAMPLE, args.ctc_weight),
+               replay="%s (last %d batches)" % (" ".join(util.Feeder.__doc__.split()), args.replay))
     run.recipe.setdefault("sizes", TOY if args.toy else FULL)
     run.recipe.update({"parameters": run.n_params, "data": speech_data.__doc__.strip(), "eval_seed": EVAL_SEED,
                        "eval_set": "%d held-out clips, one question each" % args.eval_n,

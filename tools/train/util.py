@@ -212,10 +212,11 @@ def edit_distance(a, b):
 
 
 def pack_dirs(items, out_dir, prefix="models", part_bytes=16 * 1024 * 1024 - 4096):
-    """tar the (arcname, path) items into out_dir/prefix.tar.partNN files of at most part_bytes each.
-    Unpack with: cat prefix.tar.part* | tar -x -C DEST."""
-    tmp = os.path.join(out_dir, prefix + ".tar.tmp")
-    with tarfile.open(tmp, "w") as t:
+    """tar + xz (preset 1: bf16 weights shrink to ~75%) the (arcname, path) items into out_dir/prefix.tar.xz.partNN
+    files of at most part_bytes each. Unpack with: cat prefix.tar.xz.part* | tar -xJ -C DEST."""
+    prefix += ".tar.xz"
+    tmp = os.path.join(out_dir, prefix + ".tmp")
+    with tarfile.open(tmp, "w:xz", preset=1) as t:
         for arc, path in items:
             if os.path.exists(path):
                 t.add(path, arcname=arc)
@@ -227,7 +228,7 @@ def pack_dirs(items, out_dir, prefix="models", part_bytes=16 * 1024 * 1024 - 409
             chunk = f.read(part_bytes)
             if not chunk:
                 break
-            p = os.path.join(out_dir, "%s.tar.part%02d" % (prefix, k))
+            p = os.path.join(out_dir, "%s.part%02d" % (prefix, k))
             with open(p, "wb") as g:
                 g.write(chunk)
             parts.append(p)
@@ -237,18 +238,20 @@ def pack_dirs(items, out_dir, prefix="models", part_bytes=16 * 1024 * 1024 - 409
 
 
 def train_loop(name, model, batches, dev, peak_lr, minutes, max_steps, warmup, to_kwargs, log_every=100,
-               weight_decay=0.05, extra_loss=None):
+               weight_decay=0.05, extra_loss=None, extra_modules=()):
     """AdamW + bf16 autocast (CUDA) + grad clip 1.0 + linear warmup / cosine-over-wall-clock schedule.
-    batches: iterator of CPU batch dicts; to_kwargs(batch) -> (model kwargs on dev, n_target_tokens, n_items);
-    extra_loss(kwargs) -> a term added to the model's loss after each forward (e.g. a MoE balance loss).
-    Returns (steps, seconds, loss curve [[step, seconds, mean loss, lr], ...])."""
+    batches: iterator of batch dicts; to_kwargs(batch) -> (model kwargs on dev, n_target_tokens, n_items);
+    extra_loss(kwargs) -> a term added to the model's loss after each forward (e.g. a MoE balance loss or an
+    auxiliary CTC loss; logged apart as `aux`); extra_modules: training-only modules (e.g. CTC heads) optimised
+    with the model. Returns (steps, seconds, loss curve [[step, seconds, mean model loss, lr], ...])."""
     import torch
-    decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
-    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
+    params = [(n, p) for m in [model, *extra_modules] for n, p in m.named_parameters()]
+    decay = [p for n, p in params if p.dim() >= 2]
+    no_decay = [p for n, p in params if p.dim() < 2]
     groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
     opt = torch.optim.AdamW(groups, lr=peak_lr, betas=(0.9, 0.95), fused=dev.type == "cuda")
     budget = Budget(minutes, max_steps)
-    step, curve, t_last, n_tok, n_items, acc, n_acc = 0, [], time.time(), 0, 0, 0.0, 0
+    step, curve, t_last, n_tok, n_items, acc, acc_aux, n_acc = 0, [], time.time(), 0, 0, 0.0, 0.0, 0
     model.train()
     while not budget.done(step):
         kw, nt, ni = to_kwargs(next(batches))
@@ -257,26 +260,125 @@ def train_loop(name, model, batches, dev, peak_lr, minutes, max_steps, warmup, t
             g["lr"] = lr
         with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=dev.type == "cuda"):
             loss = model(**kw).loss
-            if extra_loss is not None:
-                loss = loss + extra_loss(kw)
+            aux = extra_loss(kw) if extra_loss is not None else torch.zeros((), device=dev)
         opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        (loss + aux).backward()
+        torch.nn.utils.clip_grad_norm_([p for _, p in params], 1.0)
         opt.step()
         step += 1
         n_tok += nt
         n_items += ni
         if step % 10 == 0 or log_every < 10:  # .item() syncs: sample the loss every 10 steps
             acc += loss.item()
+            acc_aux += aux.item()
             n_acc += 1
         if step % log_every == 0 or budget.done(step):
             dt = max(1e-6, time.time() - t_last)
             avg = acc / max(1, n_acc)
             curve.append([step, round(budget.elapsed(), 1), round(avg, 5), lr])
-            log("%s step %d loss %.4f lr %.2e %.1f items/s %.0f target tok/s" % (name, step, avg, lr, n_items / dt,
-                                                                                 n_tok / dt))
-            t_last, n_tok, n_items, acc, n_acc = time.time(), 0, 0, 0.0, 0
+            log("%s step %d loss %.4f%s lr %.2e %.1f items/s %.0f target tok/s%s" % (
+                name, step, avg, " aux %.4f" % (acc_aux / max(1, n_acc)) if extra_loss else "", lr, n_items / dt,
+                n_tok / dt, getattr(batches, "status", lambda: "")()))
+            t_last, n_tok, n_items, acc, acc_aux, n_acc = time.time(), 0, 0, 0.0, 0.0, 0
     return step, budget.elapsed(), curve
+
+
+class Feeder:
+    """Training batches on the device: a fresh one from the DataLoader whenever one is ready (a thread waits for
+    the CPU workers), else one of the last `keep` batches again, so the GPU never waits for the CPU. The first
+    batch is waited for. Replayed batches can be varied on the device by the caller (e.g. new noise)."""
+
+    def __init__(self, it, dev, keep, seed):
+        import queue
+        import random
+        import threading
+        self.dev, self.keep, self.buf, self.n_fresh, self.n_replay = dev, keep, [], 0, 0
+        self.q = queue.Queue(maxsize=4)
+        self.rng = random.Random(repr(seed))
+        self.empty = queue.Empty
+        threading.Thread(target=self._pull, args=(it,), daemon=True).start()
+
+    def _pull(self, it):
+        for b in it:
+            self.q.put(b)
+
+    def to_dev(self, b):
+        return {k: v.to(self.dev, non_blocking=True) if hasattr(v, "to") else v for k, v in b.items()}
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        try:
+            b = self.to_dev(self.q.get(block=not self.buf, timeout=600))
+        except self.empty:
+            self.n_replay += 1
+            b = self.buf[self.rng.randrange(len(self.buf))]
+            return dict(b, fresh=False)
+        self.n_fresh += 1
+        if len(self.buf) < self.keep:
+            self.buf.append(b)
+        else:
+            self.buf[self.n_fresh % self.keep] = b
+        return dict(b, fresh=True)
+
+    def status(self):
+        s = " (fresh %d, replayed %d)" % (self.n_fresh, self.n_replay)
+        self.n_fresh = self.n_replay = 0
+        return s
+
+
+class CTCHead:
+    """Auxiliary CTC loss on a tower's output tokens during training (joint CTC-attention training: it gives the
+    tower a direct, alignment-free signal, so the decoder gets useful features much sooner). The head is a
+    training-only Linear, never saved; a forward hook on the tower catches its output tokens.
+    Each token is read as `upsample` CTC frames (more frames than tokens when a token covers several symbols)."""
+
+    def __init__(self, tower, pick, dim, n_classes, upsample, weight):
+        import torch
+        self.torch, self.pick, self.C, self.up, self.weight = torch, pick, n_classes + 1, upsample, weight
+        self.proj = torch.nn.Linear(dim, upsample * self.C)  # class 0 = blank
+        self.feats = None
+        self.handle = tower.register_forward_hook(self.hook)
+
+    def remove(self):
+        """Detach from the tower (before saving: the model must not keep the hook)."""
+        self.handle.remove()
+
+    def hook(self, mod, inp, out):
+        self.feats = self.pick(out)
+
+    def loss(self, lengths, targets, target_lengths):
+        """lengths [B] (python ints: tokens per item, in the tower's output order), targets [sum] (classes
+        1..n_classes), target_lengths [B] -> weight * mean CTC loss per target symbol."""
+        torch = self.torch
+        x = self.proj(self.feats.float()).reshape(-1, self.C)  # [tokens * up, C]
+        seqs = torch.split(x, [n * self.up for n in lengths])
+        lp = torch.nn.utils.rnn.pad_sequence(seqs).log_softmax(-1)  # [T, B, C]
+        il = torch.tensor([n * self.up for n in lengths], device=x.device)
+        with torch.autocast(x.device.type, enabled=False):
+            ctc = torch.nn.functional.ctc_loss(lp.float(), targets, il, target_lengths, blank=0, reduction="mean",
+                                               zero_infinity=True)
+        self.feats = None
+        return self.weight * ctc
+
+class RopeIndex:
+    """The model class's own get_rope_index (MRoPE position ids) without a model: it reads only the config, so the
+    CPU data workers compute the position ids of a batch (a Python loop per sample: ~1 ms each) and the training
+    step passes them as position_ids (the model then skips its own, identical, computation)."""
+
+    def __init__(self, model_cls, config):
+        import types
+        self.ns = types.SimpleNamespace(config=config, rope_deltas=None,  # (the Omni thinker reads its own copy)
+                                        spatial_merge_size=config.vision_config.spatial_merge_size)
+        for name in ("get_vision_position_ids", "get_llm_pos_ids_for_vision"):
+            if hasattr(model_cls, name):
+                setattr(self.ns, name, types.MethodType(getattr(model_cls, name), self.ns))
+        self.fn = model_cls.get_rope_index
+
+    def __call__(self, *args, **kw):
+        """-> position_ids [3, B, L] (the model's get_rope_index arguments)."""
+        return self.fn(self.ns, *args, **kw)[0]
 
 
 def train_args(name, seed, batch, workers, lr):
@@ -291,7 +393,10 @@ def train_args(name, seed, batch, workers, lr):
     ap.add_argument("--batch", type=int, default=batch)
     ap.add_argument("--workers", type=int, default=workers, help="CPU data workers")
     ap.add_argument("--lr", type=float, default=lr, help="peak learning rate")
+    ap.add_argument("--warmup", type=int, default=0, help="warmup steps (0: 200 fresh, 100 resumed)")
     ap.add_argument("--toy", action="store_true", help="tiny sizes for CPU tests")
+    ap.add_argument("--overfit", action="store_true",
+                    help="debug: train on the first batch only, again and again (the loss must go to ~0)")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     return ap
 
@@ -321,16 +426,22 @@ class Run:
         log("%s model: %.2fM parameters (%.1f MB bf16), round %d" % (name, self.n_params / 1e6,
                                                                      self.n_params * 2 / 1e6, self.round))
 
-    def batches(self, stream):
-        """Iterator over the stream's batches; the workers fork before CUDA is initialised, then the model moves."""
+    def batches(self, stream, replay=0):
+        """Iterator over the stream's batches; the workers fork before CUDA is initialised, then the model moves.
+        replay > 0: a Feeder (batches on the device; the last `replay` batches are reused while the CPU is busy)."""
         torch = self.torch
+        if self.args.overfit:
+            self.model.to(self.dev)
+            one = next(iter(stream))
+            one = {k: v.to(self.dev) if hasattr(v, "to") else v for k, v in one.items()}
+            return iter(lambda: one, None)
         self.loader = torch.utils.data.DataLoader(
             stream, batch_size=None, num_workers=self.args.workers,
             prefetch_factor=4 if self.args.workers else None, persistent_workers=self.args.workers > 0,
             pin_memory=self.dev.type == "cuda")
         it = iter(self.loader)
         self.model.to(self.dev)
-        return it
+        return Feeder(it, self.dev, replay, self.seed) if replay else it
 
     def record(self, steps, seconds, curve, warmup, optimizer, **extra):
         h = {"round": self.round, "seed": self.seed, "steps": steps, "seconds": round(seconds, 1),
