@@ -11,7 +11,7 @@
 #     train_log.txt          this script's output (progress lines of the trainings, summary) + the full logs
 #     summary.json           per model: steps, seconds, final loss, held-out evaluation
 #     models.tar.xz.partNN   the models' checkpoint folders (bf16 safetensors + configs + tokenizer +
-#                            training_recipe.json), xz, split in <16 MiB parts:  cat models.tar.xz.part* | tar -xJ -C DEST
+#                            training_recipe.json), xz, in <16 MiB parts: cat models.tar.xz.part* | tar -xJ -C DEST
 # TOY=1 runs tiny models for a few steps on the CPU (to test this script; MINUTES then is the training budget).
 set -u
 M=${1:-7}
@@ -44,7 +44,8 @@ if [ "${TOY:-0}" = 1 ]; then
     common="--toy --device cpu --workers 1"
     ocr_x="--batch 8 --eval-n 3 --replay 8" speech_x="--batch 8 --eval-n 3 --replay 8" text_x="--batch 4"
 else  # 16 cores, shared with other work: 12 CPU data workers, 8 render images (~80/s each) + 4 synthesize speech
-    common="" ocr_x="--workers 8 --batch 256" speech_x="--workers 4 --batch 128" text_x="--workers 2 --batch 16"
+    common="" ocr_x="--workers 8 --batch 256 --replay 200" speech_x="--workers 4 --batch 128 --replay 200"
+    text_x="--workers 2 --batch 16"
 fi
 resume() { [ -n "$RESUME" ] && [ -f "$RESUME/$1/config.json" ] && echo "--resume $RESUME"; }
 limit=$(python3 -c "print(int($M * 60 + 90))")

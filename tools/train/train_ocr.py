@@ -230,7 +230,8 @@ def main():
         return ctc.loss(cur["vis_tokens"], cur["ctc_targets"], cur["ctc_lengths"])
     warm = args.warmup or (200 if run.round == 0 else 100)
     step, secs, curve = util.train_loop(NAME, model, it, dev, args.lr, args.minutes, args.max_steps, warm,
-                                        to_kwargs, log_every=5 if args.toy or args.overfit else 100, extra_loss=ctc_loss,
+                                        to_kwargs, log_every=5 if args.toy or args.overfit else 100,
+                                        extra_loss=ctc_loss,
                                         extra_modules=[ctc.proj])
     ctc.remove()
     run.record(step, secs, curve, warm, "AdamW(0.9, 0.95), wd 0.05, clip 1.0, bf16 autocast",

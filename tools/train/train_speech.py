@@ -334,7 +334,8 @@ def main():
         return balance(kw) + ctc.loss(cur["audio_tokens"], cur["ctc_targets"], cur["ctc_lengths"])
     warm = args.warmup or (200 if run.round == 0 else 100)
     step, secs, curve = util.train_loop(NAME, model, it, dev, args.lr, args.minutes, args.max_steps, warm,
-                                        to_kwargs, log_every=5 if args.toy or args.overfit else 100, extra_loss=aux_loss,
+                                        to_kwargs, log_every=5 if args.toy or args.overfit else 100,
+                                        extra_loss=aux_loss,
                                         extra_modules=[ctc.proj])
     ctc.remove()
     balance.active = False
