@@ -5,13 +5,17 @@
 #   here:    cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DOMNI_CUDA=ON && cmake --build build -j2 \
 #              --target test_gpu_kv_attn test_gpu_kv_quant test_gpu_kv_prefill omni_bench_attn
 #            bench/attn_gpu.sh pack build            -> build/dev-attn/ (~10 MB; carry it)
-#   device:  bench/attn_gpu.sh run build [tests] [sanitize] [bench]   (repo root; logs + CSVs in $OUT/attn_logs.tgz;
+#   device:  bench/attn_gpu.sh run build [tests] [sanitize] [bench] [ncu]   (repo root; logs + CSVs in $OUT/attn_logs.tgz;
 #            no part named = all three, ~10 min: split into "tests sanitize" (~6 min) and "bench" (~4 min) calls
 #            to stay inside one call's 10-minute limit)
-# parts: tests = decode (--full, and --short with OMNI_KVC_MAGIC=1), prefill/segments, quantizer; sanitize =
-# compute-sanitizer memcheck and racecheck on the --tiny cases; bench = omni_bench_attn (validates, then times
-# ours: bf16 / int2 / int4 / kivi2 with a device copy; int2 again with OMNI_KVC_MAGIC=1), ncu of the int2 split
-# kernel at bs1/128K, bench/sdpa_bench.py (torch SDPA, same shapes), and one summary table (last lines).
+# parts: tests = decode (--full: every case also under each kernel configuration of OMNI_KVC_CONFIGS or the
+# test's default list; --short with OMNI_KVC_MAGIC=1), prefill/segments, quantizer; sanitize = compute-sanitizer
+# memcheck and racecheck on the --tiny cases; bench = omni_bench_attn (validates, then times ours: bf16 / int2 /
+# int4 / kivi2 under every configuration of CFGS, with a device copy), bench/sdpa_bench.py (torch SDPA, same
+# shapes) and the tables (bench/attn_table.py: configuration matrix + winner, the issue-10 table, targets);
+# ncu = hardware counters of the int2 split kernel at bs1/128K and bs48/4K for each configuration of NCU_CFGS.
+# Environment: CFGS (default below), NCU_CFGS (default "base"), TABLE_CFG (the table's configuration; default
+# the int2 winner).
 set -u
 mode=${1:?pack|run}
 B=${2:?build dir}
@@ -53,6 +57,8 @@ step() { # name timeout command...: runs, logs to $OUT/name.log, records rc (ski
 }
 parts=${*:3}
 [ -z "$parts" ] && parts="tests sanitize bench"
+CFGS=${CFGS:-base,base:w2,q4r1,q4r1:w2,q3r2,q2r1,q6r3,q4r1:c3,base:m}
+NCU_CFGS=${NCU_CFGS:-base}
 if [[ " $parts " == *" tests "* ]]; then
     step test_decode 300 $D/test_gpu_kv_attn --full
     OMNI_KVC_MAGIC=1 step test_decode_magic 120 $D/test_gpu_kv_attn --short
@@ -67,56 +73,35 @@ if [[ " $parts " == *" sanitize "* ]]; then
     step racecheck_prefill 150 $SAN --tool racecheck $D/test_gpu_kv_prefill --tiny
 fi
 if [[ " $parts " == *" bench "* ]]; then
-    step bench 300 $D/omni_bench_attn $OUT/bench.csv
-    OMNI_KVC_MAGIC=1 OMNI_BENCH_ONLY=int2 step bench_magic 120 $D/omni_bench_attn $OUT/bench_magic.csv
-    # hardware counters of the int2 split kernel at bs1/128K (one launch after warm-up)
-    OMNI_BENCH_ONLY=int2 OMNI_BENCH_SHAPE=1x131072 step ncu_int2 120 ncu --clock-control none \
-        --kernel-name regex:kvc_split --launch-skip 30 --launch-count 1 --section SpeedOfLight \
-        --section LaunchStats --section Occupancy --section WarpStateStats --section InstructionStats \
-        $D/omni_bench_attn
+    OMNI_KVC_CONFIGS=$CFGS step bench 300 $D/omni_bench_attn $OUT/bench.csv
     timeout 200 python3 bench/sdpa_bench.py > $OUT/sdpa.csv 2> $OUT/sdpa.log
     echo "== sdpa rc=$?"
     cat $OUT/sdpa.log
     echo
 fi
+if [[ " $parts " == *" ncu "* ]]; then
+    # dram throughput, issue-slot use, occupancy, registers, stall reasons of one int2 split launch after warm-up
+    METRICS=gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,dram__bytes_read.sum
+    METRICS=$METRICS,dram__bytes_read.sum.per_second,sm__inst_issued.avg.pct_of_peak_sustained_active
+    METRICS=$METRICS,smsp__issue_active.avg.pct_of_peak_sustained_active,sm__warps_active.avg.pct_of_peak_sustained_active
+    METRICS=$METRICS,sm__maximum_warps_per_active_cycle_pct,launch__registers_per_thread
+    METRICS=$METRICS,launch__occupancy_limit_registers,launch__occupancy_limit_shared_mem
+    METRICS=$METRICS,launch__shared_mem_per_block_dynamic,launch__grid_size,smsp__inst_executed.sum
+    METRICS=$METRICS,sm__cycles_elapsed.avg.per_second,lts__t_sector_hit_rate.pct
+    for cfg in ${NCU_CFGS//,/ }; do
+        for shape in 1x131072 48x4096; do
+            OMNI_KVC_CONFIGS=$cfg OMNI_BENCH_ONLY=int2 OMNI_BENCH_SHAPE=$shape step ncu_${cfg//:/_}_$shape 150 \
+                ncu --clock-control none --kernel-name regex:kvc_split --launch-skip 5 --launch-count 1 \
+                --section WarpStateStats --metrics $METRICS $D/omni_bench_attn
+        done
+    done
+fi
 printf "$status"
-[ -f $OUT/bench.csv ] || exit 0
-python3 - $OUT/bench.csv $OUT/sdpa.csv <<'EOF'
-import csv, sys
-ours = {}
-for r in csv.reader(open(sys.argv[1])):
-    ours[(r[0], int(r[1]), int(r[2]))] = (float(r[3]), float(r[5]), float(r[6]), r[7] == "1")
-sdpa = {}
-try:
-    for r in csv.reader(open(sys.argv[2])):
-        sdpa[(int(r[1]), int(r[2]))] = (float(r[3]), float(r[4]))
-except FileNotFoundError:
-    pass
-copy = next(iter(ours.values()))[2] if ours else 0
-print(f"decode attention, 32/8 heads, D 128, window 128 (us; TB/s = bytes read / time; copy {copy:.2f} TB/s)")
-hdr = f"{'shape':>10} | {'SDPA':>14} | {'bf16':>21} | {'int2':>26} | {'int4':>21} | {'kivi2':>21}"
-print(hdr)
-print("-" * len(hdr))
-for bs, ctx in [(1, 4096), (1, 32768), (1, 131072), (8, 32768), (48, 4096)]:
-    s = sdpa.get((bs, ctx))
-    row = f"bs{bs}/{ctx // 1024}K".rjust(10) + " | "
-    row += (f"{s[0]:7.1f} {s[1] / s[0] / 1e6:4.2f}TB/s" if s else " " * 14) + " | "
-    for f in ["bf16", "int2", "int4", "kivi2"]:
-        o = ours.get((f, bs, ctx))
-        if not o:
-            row += " " * (26 if f == "int2" else 21) + " | "
-            continue
-        us, byt, cp, ok = o
-        tbs = byt / us / 1e6
-        cell = f"{us:7.1f} {tbs:4.2f} {100 * tbs / cp:3.0f}%"
-        if f == "bf16" and s: cell += f" {us / s[0]:4.2f}x"
-        elif f == "bf16": cell += "      "
-        if f == "int2": cell += f" {s[0] / us:4.2f}xSDPA" if s else " " * 10
-        if f in ("int4", "kivi2"): cell += "      "
-        row += cell + ("" if ok else " FAIL") + " | "
-    print(row)
-print("bf16 column: time / SDPA (target <= 1.10); int2: SDPA / time (target >= 4.5 at bs1/128K, <= 33 us);"
-      " % = of copy (int2 target >= 80% at bs1/128K, bs8/32K, bs48/4K)")
-EOF
-grep -h "^prefill\|^segments" $OUT/bench.log
-[ -f $OUT/bench_magic.csv ] && echo "int2 with OMNI_KVC_MAGIC=1 (bs,ctx,us): $(cut -d, -f2,3,4 $OUT/bench_magic.csv | tr '\n' ' ')"
+for f in $OUT/ncu_*.log; do
+    [ -f "$f" ] || continue
+    echo "== $(basename $f .log)"
+    grep -E "^ +(gpu__time|dram__|sm__inst_issued|smsp__issue_active|sm__warps_active|sm__maximum_warps|launch__reg|launch__occupancy|launch__shared|launch__grid|smsp__inst_executed|sm__cycles_elapsed|lts__t_sector_hit)|Stall|Warp Cycles Per Issued" "$f" | sed 's/  */ /g' | head -30
+done
+[ -f $OUT/bench.csv ] && python3 bench/attn_table.py $OUT/bench.csv $OUT/sdpa.csv ${TABLE_CFG:-}
+[ -f $OUT/bench.log ] && grep -h "^prefill\|^segments" $OUT/bench.log
+exit 0

@@ -74,6 +74,24 @@ typedef struct kvc_attn kvc_attn;
 omni_status kvc_attn_init(int max_seqs, int n_q_heads, int n_kv_heads, int head_dim, kvc_attn **out);
 void kvc_attn_free(kvc_attn *a); /* NULL is a no-op */
 
+/* Kernel configuration of a workspace (for A/B timing of the decode kernel in one run; every configuration computes
+ * the same function within the accuracy policy). kvc_attn_init uses the defaults, or OMNI_KVC_CONFIG (a string for
+ * kvc_attn_parse_config) when set, and OMNI_KVC_MAGIC=1 sets magic. */
+typedef struct {
+    int variant;     /* compiled split-kernel variant (kvc_attn_variant_name; head_dim 128 only, else 0): ring stages
+                        per warp and register cap */
+    int waves;       /* split-K sizing: a call's CTAs fill this many waves of resident CTAs (1..4) */
+    int ctas_per_sm; /* at most this many resident split CTAs per SM (shared memory padded; 0: as many as fit) */
+    int magic;       /* codes as normal f16 (1024 + code) with an offset MMA instead of f16 subnormals (fallback) */
+} kvc_attn_params;
+kvc_attn_params kvc_attn_default_params(void); /* variant 0 "base", 1 wave, no cap, subnormal codes */
+omni_status kvc_attn_init_ex(int max_seqs, int n_q_heads, int n_kv_heads, int head_dim, const kvc_attn_params *p,
+                             kvc_attn **out);
+/* Name of a variant (NULL past the last): "base", "q2r1", ... (qN: N quantized stages, rN: N raw stages). */
+const char *kvc_attn_variant_name(int variant);
+/* "variant[:wN][:cN][:m]" (e.g. "base:w2", "q3r2:c3") -> params (defaults for what is not given). */
+omni_status kvc_attn_parse_config(const char *s, kvc_attn_params *p);
+
 /* Decode attention (one query token per sequence): for each batch entry i (slot s = slots[i]) and query head h,
  *     out[i][h] = softmax_j(scale * q~[i][h] . k~_j) v~_j   over the L = len[s] + n_new[i] tokens of slot s,
  * un-rotated (out = H o~) when the layer rotates; q~ = H q when rotating. GQA: head h reads KV head

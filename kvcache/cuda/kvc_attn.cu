@@ -38,6 +38,7 @@
 #include "kvc_ptx.cuh"
 
 #include <stdlib.h>
+#include <string.h>
 
 extern "C" {
 #include "kvcache/kv_cuda.h"
@@ -51,9 +52,19 @@ extern "C" {
 
 /* ---------------------------------------------------------------- formats */
 
-/* D head dim; KB / VB key / value bits (2, 4) or both 16 (bf16 layer). Shared memory per warp: a ring of NSQ
- * quantized stages or NSR raw stages (the same bytes). */
-template <int D, int KB, int VB> struct kvc_fmt {
+/* Compiled variants of the split kernel, for A/B timing in one run (kvc_attn_params.variant; head_dim 128 with
+ * subnormal codes only: head_dim 64 and OMNI_KVC_MAGIC use variant 0): quantized ring stages per warp (0: the
+ * format's default), raw stages at least (0: the default, 3 for bf16 layers, 1 for quantized ones) and the minimum
+ * resident CTAs per SM that the register allocation must allow (__launch_bounds__). */
+#define KVC_NVAR 5
+static constexpr int KVC_VAR_NSQ[KVC_NVAR] = {0, 2, 3, 6, 0};
+static constexpr int KVC_VAR_NSR[KVC_NVAR] = {0, 1, 2, 3, 1};
+static constexpr int KVC_VAR_MINB[KVC_NVAR] = {1, 4, 4, 1, 4};
+static const char *const kvc_var_names[KVC_NVAR] = {"base", "q2r1", "q3r2", "q6r3", "q4r1"};
+
+/* D head dim; KB / VB key / value bits (2, 4) or both 16 (bf16 layer); V variant. Shared memory per warp: a ring
+ * of NSQ quantized stages or NSR raw stages (the same bytes). */
+template <int D, int KB, int VB, int V = 0> struct kvc_fmt {
     static constexpr bool Q = KB != 16;
     static constexpr int NG = D / 32;                              /* value groups per token */
     static constexpr int KCODE = Q ? D * 32 * KB / 8 : 0;          /* key code bytes */
@@ -63,17 +74,21 @@ template <int D, int KB, int VB> struct kvc_fmt {
     static constexpr int QSTAGE = (KMAX + VBYTES + 127) / 128 * 128;
     static constexpr int RS = 2 * D + 16;                          /* padded bf16 row (ldmatrix: no conflicts) */
     static constexpr int RSTAGE = 32 * RS;                         /* 16 K rows + 16 V rows */
-    static constexpr int NSQ = Q ? (D == 128 ? (KB + VB == 4 ? 4 : 3) : 5) : 0;
-    static constexpr int RING0 = Q ? NSQ * QSTAGE : 3 * RSTAGE;
-    static constexpr int RING = RING0 > RSTAGE ? RING0 : RSTAGE;
+    static constexpr int NSQ0 = Q ? (D == 128 ? (KB + VB == 4 ? 4 : 3) : 5) : 0;
+    static constexpr int NSQ = Q && KVC_VAR_NSQ[V] ? KVC_VAR_NSQ[V] : NSQ0;
+    static constexpr int RAW = (KVC_VAR_NSR[V] ? KVC_VAR_NSR[V] : Q ? 1 : 3) * RSTAGE;
+    static constexpr int RING = NSQ * QSTAGE > RAW ? NSQ * QSTAGE : RAW;
     static constexpr int NSR = RING / RSTAGE;
     static constexpr int NBAR = NSQ > NSR ? NSQ : NSR;
 };
 
-/* Shared memory of a split CTA besides the warps' rings (which the final merge reuses): q~, schedule. */
+/* Shared memory of a split CTA besides the warps' rings (which the final merge reuses): q~. */
 template <int D> struct kvc_cta_smem {
     float qs[KVC_NCOL][D]; /* q~ of the head row (zeros for absent heads) */
     int qexp[KVC_NCOL];    /* power-of-two exponent per head (quantized path) */
+};
+/* The schedule's scratch: it lives in the rings (used only before the first copy is issued). */
+struct kvc_sched_smem {
     int nsplit[KVC_MAX_SEQS], first[KVC_MAX_SEQS];
     long long wcost[KVC_NW];
     int wne[KVC_NW], found;
@@ -99,11 +114,15 @@ struct kvc_combine_args {
     int Hq, gs, n_pass, B, rotate;
 };
 
+typedef void (*kvc_split_fn_t)(kvc_split_args);
+
 struct kvc_attn {
     int max_seqs, Hq, Hkv, D, n_sm, n_pass, HP;
-    int occ[5];     /* resident split CTAs per SM: bf16, q22, q24, q42, q44 */
-    int max_slots;  /* partial slots in the workspace */
-    int magic;      /* OMNI_KVC_MAGIC=1 at init: codes as normal f16 (1024 + c) instead of subnormals */
+    kvc_attn_params p;     /* variant, waves, CTA cap, magic codes */
+    kvc_split_fn_t fn[5];  /* split kernel per kind: bf16, q22, q24, q42, q44 */
+    int bytes[5];          /* its dynamic shared memory (padded when p.ctas_per_sm caps the residency) */
+    int occ[5];            /* resident split CTAs per SM */
+    int max_slots;         /* partial slots in the workspace */
     float *part;
     float2 *ml;
     int2 *seqinfo;
@@ -167,8 +186,8 @@ struct kvc_role {
 
 /* Splits per sequence (in proportion to cost, >= 1 when it has work, <= ceil(items / 4)), their prefix sums,
  * and this CTA's role. All threads of the CTA call it. CTA c < n_seq also records sequence c's (first, splits)
- * for the combine kernel. */
-template <int D, bool Q> __device__ kvc_role kvc_schedule(const kvc_split_args &a, kvc_cta_smem<D> &sm) {
+ * for the combine kernel. sm lies in the rings: the caller's next barrier must come before any copy into them. */
+template <bool Q> __device__ kvc_role kvc_schedule(const kvc_split_args &a, kvc_sched_smem &sm) {
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, n = a.n_seq;
     long long cost = 0;
     int ne = 0;
@@ -220,6 +239,7 @@ template <int D, bool Q> __device__ kvc_role kvc_schedule(const kvc_split_args &
         if (sm.nsplit[s] > 0 && sm.first[s] <= j && j < sm.first[s] + sm.nsplit[s]) sm.found = s;
     __syncthreads();
     const int s = sm.found;
+    kvc_fence_proxy_async(); /* these generic writes before the bulk copies that reuse the bytes */
     if (s < 0 || hr >= a.HP) return r;
     r.seq = s, r.slot = kvc_slot(a.slots, s), r.hr = hr, r.L = kvc_len(a.v, a.slots, a.n_new, s);
     r.it = kvc_seq_items<Q>(a.v, r.L);
@@ -522,12 +542,13 @@ __device__ __forceinline__ void kvc_quant_item(const uint8_t *st, int s0, int us
 /* ---------------------------------------------------------------- the split kernel */
 
 /* Byte layout of the dynamic shared memory of a split CTA. */
-template <int D, int KB, int VB> struct kvc_split_layout {
-    using F = kvc_fmt<D, KB, VB>;
+template <int D, int KB, int VB, int V> struct kvc_split_layout {
+    using F = kvc_fmt<D, KB, VB, V>;
     static constexpr int BARS = (sizeof(kvc_cta_smem<D>) + 7) / 8 * 8;
     static constexpr int RINGS = (BARS + KVC_NW * (F::NSQ + F::NSR) * 8 + 127) / 128 * 128;
     static constexpr int BYTES = RINGS + KVC_NW * F::RING;
     static_assert(KVC_NW * F::RING >= KVC_NW * KVC_NCOL * (D + 2) * 4, "the merge reuses the rings");
+    static_assert(KVC_NW * F::RING >= (int)sizeof(kvc_sched_smem), "the schedule uses the rings");
 };
 
 /* Where item i (raw half-blocks first, then quantized blocks) of a role lives: raw rows or a packed block. */
@@ -565,22 +586,46 @@ __device__ __forceinline__ kvc_item_src kvc_locate(const kv_layer_view &v, const
     return s;
 }
 
+/* In place FWHT of a D-vector held by a warp (x[j] = element 32 j + lane): the butterflies, stage order and
+ * scaling of kvc_fwht_rows (bit-identical), lane stages by shuffles, no barriers. */
+template <int D> __device__ __forceinline__ void kvc_fwht_warp(float (&x)[D / 32], int lane) {
+#pragma unroll
+    for (int h = 1; h < 32; h <<= 1)
+#pragma unroll
+        for (int j = 0; j < D / 32; j++) {
+            const float o = __shfl_xor_sync(0xffffffffu, x[j], h);
+            x[j] = lane & h ? __fsub_rn(o, x[j]) : __fadd_rn(x[j], o);
+        }
+#pragma unroll
+    for (int h = 1; h < D / 32; h <<= 1)
+#pragma unroll
+        for (int j = 0; j < D / 32; j++)
+            if (!(j & h)) {
+                const float a = x[j], b = x[j + h];
+                x[j] = __fadd_rn(a, b), x[j + h] = __fsub_rn(a, b);
+            }
+    const float sc = (float)(1.0 / sqrt((double)D));
+#pragma unroll
+    for (int j = 0; j < D / 32; j++) x[j] = __fmul_rn(x[j], sc);
+}
+
 /* Loads q of the head row into shared memory: bf16 -> f32, FWHT when rotating, times qscale; per-head
- * power-of-two exponents (max |q~| 2^-e < 1). All threads. */
+ * power-of-two exponents (max |q~| 2^-e < 1). A warp per head, all threads; ends with a barrier. */
 template <int D>
 __device__ void kvc_load_q(const kvc_split_args &a, const kvc_role &r, int h0, int nh, kvc_cta_smem<D> &sm) {
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    for (int i = tid; i < KVC_NCOL * D; i += KVC_NT) {
-        const int h = i / D, ch = i % D;
-        sm.qs[h][ch] = h < nh ? kvc_bf2f(a.q[((size_t)r.seq * a.Hq + h0 + h) * D + ch]) : 0.0f; /* batch order */
-    }
-    if (a.v.rotate) kvc_fwht_rows(&sm.qs[0][0], KVC_NCOL, D, D, tid, KVC_NT);
-    else __syncthreads();
-    for (int i = tid; i < KVC_NCOL * D; i += KVC_NT) sm.qs[i / D][i % D] *= a.qscale;
-    __syncthreads();
     for (int h = warp; h < KVC_NCOL; h += KVC_NW) {
-        float mx = 0.0f;
-        for (int ch = lane; ch < D; ch += 32) mx = fmaxf(mx, fabsf(sm.qs[h][ch]));
+        float x[D / 32], mx = 0.0f;
+        const uint16_t *qh = a.q + ((size_t)r.seq * a.Hq + h0 + h) * D; /* batch order */
+#pragma unroll
+        for (int j = 0; j < D / 32; j++) x[j] = h < nh ? kvc_bf2f(qh[32 * j + lane]) : 0.0f;
+        if (a.v.rotate) kvc_fwht_warp<D>(x, lane);
+#pragma unroll
+        for (int j = 0; j < D / 32; j++) {
+            x[j] *= a.qscale;
+            mx = fmaxf(mx, fabsf(x[j]));
+            sm.qs[h][32 * j + lane] = x[j];
+        }
         mx = kvc_warp_max(mx);
         int e = 0;
         if (mx > 0.0f) frexpf(mx, &e);
@@ -589,11 +634,11 @@ __device__ void kvc_load_q(const kvc_split_args &a, const kvc_role &r, int h0, i
     __syncthreads();
 }
 
-template <int D, int KB, int VB>
+template <int D, int KB, int VB, int V>
 __device__ __forceinline__ void kvc_raw_items(const kv_layer_view &v, const kvc_role &r, int kvh, int first,
                                              int end, uint8_t *ring, uint64_t *bars, const kvc_cta_smem<D> &sm,
                                              kvc_wst<D> &w, int lane, uint64_t pol) {
-    using F = kvc_fmt<D, KB, VB>;
+    using F = kvc_fmt<D, KB, VB, V>;
     constexpr int NS = F::NSR;
     const int n = first < end ? (end - first + KVC_NW - 1) / KVC_NW : 0;
     if (n == 0) return;
@@ -626,11 +671,11 @@ __device__ __forceinline__ void kvc_raw_items(const kv_layer_view &v, const kvc_
     }
 }
 
-template <int D, int KB, int VB, int MG>
+template <int D, int KB, int VB, int MG, int V>
 __device__ __forceinline__ void kvc_quant_items(const kv_layer_view &v, const kvc_role &r, int kvh, int first,
                                                int end, uint8_t *ring, uint64_t *bars, const kvc_cta_smem<D> &sm,
                                                const kvc_lane &c, kvc_wst<D> &w, int lane, uint64_t pol) {
-    using F = kvc_fmt<D, KB, VB>;
+    using F = kvc_fmt<D, KB, VB, V>;
     constexpr int NS = F::NSQ;
     const int n = first < end ? (end - first + KVC_NW - 1) / KVC_NW : 0;
     if (n == 0) return;
@@ -693,14 +738,14 @@ __device__ __forceinline__ void kvc_warp_store(kvc_wst<D> &w, const kvc_lane &c,
         for (int e = 0; e < 2; e++) mml[2 * c.t + e] = make_float2(w.m[e], w.l[e]);
 }
 
-template <int D, int KB, int VB, int MG>
-__global__ void __launch_bounds__(KVC_NT) kvc_split_kernel(const __grid_constant__ kvc_split_args a) {
-    using F = kvc_fmt<D, KB, VB>;
-    using Y = kvc_split_layout<D, KB, VB>;
+template <int D, int KB, int VB, int MG, int V>
+__global__ void __launch_bounds__(KVC_NT, KVC_VAR_MINB[V]) kvc_split_kernel(const __grid_constant__ kvc_split_args a) {
+    using F = kvc_fmt<D, KB, VB, V>;
+    using Y = kvc_split_layout<D, KB, VB, V>;
     KVC_DYN_SMEM(uint8_t, smem);
     kvc_cta_smem<D> &sm = *reinterpret_cast<kvc_cta_smem<D> *>(smem);
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const kvc_role r = kvc_schedule<D, F::Q>(a, sm);
+    const kvc_role r = kvc_schedule<F::Q>(a, *reinterpret_cast<kvc_sched_smem *>(smem + Y::RINGS));
     if (r.seq < 0) {
         kvc_pdl_launch();
         return;
@@ -721,7 +766,7 @@ __global__ void __launch_bounds__(KVC_NT) kvc_split_kernel(const __grid_constant
     /* this warp's items: r.i0 + warp + 4 k; raw ones first */
     const int first = r.i0 + warp, nraw = r.it.nraw;
     const int rend = min(r.i1, nraw);
-    kvc_raw_items<D, KB, VB>(a.v, r, kvh, first, rend, ring, bars + F::NSQ, sm, w, lane, pol);
+    kvc_raw_items<D, KB, VB, V>(a.v, r, kvh, first, rend, ring, bars + F::NSQ, sm, w, lane, pol);
     if constexpr (F::Q) {
         /* raw sums -> the quantized scale (channel rows carry 2^-24 4^f) */
 #pragma unroll
@@ -730,7 +775,7 @@ __global__ void __launch_bounds__(KVC_NT) kvc_split_kernel(const __grid_constant
             for (int i = 0; i < 4; i++) w.o[mt][i] /= c.vinv;
         int qfirst = first;
         if (qfirst < nraw) qfirst += (nraw - qfirst + KVC_NW - 1) / KVC_NW * KVC_NW;
-        kvc_quant_items<D, KB, VB, MG>(a.v, r, kvh, qfirst, r.i1, ring, bars, sm, c, w, lane, pol);
+        kvc_quant_items<D, KB, VB, MG, V>(a.v, r, kvh, qfirst, r.i1, ring, bars, sm, c, w, lane, pol);
     }
     kvc_pdl_launch(); /* the combine kernel may be scheduled; it waits for this grid to complete */
     __syncthreads();  /* every ring is idle: the merge area reuses them */
@@ -779,9 +824,25 @@ template <int D> __global__ void __launch_bounds__(D) kvc_combine_kernel(const _
             A += f * a.part[((base + k) * KVC_NCOL + col) * D + ch];
         }
     }
-    x[ch] = L > 0.0f ? A / L : 0.0f;
-    if (a.rotate) kvc_fwht_rows(x, 1, D, D, ch, D);
-    a.out[((size_t)s * a.Hq + h) * D + ch] = kvc_f2bf(x[ch]);
+    float y = L > 0.0f ? A / L : 0.0f;
+    if (a.rotate) { /* kvc_fwht_rows' butterflies: lane bits by shuffles, warp bits through shared memory */
+        const int lane = ch & 31;
+#pragma unroll
+        for (int st = 1; st < 32; st <<= 1) {
+            const float o = __shfl_xor_sync(0xffffffffu, y, st);
+            y = lane & st ? __fsub_rn(o, y) : __fadd_rn(y, o);
+        }
+#pragma unroll
+        for (int st = 32; st < D; st <<= 1) {
+            x[ch] = y;
+            __syncthreads();
+            const float o = x[ch ^ st];
+            __syncthreads();
+            y = ch & st ? __fsub_rn(o, y) : __fadd_rn(y, o);
+        }
+        y = __fmul_rn(y, (float)(1.0 / sqrt((double)D)));
+    }
+    a.out[((size_t)s * a.Hq + h) * D + ch] = kvc_f2bf(y);
 }
 
 /* ---------------------------------------------------------------- reference (SIMT oracle) */
@@ -862,37 +923,60 @@ static int kvc_kind(const kv_layer_view *v) { /* 0 bf16, 1..4: k2v2, k2v4, k4v2,
     return !v->quant ? 0 : 1 + (v->kbits == 4) * 2 + (v->vbits == 4);
 }
 
-template <int D, int KB, int VB, int MG> static void *kvc_split_fn() {
-    return (void *)kvc_split_kernel<D, KB, VB, MG>;
+/* The split kernels of variant V for head dim D (MG: magic codes; bf16 layers have no codes). */
+template <int D, int MG, int V> static void kvc_kernels(kvc_split_fn_t fn[5], int bytes[5]) {
+    fn[0] = kvc_split_kernel<D, 16, 16, 0, V>, fn[1] = kvc_split_kernel<D, 2, 2, MG, V>;
+    fn[2] = kvc_split_kernel<D, 2, 4, MG, V>, fn[3] = kvc_split_kernel<D, 4, 2, MG, V>;
+    fn[4] = kvc_split_kernel<D, 4, 4, MG, V>;
+    bytes[0] = kvc_split_layout<D, 16, 16, V>::BYTES, bytes[1] = kvc_split_layout<D, 2, 2, V>::BYTES;
+    bytes[2] = kvc_split_layout<D, 2, 4, V>::BYTES, bytes[3] = kvc_split_layout<D, 4, 2, V>::BYTES;
+    bytes[4] = kvc_split_layout<D, 4, 4, V>::BYTES;
 }
 
-template <int D, int MG> static omni_status kvc_setup(kvc_attn *a) {
-    void *fns[5] = {kvc_split_fn<D, 16, 16, 0>(), kvc_split_fn<D, 2, 2, MG>(), kvc_split_fn<D, 2, 4, MG>(),
-                    kvc_split_fn<D, 4, 2, MG>(), kvc_split_fn<D, 4, 4, MG>()};
-    const int bytes[5] = {kvc_split_layout<D, 16, 16>::BYTES, kvc_split_layout<D, 2, 2>::BYTES,
-                          kvc_split_layout<D, 2, 4>::BYTES, kvc_split_layout<D, 4, 2>::BYTES,
-                          kvc_split_layout<D, 4, 4>::BYTES};
-    for (int i = 0; i < 5; i++) {
-        omni_status st = kvc_cuda_check(
-            cudaFuncSetAttribute(fns[i], cudaFuncAttributeMaxDynamicSharedMemorySize, bytes[i]), "smem attribute");
+/* Kernels, shared memory (padded so that at most p.ctas_per_sm CTAs fit on an SM) and residency per kind. */
+static omni_status kvc_setup(kvc_attn *a, int dev) {
+    const int v = a->D == 128 && !a->p.magic ? a->p.variant : 0;
+    if (a->D == 64) a->p.magic ? kvc_kernels<64, 1, 0>(a->fn, a->bytes) : kvc_kernels<64, 0, 0>(a->fn, a->bytes);
+    else if (a->p.magic) kvc_kernels<128, 1, 0>(a->fn, a->bytes);
+    else if (v == 1) kvc_kernels<128, 0, 1>(a->fn, a->bytes);
+    else if (v == 2) kvc_kernels<128, 0, 2>(a->fn, a->bytes);
+    else if (v == 3) kvc_kernels<128, 0, 3>(a->fn, a->bytes);
+    else if (v == 4) kvc_kernels<128, 0, 4>(a->fn, a->bytes);
+    else kvc_kernels<128, 0, 0>(a->fn, a->bytes);
+    int per_sm = 0, reserved = 0, per_block = 0;
+    omni_status st = kvc_cuda_check(cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev),
+                                    "shared memory per SM");
+    if (!st) st = kvc_cuda_check(cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, dev),
+                                 "reserved shared memory");
+    if (!st) st = kvc_cuda_check(cudaDeviceGetAttribute(&per_block, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev),
+                                 "shared memory per block");
+    for (int i = 0; i < 5 && !st; i++) {
+        if (a->p.ctas_per_sm > 0) { /* one more CTA than the cap must not fit */
+            const int pad = (per_sm / (a->p.ctas_per_sm + 1) - reserved + 128) / 128 * 128;
+            if (pad > a->bytes[i] && pad <= per_block) a->bytes[i] = pad;
+        }
+        cudaFuncAttributes fa;
+        st = kvc_cuda_check(cudaFuncGetAttributes(&fa, (const void *)a->fn[i]), "kernel attributes");
+        if (!st && fa.maxDynamicSharedSizeBytes < a->bytes[i]) /* only raised: other workspaces share the kernel */
+            st = kvc_cuda_check(cudaFuncSetAttribute((const void *)a->fn[i], cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                     a->bytes[i]), "smem attribute");
         if (!st)
-            st = kvc_cuda_check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&a->occ[i], fns[i], KVC_NT, bytes[i]),
-                                "occupancy");
-        if (st) return st;
+            st = kvc_cuda_check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&a->occ[i], (const void *)a->fn[i],
+                                                                              KVC_NT, a->bytes[i]), "occupancy");
         if (a->occ[i] < 1) a->occ[i] = 1;
     }
-    return OMNI_OK;
+    return st;
 }
 
-/* CTAs per head row. Few sequences: one full wave (each sequence gets several splits). Many: m CTAs per
- * sequence (m = 1..4), the m whose CTAs fill their waves best (with equal lengths every CTA costs the same, so a
- * grid of 1.45 waves would run 2 waves of work: 73%, while 2 CTAs per sequence fill 2.9 of 3 waves: 97%). */
+/* CTAs per head row. Few sequences: p.waves full waves (each sequence gets several splits). Many: m CTAs per
+ * sequence (m = 1..4 waves), the m whose CTAs fill their waves best (with equal lengths every CTA costs the same,
+ * so a grid of 1.45 waves would run 2 waves of work: 73%, while 2 CTAs per sequence fill 2.9 of 3 waves: 97%). */
 static int kvc_b(const kvc_attn *a, int kind, int n_seq) {
-    const int wave = a->occ[kind] * a->n_sm, b0 = wave / a->HP > 0 ? wave / a->HP : 1;
+    const int wave = a->occ[kind] * a->n_sm, b0 = a->p.waves * wave / a->HP > 0 ? a->p.waves * wave / a->HP : 1;
     if (n_seq <= b0) return b0;
     int best = n_seq;
     double best_eff = 0.0;
-    for (int m = 1; m <= 4; m++) {
+    for (int m = 1; m <= 4 * a->p.waves; m++) {
         const long long ctas = (long long)m * n_seq * a->HP, waves = (ctas + wave - 1) / wave;
         const double eff = (double)ctas / (double)(waves * wave);
         if (eff > best_eff + 1e-3) best_eff = eff, best = m * n_seq;
@@ -900,23 +984,68 @@ static int kvc_b(const kvc_attn *a, int kind, int n_seq) {
     return best;
 }
 
-extern "C" omni_status kvc_attn_init(int max_seqs, int n_q_heads, int n_kv_heads, int head_dim, kvc_attn **out) {
+extern "C" kvc_attn_params kvc_attn_default_params(void) {
+    kvc_attn_params p;
+    p.variant = 0, p.waves = 1, p.ctas_per_sm = 0, p.magic = 0;
+    return p;
+}
+
+extern "C" const char *kvc_attn_variant_name(int variant) {
+    return variant >= 0 && variant < KVC_NVAR ? kvc_var_names[variant] : NULL;
+}
+
+/* "name[:wN][:cN][:m]" into p; 0 when malformed. */
+static int kvc_parse(const char *s, kvc_attn_params *p) {
+    size_t n = strcspn(s, ":");
+    for (int v = 0; v < KVC_NVAR; v++)
+        if (strlen(kvc_var_names[v]) == n && !strncmp(s, kvc_var_names[v], n)) p->variant = v;
+    if (p->variant < 0) return 0;
+    for (const char *c = s + n; *c;) {
+        const char k = c[1];
+        if (k != 'w' && k != 'c' && k != 'm') return 0;
+        if (k == 'm' && (c[2] == 0 || c[2] == ':')) {
+            p->magic = 1, c += 2;
+            continue;
+        }
+        char *end;
+        const long x = strtol(c + 2, &end, 10);
+        if (end == c + 2 || (*end && *end != ':')) return 0;
+        if (k == 'w' && x >= 1 && x <= 4) p->waves = (int)x;
+        else if (k == 'c' && x >= 1 && x <= 32) p->ctas_per_sm = (int)x;
+        else return 0;
+        c = end;
+    }
+    return 1;
+}
+
+extern "C" omni_status kvc_attn_parse_config(const char *s, kvc_attn_params *p) {
+    *p = kvc_attn_default_params();
+    p->variant = -1;
+    if (s && kvc_parse(s, p)) return OMNI_OK;
+    *p = kvc_attn_default_params();
+    return omni_fail(OMNI_ERR_USAGE, "kv cuda attn: bad kernel configuration '%s' (variant[:wN][:cN][:m]; variants "
+                     "base q2r1 q3r2 q6r3 q4r1, waves 1-4, CTAs per SM 1-32, m: magic codes)", s ? s : "(null)");
+}
+
+extern "C" omni_status kvc_attn_init_ex(int max_seqs, int n_q_heads, int n_kv_heads, int head_dim,
+                                        const kvc_attn_params *p, kvc_attn **out) {
     *out = NULL;
     if (max_seqs <= 0 || max_seqs > KVC_MAX_SEQS || n_kv_heads <= 0 || n_q_heads <= 0 || n_q_heads % n_kv_heads ||
         (head_dim != 64 && head_dim != 128))
         return omni_fail(OMNI_ERR_USAGE, "kv cuda attn: bad sizes (seqs %d of 1..%d, heads %d/%d, head_dim %d: 64 "
                          "or 128)", max_seqs, KVC_MAX_SEQS, n_q_heads, n_kv_heads, head_dim);
+    if (p->variant < 0 || p->variant >= KVC_NVAR || p->waves < 1 || p->waves > 4 || p->ctas_per_sm < 0)
+        return omni_fail(OMNI_ERR_USAGE, "kv cuda attn: variant %d (0..%d), waves %d (1..4), CTAs per SM %d",
+                         p->variant, KVC_NVAR - 1, p->waves, p->ctas_per_sm);
     kvc_attn *a = (kvc_attn *)calloc(1, sizeof *a);
     if (!a) return omni_fail(OMNI_ERR_NOMEM, "kv cuda attn: out of memory");
-    a->max_seqs = max_seqs, a->Hq = n_q_heads, a->Hkv = n_kv_heads, a->D = head_dim;
+    a->max_seqs = max_seqs, a->Hq = n_q_heads, a->Hkv = n_kv_heads, a->D = head_dim, a->p = *p;
     a->n_pass = (n_q_heads / n_kv_heads + KVC_NCOL - 1) / KVC_NCOL;
     a->HP = n_kv_heads * a->n_pass;
     int dev = 0;
     omni_status st = kvc_cuda_check(cudaGetDevice(&dev), "cudaGetDevice");
     if (!st) st = kvc_cuda_check(cudaDeviceGetAttribute(&a->n_sm, cudaDevAttrMultiProcessorCount, dev), "SM count");
-    a->magic = getenv("OMNI_KVC_MAGIC") && atoi(getenv("OMNI_KVC_MAGIC")) == 1;
-    if (!st) st = head_dim == 64 ? (a->magic ? kvc_setup<64, 1>(a) : kvc_setup<64, 0>(a))
-                                 : (a->magic ? kvc_setup<128, 1>(a) : kvc_setup<128, 0>(a));
+    if (!st) st = kvc_setup(a, dev);
     if (!st) {
         int bmax = 0;
         for (int k = 0; k < 5; k++)
@@ -936,6 +1065,18 @@ extern "C" omni_status kvc_attn_init(int max_seqs, int n_q_heads, int n_kv_heads
     }
     *out = a;
     return OMNI_OK;
+}
+
+extern "C" omni_status kvc_attn_init(int max_seqs, int n_q_heads, int n_kv_heads, int head_dim, kvc_attn **out) {
+    kvc_attn_params p = kvc_attn_default_params();
+    const char *cfg = getenv("OMNI_KVC_CONFIG");
+    *out = NULL;
+    if (cfg && *cfg) {
+        omni_status st = kvc_attn_parse_config(cfg, &p);
+        if (st) return st;
+    }
+    if (getenv("OMNI_KVC_MAGIC") && atoi(getenv("OMNI_KVC_MAGIC")) == 1) p.magic = 1;
+    return kvc_attn_init_ex(max_seqs, n_q_heads, n_kv_heads, head_dim, &p, out);
 }
 
 extern "C" void kvc_attn_free(kvc_attn *a) {
@@ -974,26 +1115,6 @@ static omni_status kvc_check_view(const kvc_attn *a, const kv_layer_view *v, int
     return OMNI_OK;
 }
 
-template <int D, int KB, int VB>
-static cudaError_t kvc_launch_split(const kvc_split_args &args, int grid, int mg, cudaStream_t st) {
-    if (mg && KB != 16)
-        return kvc_launch(kvc_split_kernel<D, KB, VB, 1>, dim3(grid), dim3(KVC_NT),
-                          (size_t)kvc_split_layout<D, KB, VB>::BYTES, st, 0, args);
-    return kvc_launch(kvc_split_kernel<D, KB, VB, 0>, dim3(grid), dim3(KVC_NT),
-                      (size_t)kvc_split_layout<D, KB, VB>::BYTES, st, 0, args);
-}
-
-template <int D>
-static cudaError_t kvc_launch_kind(int kind, const kvc_split_args &args, int grid, int mg, cudaStream_t st) {
-    switch (kind) {
-    case 0: return kvc_launch_split<D, 16, 16>(args, grid, mg, st);
-    case 1: return kvc_launch_split<D, 2, 2>(args, grid, mg, st);
-    case 2: return kvc_launch_split<D, 2, 4>(args, grid, mg, st);
-    case 3: return kvc_launch_split<D, 4, 2>(args, grid, mg, st);
-    default: return kvc_launch_split<D, 4, 4>(args, grid, mg, st);
-    }
-}
-
 extern "C" int kvc_decode_ctas(const kvc_attn *a, const kv_layer_view *v, int n_seq) {
     return kvc_b(a, kvc_kind(v), n_seq) * a->HP;
 }
@@ -1012,8 +1133,7 @@ extern "C" omni_status kvc_decode(kvc_attn *a, const kv_layer_view *v, int n_seq
     args.slots = slots, args.n_new = n_new, args.q = q, args.part = a->part, args.ml = a->ml, args.seqinfo = a->seqinfo;
     args.n_seq = n_seq, args.Hq = a->Hq, args.gs = gs, args.n_pass = a->n_pass, args.HP = a->HP, args.B = B;
     args.qscale = scale * KVC_LOG2E;
-    cudaError_t e = a->D == 64 ? kvc_launch_kind<64>(kind, args, B * a->HP, a->magic, cs)
-                               : kvc_launch_kind<128>(kind, args, B * a->HP, a->magic, cs);
+    cudaError_t e = kvc_launch(a->fn[kind], dim3(B * a->HP), dim3(KVC_NT), (size_t)a->bytes[kind], cs, 0, args);
     if (e != cudaSuccess) return kvc_cuda_check(e, "decode attention split launch");
     kvc_combine_args ca;
     ca.part = a->part, ca.ml = a->ml, ca.seqinfo = a->seqinfo, ca.out = out;

@@ -35,6 +35,11 @@ typedef struct {
 } dcase;
 
 static int g_short = 0;
+/* Kernel configurations (kvc_attn_parse_config) run on each case besides the default, same inputs and checks:
+ * every compiled variant and the run-time split / residency options (OMNI_KVC_CONFIGS: a comma-separated list
+ * instead; the emulator run takes them on the first cases only). */
+static char g_cfgs[512] = "q2r1,q3r2,q6r3,q4r1,base:w2,q4r1:c3,base:c2";
+static int g_cfg_cases = 1 << 30; /* cases that run them */
 
 /* kv_forward of the last token of each sequence over its first L - 1 tokens (CPU cache, same format). */
 static void cpu_decode(const dcase *t, const atu_layout *y, int n, const int64_t *len, float *const *k, float *const *v,
@@ -90,6 +95,42 @@ static void report(const char *what, const dcase *t, const atu_err *e, int Hq, i
             "nonfinite %lld; worst seq %d (len %lld) head %d ch %d\n", what, t->mode, t->R, t->S, t->Hq, t->Hkv, t->D,
             t->n_seq, e->max_err, e->max_ref, atu_max_ratio(e), atu_rms_ratio(e), (long long)e->nonfinite, s,
             (long long)len[s], h, c);
+}
+
+/* The case once more with every configuration of g_cfgs (fresh workspace, NaN-filled output with canaries). */
+static void config_runs(const dcase *t, const kv_layer_view *view, const int32_t *dslots, const uint16_t *dq,
+                        uint16_t *dout, uint16_t *out, const double *ref, const int64_t *len) {
+    const int n = t->n_seq, Hq = t->Hq, D = t->D;
+    const size_t no = (size_t)n * Hq * D;
+    char list[sizeof g_cfgs], *save = NULL;
+    memcpy(list, g_cfgs, sizeof list);
+    double worst = 0.0, worst_rms = 0.0;
+    int runs = 0;
+    for (char *name = strtok_r(list, ",", &save); name; name = strtok_r(NULL, ",", &save)) {
+        kvc_attn_params p;
+        kvc_attn *a = NULL;
+        CHECK(kvc_attn_parse_config(name, &p) == OMNI_OK, "%s", omni_last_error());
+        CHECK(kvc_attn_init_ex(n, Hq, t->Hkv, D, &p, &a) == OMNI_OK, "init %s: %s", name, omni_last_error());
+        if (!a) continue;
+        ATU_CU(cudaMemset(dout, 0xff, (no + 64) * 2));
+        CHECK(kvc_decode(a, view, n, dslots, NULL, dq, dout, 1.0f / sqrtf((float)D), NULL) == OMNI_OK,
+              "kvc_decode %s: %s", name, omni_last_error());
+        ATU_CU(cudaDeviceSynchronize());
+        ATU_CU(cudaGetLastError());
+        ATU_CU(cudaMemcpy(out, dout, (no + 64) * 2, cudaMemcpyDeviceToHost));
+        int canary = 0;
+        for (int i = 0; i < 64; i++) canary += out[no + i] != 0xffff;
+        atu_err e = atu_err_init();
+        atu_err_add(&e, out, ref, (int64_t)no, 0);
+        if (!atu_policy_ok(&e)) report(name, t, &e, Hq, D, len);
+        CHECK(canary == 0 && atu_policy_ok(&e), "%s R %d S %d %d/%d D %d config %s (%d CTAs): %d canaries, outside the "
+              "policy: max %.2e rms %.2e", t->mode, t->R, t->S, Hq, t->Hkv, D, name, kvc_decode_ctas(a, view, n),
+              canary, atu_max_ratio(&e), atu_rms_ratio(&e));
+        worst = fmax(worst, atu_max_ratio(&e)), worst_rms = fmax(worst_rms, atu_rms_ratio(&e));
+        runs++;
+        kvc_attn_free(a);
+    }
+    printf("       %d other kernel configurations: worst max %.2e rms %.2e\n", runs, worst, worst_rms);
 }
 
 static void run_case(const dcase *t, uint64_t seed) {
@@ -169,6 +210,10 @@ static void run_case(const dcase *t, uint64_t seed) {
     CHECK(okf, "%s R %d S %d %d/%d D %d: kvc_decode outside the accuracy policy (if only quantized formats fail, "
           "check f16 subnormal MMA operands)", t->mode, t->R, t->S, Hq, Hkv, D);
     CHECK(okr, "%s R %d S %d %d/%d D %d: kvc_decode_ref outside the accuracy policy", t->mode, t->R, t->S, Hq, Hkv, D);
+    if (g_cfg_cases > 0) {
+        g_cfg_cases--;
+        config_runs(t, &view, dslots, dq, dout, out, ref, len);
+    }
     if (t->cpu_check) { /* kv_forward in slot order */
         float *co = malloc(no * 4);
         uint16_t *qs = malloc(no * 2);
@@ -227,6 +272,27 @@ static void bad_args(void) {
     CHECK(kvc_decode(a, &v, 0, NULL, NULL, dummy, dummy, 1.0f, NULL) == OMNI_OK, "empty batch refused");
     kvc_attn_free(a);
     kvc_attn_free(NULL);
+    /* kernel configurations */
+    kvc_attn_params p;
+    const char *bad[] = {"", "nope", "base:", "base:w", "base:w0", "base:w5", "base:c0", "base:x2", "base:w2x", "q4r1:",
+                         "basex", "base:mm2"};
+    for (int i = 0; i < (int)(sizeof bad / sizeof bad[0]); i++)
+        CHECK(kvc_attn_parse_config(bad[i], &p) == OMNI_ERR_USAGE, "configuration '%s' accepted", bad[i]);
+    CHECK(kvc_attn_parse_config("q3r2:w2:c3:m", &p) == OMNI_OK && p.variant == 2 && p.waves == 2 &&
+          p.ctas_per_sm == 3 && p.magic == 1, "q3r2:w2:c3:m parsed as %d %d %d %d", p.variant, p.waves, p.ctas_per_sm,
+          p.magic);
+    CHECK(kvc_attn_parse_config("base", &p) == OMNI_OK && p.variant == 0 && p.waves == 1 && !p.ctas_per_sm && !p.magic,
+          "base parsed wrong");
+    for (int v = 0; kvc_attn_variant_name(v); v++)
+        CHECK(kvc_attn_parse_config(kvc_attn_variant_name(v), &p) == OMNI_OK && p.variant == v, "variant %d", v);
+    CHECK(!kvc_attn_variant_name(-1) && kvc_attn_variant_name(0) && !strcmp(kvc_attn_variant_name(0), "base"),
+          "variant names");
+    p = kvc_attn_default_params();
+    p.variant = 99;
+    CHECK(kvc_attn_init_ex(1, 32, 8, 128, &p, &a) == OMNI_ERR_USAGE && !a, "variant 99 accepted");
+    p = kvc_attn_default_params();
+    p.waves = 0;
+    CHECK(kvc_attn_init_ex(1, 32, 8, 128, &p, &a) == OMNI_ERR_USAGE && !a, "0 waves accepted");
 }
 
 #ifndef ATTN_TEST_EMU
@@ -407,6 +473,12 @@ int main(int argc, char **argv) {
         if (!strcmp(argv[i], "--full")) full = 1;
         if (!strcmp(argv[i], "--tiny")) tiny = g_short = 1;
     }
+    const char *cfgs = getenv("OMNI_KVC_CONFIGS");
+    if (cfgs) snprintf(g_cfgs, sizeof g_cfgs, "%s", cfgs);
+#ifdef ATTN_TEST_EMU
+    g_cfg_cases = 8; /* emulated kernels are slow: the configurations on the format cases only */
+#endif
+    if (tiny) g_cfg_cases = 0;
     bad_args();
 #ifndef ATTN_TEST_EMU
     if (!tiny) {

@@ -400,6 +400,11 @@ const char *cudaGetErrorString(cudaError_t e) {
     }
 }
 cudaError_t cudaFuncSetAttribute(const void *, enum cudaFuncAttribute, int) { return cudaSuccess; }
+cudaError_t cudaFuncGetAttributes(struct cudaFuncAttributes *a, const void *) {
+    memset(a, 0, sizeof *a);
+    a->maxThreadsPerBlock = 1024;
+    return cudaSuccess;
+}
 cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int *n, const void *, int block, size_t smem) {
     int by_smem = smem ? (int)((228 * 1024) / (smem + 1024)) : 32, by_thr = 2048 / block;
     *n = by_smem < by_thr ? by_smem : by_thr;
