@@ -15,7 +15,7 @@
 # shapes) and the tables (bench/attn_table.py: configuration matrix + winner, the issue-10 table, targets);
 # ncu = hardware counters of the int2 split kernel at bs1/128K and bs48/4K for each configuration of NCU_CFGS.
 # Environment: CFGS (default below), NCU_CFGS (default "base"), TABLE_CFG (the table's configuration; default
-# the int2 winner).
+# the int2 winner), SDPA=0 (no torch run), DECODE_ONLY=1 (tests / sanitize: the decode kernel's only).
 set -u
 mode=${1:?pack|run}
 B=${2:?build dir}
@@ -59,25 +59,28 @@ parts=${*:3}
 [ -z "$parts" ] && parts="tests sanitize bench"
 CFGS=${CFGS:-base,base:w2,q4r1,q4r1:w2,q3r2,q2r1,q6r3,q4r1:c3,base:m}
 NCU_CFGS=${NCU_CFGS:-base}
+DECODE_ONLY=${DECODE_ONLY:-0} # 1: the decode kernel's tests and sanitizer runs only (prefill / quantizer unchanged)
 if [[ " $parts " == *" tests "* ]]; then
     step test_decode 300 $D/test_gpu_kv_attn --full
-    OMNI_KVC_MAGIC=1 step test_decode_magic 120 $D/test_gpu_kv_attn --short
-    step test_prefill 200 $D/test_gpu_kv_prefill
-    step test_quant 60 $D/test_gpu_kv_quant
+    OMNI_KVC_MAGIC=1 OMNI_KVC_CONFIGS= step test_decode_magic 120 $D/test_gpu_kv_attn --short
+    [ "$DECODE_ONLY" = 1 ] || step test_prefill 200 $D/test_gpu_kv_prefill
+    [ "$DECODE_ONLY" = 1 ] || step test_quant 60 $D/test_gpu_kv_quant
 fi
 if [[ " $parts " == *" sanitize "* ]]; then
     SAN="compute-sanitizer --report-api-errors no --error-exitcode 1"
     step memcheck_decode 150 $SAN --tool memcheck $D/test_gpu_kv_attn --tiny
-    step memcheck_prefill 150 $SAN --tool memcheck $D/test_gpu_kv_prefill --tiny
+    [ "$DECODE_ONLY" = 1 ] || step memcheck_prefill 150 $SAN --tool memcheck $D/test_gpu_kv_prefill --tiny
     step racecheck_decode 150 $SAN --tool racecheck $D/test_gpu_kv_attn --tiny
-    step racecheck_prefill 150 $SAN --tool racecheck $D/test_gpu_kv_prefill --tiny
+    [ "$DECODE_ONLY" = 1 ] || step racecheck_prefill 150 $SAN --tool racecheck $D/test_gpu_kv_prefill --tiny
 fi
 if [[ " $parts " == *" bench "* ]]; then
     OMNI_KVC_CONFIGS=$CFGS step bench 300 $D/omni_bench_attn $OUT/bench.csv
-    timeout 200 python3 bench/sdpa_bench.py > $OUT/sdpa.csv 2> $OUT/sdpa.log
-    echo "== sdpa rc=$?"
-    cat $OUT/sdpa.log
-    echo
+    if [ "${SDPA:-1}" = 1 ]; then
+        timeout 200 python3 bench/sdpa_bench.py > $OUT/sdpa.csv 2> $OUT/sdpa.log
+        echo "== sdpa rc=$?"
+        cat $OUT/sdpa.log
+        echo
+    fi
 fi
 if [[ " $parts " == *" ncu "* ]]; then
     # dram throughput, issue-slot use, occupancy, registers, stall reasons of one int2 split launch after warm-up
