@@ -50,19 +50,44 @@ omni_status bench_parse_counts(const char *s, const char *opt, int lo, int hi, i
     }
 }
 
-omni_status bench_parse_formats(const char *s, char out[][BENCH_NAME], int *n) {
+omni_status bench_format(const char *name, int window, int sink, kv_format *f) {
+    char base[BENCH_NAME];
+    const char *colon = strchr(name, ':');
+    size_t len = colon ? (size_t)(colon - name) : strlen(name);
+    if (len >= sizeof base) return omni_fail(OMNI_ERR_USAGE, "KV format name too long: %s", name);
+    memcpy(base, name, len);
+    base[len] = 0;
+    omni_status st = kv_parse_mode(base, f);
+    if (st) return st;
+    if (window >= 0) f->window = window;
+    if (sink >= 0) f->n_sink = sink;
+    if (colon) {
+        char *end;
+        errno = 0;
+        long w = colon[1] == 'w' ? strtol(colon + 2, &end, 10) : -1;
+        if (w < 0 || errno || end == colon + 2 || *end)
+            return omni_fail(OMNI_ERR_USAGE, "KV format '%s': after the mode only ':wR' (window of R tokens)", name);
+        f->window = (int)(w > 1 << 20 ? 1 << 20 : w);
+    }
+    kv_params p = kv_default_params(); /* the window and sinks are valid for this format (128-wide heads) */
+    p.n_layers = 1, p.n_kv_heads = 1, p.head_dim = 128, p.fmt = *f;
+    kv_budget b;
+    return kv_budget_of(&p, 0, &b);
+}
+
+omni_status bench_parse_formats(const char *s, const char *opt, char out[][BENCH_NAME], int *n) {
     *n = 0;
     for (const char *p = s;; p++) {
         const char *e = strchr(p, ',');
         size_t len = e ? (size_t)(e - p) : strlen(p);
-        if (*n == BENCH_MAX_LIST) return omni_fail(OMNI_ERR_USAGE, "--kv: more than %d formats", BENCH_MAX_LIST);
-        if (len == 0 || len >= BENCH_NAME) return omni_fail(OMNI_ERR_USAGE, "--kv: empty or overlong format name");
+        if (*n == BENCH_MAX_LIST) return omni_fail(OMNI_ERR_USAGE, "%s: more than %d formats", opt, BENCH_MAX_LIST);
+        if (len == 0 || len >= BENCH_NAME) return omni_fail(OMNI_ERR_USAGE, "%s: empty or overlong format name", opt);
         memcpy(out[*n], p, len);
         out[*n][len] = 0;
         kv_format f;
-        if (kv_parse_mode(out[*n], &f)) return omni_fail(OMNI_ERR_USAGE, "--kv: %s", omni_last_error());
+        if (bench_format(out[*n], -1, -1, &f)) return omni_fail(OMNI_ERR_USAGE, "%s: %s", opt, omni_last_error());
         for (int i = 0; i < *n; i++)
-            if (!strcmp(out[i], out[*n])) return omni_fail(OMNI_ERR_USAGE, "--kv: %s is listed twice", out[i]);
+            if (!strcmp(out[i], out[*n])) return omni_fail(OMNI_ERR_USAGE, "%s: %s is listed twice", opt, out[i]);
         (*n)++;
         if (!e) return OMNI_OK;
         p = e;
@@ -191,27 +216,29 @@ void bench_print_table(FILE *f, const bench_results *r) {
     fprintf(f, "omni bench: %s on %s (%d threads), memory bandwidth %.1f GB/s (copy of %.0f MiB, read + write)\n\n",
             r->model, r->device, r->threads, r->bw_gb_s, r->bw_mib);
     if (r->n_points) {
-        fprintf(f, "| kv    | batch |    ctx | decode tok/s | step p50 ms | step p99 ms | prefill tok/s |  TTFT ms |"
+        fprintf(f, "| kv       | batch |    ctx | decode tok/s | step p50 ms | step p99 ms | prefill tok/s |  TTFT ms |"
                    "    KV MiB | step MiB | roofline tok/s | %% roofline |\n");
-        fprintf(f, "|-------|------:|-------:|-------------:|------------:|------------:|--------------:|---------:|"
+        fprintf(f, "|----------|------:|-------:|-------------:|------------:|------------:|--------------:|---------:|"
                    "----------:|---------:|---------------:|-----------:|\n");
     }
     for (int i = 0; i < r->n_points; i++) {
         const bench_point *p = &r->points[i];
-        fprintf(f, "| %-5s | %5d | %6d | %12.2f | %11.3f | %11.3f | %13.1f | %8.2f | %9.2f | %8.1f | %14.1f "
+        fprintf(f, "| %-8s | %5d | %6d | %12.2f | %11.3f | %11.3f | %13.1f | %8.2f | %9.2f | %8.1f | %14.1f "
                    "| %9.1f%% |\n",
                 p->kv, p->batch, p->ctx, p->decode_tok_s, p->step_ms_p50, p->step_ms_p99, p->prefill_tok_s,
                 p->ttft_ms, p->kv_mib, p->step_mib, p->roofline_tok_s, p->roofline_pct);
     }
     if (r->n_fits) {
-        fprintf(f, "%s| kv    |    ctx | KV budget GiB | KV MiB/seq | fits (engine) | fits (budget) |\n",
+        fprintf(f, "%s| kv       |    ctx | KV budget GiB | KV MiB/seq | fits (engine) | fits (budget) |\n",
                 r->n_points ? "\n" : "");
-        fprintf(f, "|-------|-------:|--------------:|-----------:|--------------:|--------------:|\n");
+        fprintf(f, "|----------|-------:|--------------:|-----------:|--------------:|--------------:|\n");
     }
     for (int i = 0; i < r->n_fits; i++) {
         const bench_fit *x = &r->fits[i];
-        fprintf(f, "| %-5s | %6d | %13.3f | %10.3f | %13d | %13d |\n", x->kv, x->ctx, x->kv_mem_gib, x->seq_kv_mib,
-                x->fits, x->fits_budget);
+        char eng[16] = "-"; /* -: the device does not run this format (budget arithmetic only) */
+        if (x->fits >= 0) snprintf(eng, sizeof eng, "%d", x->fits);
+        fprintf(f, "| %-8s | %6d | %13.3f | %10.3f | %13s | %13d |\n", x->kv, x->ctx, x->kv_mem_gib, x->seq_kv_mib,
+                eng, x->fits_budget);
     }
 }
 
@@ -242,8 +269,10 @@ omni_status bench_write_csv(const char *path, const bench_results *r) {
     }
     for (int i = 0; i < r->n_fits; i++) {
         const bench_fit *x = &r->fits[i];
-        fprintf(f, "fit,%s,%s,%s,,%d,,,,,,,,,,%.3f,,,%.4f,%.5f,%d,%d\n", model, r->device, x->kv, x->ctx, r->bw_gb_s,
-                x->kv_mem_gib, x->seq_kv_mib, x->fits, x->fits_budget);
+        char eng[16] = ""; /* empty: not counted by the engine (the device does not run this format) */
+        if (x->fits >= 0) snprintf(eng, sizeof eng, "%d", x->fits);
+        fprintf(f, "fit,%s,%s,%s,,%d,,,,,,,,,,%.3f,,,%.4f,%.5f,%s,%d\n", model, r->device, x->kv, x->ctx, r->bw_gb_s,
+                x->kv_mem_gib, x->seq_kv_mib, eng, x->fits_budget);
     }
     int bad = ferror(f);
     if (fclose(f) || bad) return omni_fail(OMNI_ERR_RUNTIME, "write failed: %s", path);
@@ -251,6 +280,8 @@ omni_status bench_write_csv(const char *path, const bench_results *r) {
 }
 
 /* ---- chart ----------------------------------------------------------------------------------------------- */
+
+int bench_fit_count(const bench_fit *x) { return x->fits >= 0 ? x->fits : x->fits_budget; }
 
 int bench_formats(const bench_results *r, const char **names) {
     int n = 0;
@@ -295,7 +326,7 @@ static void gather(const bench_results *r, const char *kv, bench_axis ax, int fi
     if (y == Y_FITS) {
         for (int i = 0; i < r->n_fits; i++)
             if (!strcmp(r->fits[i].kv, kv) && d->n < (int)(sizeof d->x / sizeof d->x[0]))
-                d->x[d->n] = r->fits[i].ctx, d->y[d->n++] = r->fits[i].fits;
+                d->x[d->n] = r->fits[i].ctx, d->y[d->n++] = bench_fit_count(&r->fits[i]);
     } else {
         for (int i = 0; i < r->n_points; i++) {
             const bench_point *p = &r->points[i];

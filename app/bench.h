@@ -23,7 +23,8 @@
  *   roofline_pct    100 * decode_tok_s / roofline_tok_s
  *   kv_mem_gib      the KV budget of the fits-count (GiB = 2^30 B)
  *   seq_kv_mib      KV bytes one sequence of ctx tokens takes (page allocator arithmetic)
- *   fits            sequences of ctx tokens the engine admitted at once within kv_mem_gib
+ *   fits            sequences of ctx tokens the engine admitted at once within kv_mem_gib (empty when the device
+ *                   does not run the format: then only fits_budget is known)
  *   fits_budget     the same count from the page allocator's budget arithmetic (must equal fits)
  */
 #ifndef OMNI_APP_BENCH_H
@@ -34,6 +35,7 @@
 
 #include "app/plot/plot.h"
 #include "kernels/status.h"
+#include "kvcache/kvcache.h"
 
 #define BENCH_MAX_LIST 16 /* entries per --kv / --batch / --ctx list */
 #define BENCH_NAME 32
@@ -49,7 +51,7 @@ typedef struct {
     char kv[BENCH_NAME];
     int ctx;
     double kv_mem_gib, seq_kv_mib;
-    int fits, fits_budget;
+    int fits, fits_budget; /* fits -1: not counted by the engine (format not run on the device) */
 } bench_fit;
 
 typedef struct {
@@ -65,8 +67,12 @@ typedef struct {
 /* "1,8,48" / "4K,32K,128K" (K = 1024, M = 1048576) -> values in [lo, hi], at most BENCH_MAX_LIST, no repeats,
  * kept in the given order. Errors name the option. */
 omni_status bench_parse_counts(const char *s, const char *opt, int lo, int hi, int *out, int *n);
-/* "bf16,int2" -> format names (each must be a valid --kv mode). */
-omni_status bench_parse_formats(const char *s, char out[][BENCH_NAME], int *n);
+/* One bench format: a --kv mode, optionally with its own window, "int2:w32" (R = 32 recent tokens in BF16) ->
+ * the format; window / sink >= 0 (--kv-window / --kv-sink) are applied before the name's own window (-1: keep).
+ * OMNI_ERR_USAGE with a message for an unknown mode or a window / sinks the cache refuses. */
+omni_status bench_format(const char *name, int window, int sink, kv_format *f);
+/* "bf16,int2,int2:w32" -> format names (each valid for bench_format, none twice); errors name the option. */
+omni_status bench_parse_formats(const char *s, const char *opt, char out[][BENCH_NAME], int *n);
 
 /* Nearest-rank percentile (q in [0, 100]) of v[n] (n > 0); v is not modified. */
 double bench_percentile(const double *v, int n, double q);
@@ -87,6 +93,9 @@ void bench_roofline(bench_point *p, double kv_mib_decode, double bw_gb_s);
 omni_status bench_add_point(bench_results *r, const bench_point *p);
 omni_status bench_add_fit(bench_results *r, const bench_fit *f);
 void bench_results_free(bench_results *r);
+
+/* The engine's count of a fits row, or the budget arithmetic's where the engine did not count (fits < 0). */
+int bench_fit_count(const bench_fit *x);
 
 /* KV formats in order of first appearance (points, then fits), at most BENCH_MAX_LIST; returns the count. The
  * index of a format picks its colour in the chart and its row in the report. */

@@ -29,8 +29,8 @@ typedef struct {
     llm_model *model;
     llm_device device;
     int threads;
-    char kv[BENCH_MAX_LIST][BENCH_NAME];
-    int n_kv, batch[BENCH_MAX_LIST], n_batch, ctx[BENCH_MAX_LIST], n_ctx;
+    char kv[BENCH_MAX_LIST][BENCH_NAME], fit_kv[BENCH_MAX_LIST][BENCH_NAME]; /* --kv, --fits-kv */
+    int n_kv, n_fit_kv, batch[BENCH_MAX_LIST], n_batch, ctx[BENCH_MAX_LIST], n_ctx;
     int steps;
     double kv_mem_gib;
     bench_results res;
@@ -68,7 +68,14 @@ static omni_status parse_options(bench_run *b) {
     if (a->n_predict < 1 || a->n_predict > MAX_STEPS)
         return omni_fail(OMNI_ERR_USAGE, "-n: decode steps must be in [1, %d]", MAX_STEPS);
     omni_status st = llm_device_parse(a->device ? a->device : "cpu", &b->device); /* default: the CPU */
-    if (!st) st = bench_parse_formats(a->kv, b->kv, &b->n_kv);
+    if (!st) st = bench_parse_formats(a->kv, "--kv", b->kv, &b->n_kv);
+    if (!st && a->fits_kv) st = bench_parse_formats(a->fits_kv, "--fits-kv", b->fit_kv, &b->n_fit_kv);
+    if (!st && b->n_kv + b->n_fit_kv > BENCH_MAX_LIST)
+        st = omni_fail(OMNI_ERR_USAGE, "--kv and --fits-kv: more than %d formats together", BENCH_MAX_LIST);
+    for (int i = 0; !st && i < b->n_fit_kv; i++)
+        for (int j = 0; j < b->n_kv; j++)
+            if (!strcmp(b->fit_kv[i], b->kv[j]))
+                st = omni_fail(OMNI_ERR_USAGE, "--fits-kv: %s is already in --kv", b->kv[j]);
     if (!st) st = bench_parse_counts(a->batch_list, "--batch", 1, LLM_RUNNER_MAX_SEQS, b->batch, &b->n_batch);
     if (!st) st = bench_parse_counts(a->ctx_list, "--ctx", 1, 1 << 24, b->ctx, &b->n_ctx);
     if (st) return st;
@@ -82,8 +89,9 @@ static omni_status parse_options(bench_run *b) {
 
 static omni_status open_model(bench_run *b) {
     const omni_args *a = b->a;
-    if (a->random_config) {
-        omni_status st = omni_random_model(a->random_config, a->seed, 0, &b->model);
+    if (a->random_config) { /* CUDA: the runner makes the weights on the device; CPU: a mapped checkpoint */
+        omni_status st = b->device == LLM_DEVICE_CUDA ? omni_random_model_device(a->random_config, a->seed, &b->model)
+                                                      : omni_random_model(a->random_config, a->seed, 0, &b->model);
         snprintf(b->res.model, sizeof b->res.model, "random:%.240s", a->random_config);
         return st;
     }
@@ -101,7 +109,8 @@ static omni_status open_model(bench_run *b) {
 static double weights_read_mib(const llm_model *m, int batch) {
     const llm_config *c = llm_model_config(m);
     const llm_weights *w = llm_model_weights(m);
-    double elem = (double)omni_dtype_size(w->embed.dtype), bytes = (double)llm_model_weight_bytes(m);
+    double elem = llm_model_is_random(m, NULL) ? 2.0 : (double)omni_dtype_size(w->embed.dtype); /* random: bf16 */
+    double bytes = (double)llm_model_weight_bytes(m);
     if (!c->tie_word_embeddings) bytes -= (double)c->vocab * c->hidden * elem;
     if (c->n_experts > 0) {
         double expert = 3.0 * c->moe_intermediate * c->hidden * elem, e = c->n_experts;
@@ -156,10 +165,15 @@ static void on_done(void *user, int id, const llm_request_stats *s) {
         snprintf(ps->why, sizeof ps->why, "%s%s%s", llm_finish_name(s->finish), s->error[0] ? ": " : "", s->error);
 }
 
-static int prefill_chunk(const bench_run *b) { return b->device == LLM_DEVICE_CPU ? 512 : 2048; }
+/* Prompt tokens of one request per step: on CUDA one chunk fills the step (GEMMs of 8192 rows; a 128K prompt
+ * takes 16 steps), on the CPU four requests share a step. */
+static int prefill_chunk(const bench_run *b) { return b->device == LLM_DEVICE_CPU ? 512 : 8192; }
 
-/* Tokens of one engine step: room for a decode token of every sequence and four prefill chunks. */
-static int step_tokens(const bench_run *b, int max_seqs) { return max_seqs + 4 * prefill_chunk(b); }
+/* Tokens of one engine step: room for a decode token of every sequence and 2048 (CPU) / 8192 (CUDA) prompt
+ * tokens. */
+static int step_tokens(const bench_run *b, int max_seqs) {
+    return max_seqs + (b->device == LLM_DEVICE_CPU ? 4 : 1) * prefill_chunk(b);
+}
 
 static omni_status engine_for(const bench_run *b, int max_seqs, int max_tokens, llm_engine **e) {
     llm_engine_params ep = llm_engine_default_params();
@@ -172,11 +186,7 @@ static omni_status engine_for(const bench_run *b, int max_seqs, int max_tokens, 
 }
 
 static omni_status kv_format_of(const bench_run *b, const char *name, kv_format *f) {
-    omni_status st = kv_parse_mode(name, f);
-    if (st) return st;
-    if (b->a->kv_window >= 0) f->window = b->a->kv_window;
-    if (b->a->kv_sink >= 0) f->n_sink = b->a->kv_sink;
-    return OMNI_OK;
+    return bench_format(name, b->a->kv_window, b->a->kv_sink, f);
 }
 
 static omni_status ended_early(const point_state *ps) {
@@ -381,35 +391,54 @@ static omni_status engine_fits(const bench_run *b, const kv_format *f, int ctx, 
     return st;
 }
 
-static omni_status measure_fits(bench_run *b, const char *kv, int ctx, bench_fit *x) {
-    kv_format f;
+/* The fits row from the budget arithmetic (x->fits = -1 until engine_fits counts) and the format. */
+static omni_status budget_row(bench_run *b, const char *kv, int ctx, kv_format *f, bench_fit *x) {
     int64_t budget = (int64_t)(b->kv_mem_gib * 1073741824.0), seq_bytes = 0;
-    omni_status st = kv_format_of(b, kv, &f);
+    omni_status st = kv_format_of(b, kv, f);
     memset(x, 0, sizeof *x);
     snprintf(x->kv, sizeof x->kv, "%s", kv);
     x->ctx = ctx;
     x->kv_mem_gib = b->kv_mem_gib;
-    if (!st) st = budget_fits(b, &f, ctx, budget, &seq_bytes, &x->fits_budget);
+    x->fits = -1;
+    if (!st) st = budget_fits(b, f, ctx, budget, &seq_bytes, &x->fits_budget);
     x->seq_kv_mib = seq_bytes / 1048576.0;
-    if (!st) st = engine_fits(b, &f, ctx, budget, x->fits_budget, &x->fits);
     return st;
 }
 
 /* ---- the run ---------------------------------------------------------------------------------------------- */
 
-/* The fits-count and every point of one format at one context. */
-static omni_status run_context(bench_run *b, const char *kv, int ctx) {
+/* A format the device cannot run (OMNI_ERR_UNSUPPORTED, e.g. a quantized cache on a device without its kernels):
+ * one line on stderr, *runs = 0; the run goes on with the budget arithmetic only. */
+static omni_status unsupported(bench_run *b, const char *kv, omni_status st, int *runs) {
+    if (st != OMNI_ERR_UNSUPPORTED) return st;
+    omni_log(0, "bench: skip %s on %s (sequences that fit: budget arithmetic only): %s\n", kv, b->res.device,
+             omni_last_error());
+    *runs = 0;
+    return OMNI_OK;
+}
+
+/* The fits-count and (points) every point of one format at one context; *runs: the device runs this format
+ * (cleared when it turns out not to). */
+static omni_status run_context(bench_run *b, const char *kv, int ctx, int points, int *runs) {
     bench_fit x;
     double tf = omni_time_ms();
-    omni_status st = measure_fits(b, kv, ctx, &x);
+    kv_format f;
+    omni_status st = budget_row(b, kv, ctx, &f, &x);
+    if (!st && *runs) {
+        st = engine_fits(b, &f, ctx, (int64_t)(b->kv_mem_gib * 1073741824.0), x.fits_budget, &x.fits);
+        if (st) x.fits = -1;
+        st = unsupported(b, kv, st, runs);
+    }
     if (st) return st;
-    omni_log(2, "bench: %s ctx %d: %d sequences fit (budget arithmetic %d) (%.1f s)\n", kv, ctx, x.fits,
-             x.fits_budget, (omni_time_ms() - tf) / 1e3);
-    if (x.fits != x.fits_budget)
-        omni_log(0, "bench: warning: %s at %d tokens: the engine admitted %d sequences, the budget says %d\n", kv, ctx,
-                 x.fits, x.fits_budget);
+    if (x.fits >= 0) {
+        omni_log(2, "bench: %s ctx %d: %d sequences fit (budget arithmetic %d) (%.1f s)\n", kv, ctx, x.fits,
+                 x.fits_budget, (omni_time_ms() - tf) / 1e3);
+        if (x.fits != x.fits_budget)
+            omni_log(0, "bench: warning: %s at %d tokens: the engine admitted %d sequences, the budget says %d\n", kv,
+                     ctx, x.fits, x.fits_budget);
+    }
     if ((st = bench_add_fit(&b->res, &x))) return st;
-    for (int n = 0; n < b->n_batch && !st; n++) {
+    for (int n = 0; points && n < b->n_batch && !st && *runs; n++) {
         if (b->intr && *b->intr) return OMNI_OK;
         int batch = b->batch[n];
         double need = (double)batch * x.seq_kv_mib * point_n_ctx(b, batch, ctx) / ctx / 1024;
@@ -421,6 +450,7 @@ static omni_status run_context(bench_run *b, const char *kv, int ctx) {
         bench_point p;
         double t0 = omni_time_ms();
         st = measure_point(b, kv, batch, ctx, &p);
+        if (st == OMNI_ERR_UNSUPPORTED) return unsupported(b, kv, st, runs);
         if (!st && !(b->intr && *b->intr)) {
             st = bench_add_point(&b->res, &p);
             omni_log(1, "bench: %-5s batch %4d ctx %7d: %9.2f tok/s (p50 %.3f ms, %.0f%% of roofline), prefill %.1f "
@@ -431,19 +461,17 @@ static omni_status run_context(bench_run *b, const char *kv, int ctx) {
     return st;
 }
 
-/* Every format and context. A format the device cannot run (OMNI_ERR_UNSUPPORTED, e.g. a quantized cache on a
- * device without its kernels) is skipped with a line on stderr; the others go on. */
+/* Every format and context (--fits-kv formats: fits rows only); a format the device cannot run keeps its
+ * budget-arithmetic fits rows. */
 static omni_status run_points(bench_run *b) {
     int ran = 0;
-    for (int f = 0; f < b->n_kv; f++) {
+    for (int f = 0; f < b->n_kv + b->n_fit_kv; f++) {
         omni_status st = OMNI_OK;
-        for (int c = 0; c < b->n_ctx && !st; c++) st = run_context(b, b->kv[f], b->ctx[c]);
-        if (st == OMNI_ERR_UNSUPPORTED) {
-            omni_log(0, "bench: skip %s on %s: %s\n", b->kv[f], b->res.device, omni_last_error());
-            continue;
-        }
+        int runs = 1, points = f < b->n_kv;
+        const char *kv = points ? b->kv[f] : b->fit_kv[f - b->n_kv];
+        for (int c = 0; c < b->n_ctx && !st; c++) st = run_context(b, kv, b->ctx[c], points, &runs);
         if (st) return st;
-        ran++;
+        ran += runs && points;
     }
     return ran ? OMNI_OK : omni_fail(OMNI_ERR_UNSUPPORTED, "bench: no KV format of --kv runs on %s", b->res.device);
 }
@@ -493,7 +521,7 @@ omni_status cmd_bench(const omni_args *a, volatile int *intr) {
                  weights_read_mib(b.model, 1), b.res.bw_gb_s);
         st = run_points(&b);
     }
-    if (!st && !(intr && *intr)) st = write_outputs(&b);
+    if (!st) st = write_outputs(&b); /* after Ctrl+C (exit 130): what was measured until then */
     bench_results_free(&b.res);
     llm_model_free(b.model);
     return st;

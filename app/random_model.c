@@ -1,4 +1,5 @@
-/* random_model.c - random bf16 checkpoints of a real config for CPU speed runs (see random_model.h). */
+/* random_model.c - random bf16 checkpoints of a real config for CPU speed runs, and weightless models of a config
+ * for the device's own random weights (see random_model.h). */
 #define _DEFAULT_SOURCE
 #include "app/random_model.h"
 
@@ -251,5 +252,17 @@ omni_status omni_random_model(const char *config_path, uint64_t seed, int64_t ma
     llm_config_free(&cfg);
     if (!st) st = llm_model_load(dir, out);
     remove_dir(dir); /* the mapping keeps the loaded data */
+    return st;
+}
+
+omni_status omni_random_model_device(const char *config_path, uint64_t seed, llm_model **out) {
+    char dir[1024];
+    llm_config cfg;
+    *out = NULL;
+    omni_status st = open_config(config_path, dir, sizeof dir, &cfg);
+    if (st) return st;
+    llm_config_free(&cfg);
+    st = llm_model_init_random(dir, seed, out); /* parses the staged copy again: same config, one code path */
+    remove_dir(dir);
     return st;
 }

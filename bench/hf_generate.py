@@ -2,9 +2,10 @@
 """hf_generate.py - what users would run otherwise: transformers' generate() on random bf16 weights of a real
 config, timed the way `omni bench` times its points (the baseline row of bench/REPORT.md).
 
-For each point BxC (batch B, context C): B random prompts of C tokens, greedy, no EOS stop. Two timed generate
-calls per point: max_new_tokens=1 (prefill + first token: time to first token) and 1 + steps; the difference
-is `steps` decode steps. Writes CSV rows (header below) that `omni bench --baseline FILE` reads; a point that
+For each point BxC (batch B, context C): B random prompts of C tokens, greedy, no EOS stop, one generate call of
+1 + steps new tokens. A logits processor notes the time (after a device synchronisation) each time the model has
+produced a step's logits: the first note is the time to first token (the prefill), the `steps` later ones are
+the decode steps (so each point costs one prefill, not two). Writes CSV rows (header below) that `omni bench --baseline FILE` reads; a point that
 fails (out of memory, ...) gets a row with empty numbers and the error in the note, and the others go on.
 
     python3 bench/hf_generate.py --config assets/configs/Qwen3-VL-8B-Instruct/config.json \\
@@ -57,17 +58,34 @@ def sync(device):
         torch.cuda.synchronize()
 
 
-def timed_generate(model, ids, new_tokens, device):
-    import torch
+class StepClock:
+    """A logits processor that notes when each step's logits exist (scores unchanged)."""
 
+    def __init__(self, device):
+        self.device, self.times = device, []
+
+    def __call__(self, input_ids, scores):
+        sync(self.device)
+        self.times.append(time.perf_counter())
+        return scores
+
+
+def timed_generate(model, ids, new_tokens, device):
+    """Generate new_tokens greedy tokens; returns (start time, [time each step's logits were ready])."""
+    import torch
+    from transformers import LogitsProcessorList
+
+    clock = StepClock(device)
     sync(device)
     t0 = time.perf_counter()
     with torch.inference_mode():
         out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=False,
-                             max_new_tokens=new_tokens, min_new_tokens=new_tokens, pad_token_id=0)
+                             max_new_tokens=new_tokens, min_new_tokens=new_tokens, pad_token_id=0,
+                             logits_processor=LogitsProcessorList([clock]))
     sync(device)
     assert out.shape[1] == ids.shape[1] + new_tokens, out.shape
-    return time.perf_counter() - t0
+    assert len(clock.times) == new_tokens, (len(clock.times), new_tokens)
+    return t0, clock.times
 
 
 def run_point(model, vocab, batch, ctx, steps, device):
@@ -77,9 +95,9 @@ def run_point(model, vocab, batch, ctx, steps, device):
     ids = torch.randint(1000, vocab - 1000, (batch, ctx), generator=g).to(device)
     if device.startswith("cuda"):
         torch.cuda.reset_peak_memory_stats()
-    t_first = timed_generate(model, ids, 1, device)
-    t_all = timed_generate(model, ids, 1 + steps, device)
-    decode = max(t_all - t_first, 1e-9)
+    t0, times = timed_generate(model, ids, 1 + steps, device)
+    t_first = times[0] - t0
+    decode = max(times[-1] - times[0], 1e-9)
     peak = torch.cuda.max_memory_allocated() / 1048576 if device.startswith("cuda") else float("nan")
     return {"decode_tok_s": batch * steps / decode, "step_ms": 1e3 * decode / steps,
             "prefill_tok_s": batch * ctx / t_first, "ttft_ms": 1e3 * t_first, "peak_mib": peak}
@@ -125,12 +143,17 @@ def main():
               (row["note"] or f"{row['decode_tok_s']:.1f} tok/s, {row['step_ms']:.2f} ms/step, "
                               f"TTFT {row['ttft_ms']:.0f} ms"), file=sys.stderr)
         rows.append(row)
-    with open(args.out, "w", newline="") as f:
+        write_rows(args.out, rows)  # after every point: a run stopped by a time limit keeps what it measured
+    return 0
+
+
+def write_rows(path, rows):
+    with open(path + ".part", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=HEADER, lineterminator="\n")
         w.writeheader()
         for r in rows:
             w.writerow({k: (f"{v:.4f}" if isinstance(v, float) else v) for k, v in r.items()})
-    return 0
+    os.replace(path + ".part", path)
 
 
 if __name__ == "__main__":

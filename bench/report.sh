@@ -13,11 +13,15 @@
 # Settings (environment; defaults are the H200 run of the paper's table):
 #   CONFIG    assets/configs/Qwen3-VL-8B-Instruct/config.json   DEVICE  cuda
 #   KV        bf16,int2           BATCH  1,48          CTX  4K,32K,128K      STEPS  32 (decode steps per point)
+#   FITS_KV   int4,int2:w32 (formats counted for sequences that fit only; "none": no more)
 #   KV_MEM    40 (GiB of KV: points needing more are skipped; the fits-count budget)
 #   HF_POINTS 48x4K,1x128K (transformers points; "none" to skip)   PYTHON  python3
+#   HF_LIMIT  150, OMNI_LIMIT 360: seconds each part may take (then it stops, keeping what it measured: omni bench
+#             is sent SIGINT and writes its outputs from the points done, exit 130; hf_generate keeps its rows)
 #   EXTRA     more omni bench options (e.g. "-t 16")
 # Output under $OUT (default /tmp/omni_report): REPORT.md, bench.png, bench.csv, bench.txt (the table), bench.log
-# (omni's stderr), transformers.csv + transformers.log, env.txt. Exit status: omni bench's.
+# (omni's stderr), transformers.csv + transformers.log, env.txt (incl. the seconds each part took). Exit status:
+# omni bench's.
 set -u
 mode=${1:?pack|run|local}
 B=${2:?build dir}
@@ -31,6 +35,9 @@ CTX=${CTX:-4K,32K,128K}
 STEPS=${STEPS:-32}
 KV_MEM=${KV_MEM:-40}
 HF_POINTS=${HF_POINTS:-48x4K,1x128K}
+FITS_KV=${FITS_KV:-int4,int2:w32}
+HF_LIMIT=${HF_LIMIT:-150}
+OMNI_LIMIT=${OMNI_LIMIT:-360}
 PYTHON=${PYTHON:-python3}
 EXTRA=${EXTRA:-}
 
@@ -74,8 +81,10 @@ HF=$OUT/transformers.csv
 if [ "$HF_POINTS" = none ]; then
     HF=""
 elif command -v "$PYTHON" >/dev/null 2>&1; then
-    "$PYTHON" bench/hf_generate.py --config "$CONFIG" --points "$HF_POINTS" --steps "$STEPS" --device "$DEVICE" \
-        --out "$HF" 2> "$OUT/transformers.log"
+    t0=$SECONDS
+    timeout -k 10 "$HF_LIMIT" "$PYTHON" bench/hf_generate.py --config "$CONFIG" --points "$HF_POINTS" \
+        --steps "$STEPS" --device "$DEVICE" --out "$HF" 2> "$OUT/transformers.log"
+    echo "transformers: exit $?, $((SECONDS - t0)) s (limit $HF_LIMIT)" >> "$OUT/env.txt"
     [ -s "$HF" ] || { echo "error: bench/hf_generate.py wrote nothing (see transformers.log)" >&2; HF=""; }
 else
     count() { case $1 in *[kK]) echo $((${1%?} * 1024)) ;; *[mM]) echo $((${1%?} * 1048576)) ;; *) echo "$1" ;; esac; }
@@ -86,10 +95,15 @@ else
 fi
 
 # 2. omni bench: table on stdout, progress on stderr, CSV, chart, REPORT.md (with the baseline row)
-$OMNI bench --random "$CONFIG" --device "$DEVICE" --kv "$KV" --batch "$BATCH" --ctx "$CTX" -n "$STEPS" \
-    --kv-mem "$KV_MEM" --csv "$OUT/bench.csv" --png "$OUT/bench.png" --report "$OUT/REPORT.md" \
-    ${HF:+--baseline "$HF"} ${DEVICE_NAME:+--device-name "$DEVICE_NAME"} $EXTRA > "$OUT/bench.txt" 2> "$OUT/bench.log"
+FITS=""
+[ "$FITS_KV" = none ] || FITS="--fits-kv $FITS_KV"
+t0=$SECONDS
+timeout -s INT -k 30 "$OMNI_LIMIT" $OMNI bench --random "$CONFIG" --device "$DEVICE" --kv "$KV" $FITS \
+    --batch "$BATCH" --ctx "$CTX" -n "$STEPS" --kv-mem "$KV_MEM" --csv "$OUT/bench.csv" --png "$OUT/bench.png" \
+    --report "$OUT/REPORT.md" ${HF:+--baseline "$HF"} ${DEVICE_NAME:+--device-name "$DEVICE_NAME"} $EXTRA \
+    > "$OUT/bench.txt" 2> "$OUT/bench.log"
 rc=$?
+echo "omni bench: exit $rc, $((SECONDS - t0)) s (limit $OMNI_LIMIT)" >> "$OUT/env.txt"
 cat "$OUT/bench.txt"
 tail -3 "$OUT/bench.log"
 echo "report.sh: omni bench exit $rc; wrote $(ls "$OUT" | tr '\n' ' ')"

@@ -21,6 +21,8 @@ struct llm_model {
     float *inv_freq;          /* [D/2] */
     int *rope_stream;         /* [D/2]: which position stream (0 T, 1 H, 2 W) drives frequency slot j */
     size_t weight_bytes;
+    int random;     /* llm_model_init_random: no checkpoint; runners make weights from `seed` */
+    uint64_t seed;
 };
 
 /* ---- loading ------------------------------------------------------------------------------------------- */
@@ -198,6 +200,42 @@ omni_status llm_model_load_params(const char *dir, const llm_model_params *p, ll
 }
 
 omni_status llm_model_load(const char *dir, llm_model **out) { return llm_model_load_params(dir, NULL, out); }
+
+/* bf16 bytes of the decoder weights a config implies (the tensors bind_globals / bind_layer expect). */
+static size_t bf16_weight_bytes(const llm_config *c) {
+    int64_t H = c->hidden, D = c->head_dim, qd = (int64_t)c->n_heads * D, kd = (int64_t)c->n_kv_heads * D;
+    int64_t mlp = c->n_experts > 0 ? (int64_t)c->n_experts * (H + 3 * (int64_t)c->moe_intermediate * H)
+                                   : 3 * (int64_t)c->intermediate * H;
+    int64_t layer = 2 * H + 2 * qd * H + 2 * kd * H + 2 * D + mlp;
+    return 2 * (size_t)((c->tie_word_embeddings ? 1 : 2) * (int64_t)c->vocab * H + H + c->n_layers * layer);
+}
+
+omni_status llm_model_init_random(const char *dir, uint64_t seed, llm_model **out) {
+    *out = NULL;
+    llm_model *m = calloc(1, sizeof *m);
+    if (!m) return omni_fail(OMNI_ERR_NOMEM, "out of memory");
+    omni_status st = llm_config_load(dir, &m->cfg);
+    if (!st && !(m->layers = calloc(m->cfg.n_layers, sizeof(llm_layer_weights))))
+        st = omni_fail(OMNI_ERR_NOMEM, "out of memory");
+    if (!st) st = init_rope(m);
+    if (st) {
+        llm_model_free(m);
+        return st;
+    }
+    m->random = 1;
+    m->seed = seed;
+    m->weight_bytes = bf16_weight_bytes(&m->cfg);
+    m->w.layers = m->layers;
+    m->w.inv_freq = m->inv_freq;
+    m->w.rope_stream = m->rope_stream;
+    *out = m;
+    return OMNI_OK;
+}
+
+int llm_model_is_random(const llm_model *m, uint64_t *seed) {
+    if (m->random && seed) *seed = m->seed;
+    return m->random;
+}
 
 void llm_model_free(llm_model *m) {
     if (!m) return;

@@ -48,6 +48,13 @@ llm_model_params llm_model_default_params(void);
 omni_status llm_model_load_params(const char *model_dir, const llm_model_params *p, llm_model **out);
 /* = llm_model_load_params(model_dir, NULL, out) */
 omni_status llm_model_load(const char *model_dir, llm_model **out);
+/* A model of `model_dir`/config.json without weights, for speed runs at real shapes: a runner that can make random
+ * weights of the config's shapes itself (the CUDA runner, on the device: llm/cuda/llm_cuda.h llm_cuda_init_random)
+ * makes them from `seed`; the CPU runner refuses it (OMNI_ERR_UNSUPPORTED). Its llm_model_ckpt is NULL, its
+ * llm_model_weights hold empty views, llm_model_weight_bytes is the bf16 size of the weights the config implies. */
+omni_status llm_model_init_random(const char *model_dir, uint64_t seed, llm_model **out);
+/* 1 for a model of llm_model_init_random (then *seed, when seed is not NULL, is its seed), else 0. */
+int llm_model_is_random(const llm_model *m, uint64_t *seed);
 void llm_model_free(llm_model *m); /* NULL is a no-op */
 
 /* Weight views of one decoder layer (checkpoint names without the "<prefix>layers.N." part). */

@@ -53,6 +53,9 @@ static int max_i(int a, int b) { return a > b ? a : b; }
 
 static omni_status cpu_init(llm_runner *r) {
     const llm_config *m = llm_model_config(r->model);
+    if (llm_model_is_random(r->model, NULL))
+        return omni_fail(OMNI_ERR_UNSUPPORTED, "the CPU runner needs a model with weights (random weights of a "
+                         "config are made on the device by --device cuda only)");
     cpu_runner *c = calloc(1, sizeof *c);
     if (!c) return omni_fail(OMNI_ERR_NOMEM, "out of memory");
     r->impl = c;

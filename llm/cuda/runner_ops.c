@@ -1,5 +1,6 @@
 /* runner_ops.c - the CUDA device behind llm_runner (llm/runner.h): the ops table runner.c dispatches to. The
- * runner's impl is an llm_cuda (llm/cuda/llm_cuda.h) made from the model's config and checkpoint. */
+ * runner's impl is an llm_cuda (llm/cuda/llm_cuda.h) made from the model's config and checkpoint, or with random
+ * weights made on the device for a model of llm_model_init_random (its seed). */
 #include "llm/cuda/llm_cuda.h"
 #include "llm/runner_impl.h"
 
@@ -7,7 +8,10 @@ static omni_status cuda_init(llm_runner *r) {
     llm_cuda_params p = llm_cuda_default_params();
     p.device = r->p.device_index, p.max_seqs = r->p.max_seqs, p.max_tokens = r->p.max_tokens;
     llm_cuda *c = NULL;
-    omni_status st = llm_cuda_init(llm_model_config(r->model), llm_model_ckpt(r->model), &p, &c);
+    uint64_t seed;
+    omni_status st = llm_model_is_random(r->model, &seed)
+                         ? llm_cuda_init_random(llm_model_config(r->model), seed, &p, &c)
+                         : llm_cuda_init(llm_model_config(r->model), llm_model_ckpt(r->model), &p, &c);
     r->impl = c;
     return st;
 }

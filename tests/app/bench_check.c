@@ -54,7 +54,7 @@ static int read_row(char **f, bench_results *r) {
         bench_fit x = {0};
         copy_name(x.kv, f[3], sizeof x.kv);
         x.ctx = atoi(f[5]);
-        x.kv_mem_gib = num(f, 18), x.seq_kv_mib = num(f, 19), x.fits = atoi(f[20]), x.fits_budget = atoi(f[21]);
+        x.kv_mem_gib = num(f, 18), x.seq_kv_mib = num(f, 19), x.fits = *f[20] ? atoi(f[20]) : -1, x.fits_budget = atoi(f[21]);
         return bench_add_fit(r, &x) ? -1 : 0;
     }
     return -1;

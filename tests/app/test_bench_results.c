@@ -11,6 +11,7 @@
 
 #include "app/bench.h"
 #include "app/random_model.h"
+#include "llm/engine.h"
 #include "bench_check.h"
 #include "check.h"
 
@@ -28,10 +29,21 @@ static void test_lists(void) {
               omni_last_error());
     }
     char f[BENCH_MAX_LIST][BENCH_NAME];
-    CHECK(!bench_parse_formats("bf16,int2,kivi4", f, &n) && n == 3 && !strcmp(f[1], "int2"), "formats");
-    CHECK(bench_parse_formats("bf16,int3", f, &n) == OMNI_ERR_USAGE, "int3 accepted");
-    CHECK(bench_parse_formats("int2,int2", f, &n) == OMNI_ERR_USAGE, "repeat accepted");
-    CHECK(bench_parse_formats("", f, &n) == OMNI_ERR_USAGE, "empty accepted");
+    CHECK(!bench_parse_formats("bf16,int2,kivi4", "--kv", f, &n) && n == 3 && !strcmp(f[1], "int2"), "formats");
+    CHECK(bench_parse_formats("bf16,int3", "--kv", f, &n) == OMNI_ERR_USAGE, "int3 accepted");
+    CHECK(bench_parse_formats("int2,int2", "--kv", f, &n) == OMNI_ERR_USAGE, "repeat accepted");
+    CHECK(bench_parse_formats("", "--kv", f, &n) == OMNI_ERR_USAGE, "empty accepted");
+    CHECK(!bench_parse_formats("int2,int2:w32,int2:w0", "--fits-kv", f, &n) && n == 3 && !strcmp(f[1], "int2:w32"),
+          "formats with windows");
+    const char *bad_fmt[] = {"int2:w", "int2:w33", "int2:x32", "int2:w-32", "int2:w32x", "int2:w512", "int9:w32"};
+    for (size_t i = 0; i < sizeof bad_fmt / sizeof bad_fmt[0]; i++) {
+        CHECK(bench_parse_formats(bad_fmt[i], "--fits-kv", f, &n) == OMNI_ERR_USAGE, "%s accepted", bad_fmt[i]);
+        CHECK(strstr(omni_last_error(), "--fits-kv") != NULL, "message names the option: %s", omni_last_error());
+    }
+    kv_format kf;
+    CHECK(!bench_format("int2:w32", 128, 4, &kf) && kf.window == 32 && kf.n_sink == 4, "the name's window wins");
+    CHECK(!bench_format("int2", 64, -1, &kf) && kf.window == 64 && kf.n_sink == 0, "--kv-window applies");
+    CHECK(!bench_format("int2", -1, -1, &kf) && kf.window == 128, "default window");
 }
 
 static void test_numbers(void) {
@@ -128,6 +140,24 @@ static void test_outputs(const char *dir) {
     CHECK(rows == 9 + 3, "table has %d int2 rows, want 12:\n%s", rows, buf);
     CHECK(strstr(buf, "10.5 GB/s") != NULL, "table lacks the bandwidth");
     free(buf);
+    /* a fits row the engine did not count (-1): "-" in the table, an empty CSV field read back as -1 */
+    bench_fit x = r.fits[0];
+    x.fits = -1;
+    snprintf(x.kv, sizeof x.kv, "int4:w32");
+    bench_add_fit(&r, &x);
+    m = open_memstream(&buf, &len);
+    bench_print_table(m, &r);
+    fclose(m);
+    CHECK(strstr(buf, "| int4:w32 |") && strstr(buf, "|             - |"), "uncounted fits row:\n%s", buf);
+    free(buf);
+    snprintf(csv, sizeof csv, "%s/b2.csv", dir);
+    bench_results_free(&back);
+    CHECK(bench_write_csv(csv, &r) == OMNI_OK && bench_csv_read(csv, &back, err, sizeof err) == 0, "csv 2");
+    CHECK(back.n_fits == r.n_fits && back.fits[back.n_fits - 1].fits == -1 &&
+              back.fits[back.n_fits - 1].fits_budget == x.fits_budget && bench_fit_count(&back.fits[0]) == x.fits_budget,
+          "uncounted fits row in the CSV");
+    x.fits = 7;
+    CHECK(bench_fit_count(&x) == 7, "bench_fit_count of a counted row");
     snprintf(csv, sizeof csv, "%s/no/such/dir.csv", dir);
     CHECK(bench_write_csv(csv, &r) == OMNI_ERR_INPUT, "unwritable csv accepted");
     bench_results_free(&r);
@@ -181,8 +211,23 @@ static void test_report(const char *dir) {
         CHECK(strstr(t, "**5.00x** smaller") != NULL && strstr(t, "4.1x") && strstr(t, "5.3x") && strstr(t, "3.0x"),
               "memory ratio / paper numbers missing");
         CHECK(strstr(t, "![omni bench chart](b.png)") != NULL && strstr(t, "10.5 GB/s") != NULL, "chart/bandwidth");
+        snprintf(want, sizeof want, "| omni int2 / baseline above | **%.2fx** |", t1->decode_tok_s / 40.5);
+        CHECK(strstr(t, want) != NULL, "ratio to the baseline '%s' missing", want);
+        CHECK(strstr(t, "* the budget arithmetic alone") == NULL, "arithmetic-only note without such rows");
         free(t);
     }
+    /* a fits-only format the device does not run (fits -1): its count is the budget arithmetic's, marked '*';
+       no speed rows for it */
+    bench_fit x = {0};
+    snprintf(x.kv, sizeof x.kv, "int2:w0");
+    x.ctx = 1024, x.kv_mem_gib = 0.5, x.seq_kv_mib = 2.5, x.fits = -1, x.fits_budget = 204;
+    bench_add_fit(&r, &x);
+    CHECK(bench_write_report(rep, &r, &in) == OMNI_OK, "report with a fits-only row");
+    t = omni_read_file(rep, NULL);
+    CHECK(t && strstr(t, "| omni int2:w0 | | | 2.50 | 204* | | |") && strstr(t, "* the budget arithmetic alone") &&
+              !strstr(t, "| omni int2:w0 | not measured"), "fits-only row:\n%s", t ? t : "");
+    free(t);
+    r.n_fits--;
     in.baseline_error = "python3 has no torch";
     CHECK(bench_write_report(rep, &r, &in) == OMNI_OK, "report 2");
     t = omni_read_file(rep, NULL);
@@ -233,6 +278,38 @@ static void test_random_model(void) {
     CHECK(omni_random_model_bytes("/nonexistent/config.json", &bytes) == OMNI_ERR_INPUT, "missing config");
 }
 
+/* A weightless model for the device's own random weights: its size equals the checkpoint's, the CPU refuses it. */
+static void test_random_device_model(void) {
+    const char *cfgs[3] = {"text/qvl-h64-hd128-gqa2-tied", "text/qvl-h64-hd64-gqa4-untied-sharded", NULL};
+    char cfg[512];
+    for (int i = 0; i < 4; i++) {
+        if (i < 2) snprintf(cfg, sizeof cfg, "%s/%s/config.json", OMNI_FIXTURES, cfgs[i]);
+        else snprintf(cfg, sizeof cfg, "%s/assets/configs/%s", OMNI_SOURCE_DIR,
+                      i == 2 ? "Qwen3-VL-8B-Instruct" : "Qwen3-Omni-30B-A3B-Instruct/config.json");
+        int64_t bytes = 0;
+        llm_model *m = NULL;
+        uint64_t seed = 0;
+        CHECK(omni_random_model_bytes(cfg, &bytes) == OMNI_OK, "%s: %s", cfg, omni_last_error());
+        CHECK(omni_random_model_device(cfg, 11, &m) == OMNI_OK, "%s: %s", cfg, omni_last_error());
+        if (!m) continue;
+        CHECK((int64_t)llm_model_weight_bytes(m) == bytes, "%s: %zu bytes, the checkpoint %lld", cfg,
+              llm_model_weight_bytes(m), (long long)bytes);
+        CHECK(llm_model_is_random(m, &seed) && seed == 11 && llm_model_ckpt(m) == NULL, "random flag / seed");
+        CHECK(llm_model_config(m)->n_layers > 0 && llm_model_kv_params(m).n_kv_heads > 0, "config");
+        llm_engine_params ep = llm_engine_default_params();
+        llm_engine *e = NULL;
+        CHECK(llm_engine_init(m, &ep, &e) == OMNI_ERR_UNSUPPORTED && e == NULL, "the CPU runner took no weights");
+        CHECK(strstr(omni_last_error(), "--device cuda") != NULL, "message: %s", omni_last_error());
+        llm_model_free(m);
+    }
+    llm_model *m = NULL;
+    CHECK(omni_random_model_device("/nonexistent/config.json", 1, &m) == OMNI_ERR_INPUT && !m, "missing config");
+    llm_model *loaded = NULL;
+    snprintf(cfg, sizeof cfg, "%s/%s", OMNI_FIXTURES, cfgs[0]);
+    CHECK(llm_model_load(cfg, &loaded) == OMNI_OK && !llm_model_is_random(loaded, NULL), "a loaded model is real");
+    llm_model_free(loaded);
+}
+
 int main(void) {
     char dir[] = "/tmp/omni_bench_res_XXXXXX";
     if (!mkdtemp(dir)) return 1;
@@ -241,6 +318,7 @@ int main(void) {
     test_outputs(dir);
     test_report(dir);
     test_random_model();
+    test_random_device_model();
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     if (getenv("OMNI_TEST_KEEP")) printf("files kept in %s\n", dir);

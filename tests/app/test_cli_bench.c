@@ -35,7 +35,8 @@ static void test_bad_args(const char *dir) {
         {"--kv bf16,int3", "--kv"},      {"--batch 0", "--batch"},         {"--batch 1,1", "twice"},
         {"--ctx 4Q", "--ctx"},           {"--kv-mem -1", "--kv-mem"},      {"--png-size 10x10", "--png-size"},
         {"-n 0", "-n"},                  {"--device tpu", "tpu"},          {"--frobnicate 3", "unknown option"},
-        {"extra", "unexpected argument"}, {"--batch", "needs a value"},
+        {"extra", "unexpected argument"}, {"--batch", "needs a value"},   {"--kv int2:w33", "window 33"},
+        {"--fits-kv bf16", "already in --kv"}, {"--fits-kv int4:q", "--fits-kv"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         snprintf(a, sizeof a, "-m %s %s", g_model, bad[i].opt);
@@ -47,8 +48,8 @@ static void test_bad_args(const char *dir) {
     expect_usage("-m /nonexistent/model", 3, "/nonexistent/model");
 }
 
-/* Every fits-count against kv_budget_of for the same format, computed here. */
-static void check_fits(const bench_results *r) {
+/* Every fits-count against kv_budget_of for the same format, computed here (window: --kv-window or -1). */
+static void check_fits(const bench_results *r, int window) {
     llm_model *m = NULL;
     CHECK(llm_model_load(g_model, &m) == OMNI_OK, "load: %s", omni_last_error());
     if (!m) return;
@@ -56,8 +57,7 @@ static void check_fits(const bench_results *r) {
         const bench_fit *x = &r->fits[i];
         kv_params kp = llm_model_kv_params(m);
         kv_budget kb;
-        CHECK(kv_parse_mode(x->kv, &kp.fmt) == OMNI_OK, "mode %s", x->kv);
-        kp.fmt.window = 32; /* --kv-window 32 below */
+        CHECK(bench_format(x->kv, window, -1, &kp.fmt) == OMNI_OK, "mode %s", x->kv);
         kp.max_tokens = kp.max_seq_len = x->ctx;
         CHECK(kv_budget_of(&kp, x->ctx, &kb) == OMNI_OK, "budget: %s", omni_last_error());
         int want = (int)((int64_t)(KV_MEM_GIB * 1073741824.0) / kb.bytes);
@@ -114,7 +114,7 @@ static void test_run(const char *dir) {
     CHECK(res.n_points == 8 && res.n_fits == 4, "%d points, %d fits", res.n_points, res.n_fits);
     CHECK(!strcmp(res.device, "cpu") && res.bw_gb_s > 0, "device %s bw %g", res.device, res.bw_gb_s);
     check_points(&res);
-    check_fits(&res);
+    check_fits(&res, 32); /* --kv-window 32 */
     int v = bench_png_check(png, &res, 900, 600, err, sizeof err);
     CHECK(v >= 8, "png: %d markers verified: %s", v, v < 0 ? err : "");
     char *t = omni_read_file(rep, NULL);
@@ -138,6 +138,26 @@ static void test_random(const char *dir) {
     cli_free(&r);
 }
 
+/* --fits-kv: fits rows only (engine count == allocator arithmetic), a format's own window. */
+static void test_fits_only(const char *dir) {
+    char csv[512], err[512];
+    snprintf(csv, sizeof csv, "%s/f.csv", dir);
+    cli_result r = cli_run("bench -m %s --kv bf16 --fits-kv int2,int2:w0 --batch 1 --ctx 160 -n 2 --kv-mem %g "
+                           "--bw-mib 4 -t 2 --csv %s", g_model, KV_MEM_GIB, csv);
+    CHECK(r.code == 0, "--fits-kv: exit %d: %s", r.code, r.err);
+    bench_results res;
+    CHECK(bench_csv_read(csv, &res, err, sizeof err) == 0, "csv: %s", err);
+    CHECK(res.n_points == 1 && res.n_fits == 3 && !strcmp(res.fits[2].kv, "int2:w0"), "%d points, %d fits",
+          res.n_points, res.n_fits);
+    check_fits(&res, -1);
+    if (res.n_fits == 3) /* 160 tokens: int2 keeps them all raw in its 128-token window (+ a group), as bf16 does;
+                            with no window they are quantized */
+        CHECK(res.fits[2].fits > res.fits[1].fits && res.fits[1].fits == res.fits[0].fits,
+              "fits bf16 %d int2 %d int2:w0 %d", res.fits[0].fits, res.fits[1].fits, res.fits[2].fits);
+    bench_results_free(&res);
+    cli_free(&r);
+}
+
 int main(void) {
     snprintf(g_model, sizeof g_model, "%s/text/qvl-h64-hd128-gqa2-tied", OMNI_FIXTURES);
     char *dir = make_tmpdir();
@@ -145,6 +165,7 @@ int main(void) {
     test_bad_args(dir);
     test_run(dir);
     test_random(dir);
+    test_fits_only(dir);
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     if (getenv("OMNI_TEST_KEEP")) printf("files kept in %s\n", dir);
