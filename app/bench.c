@@ -262,7 +262,7 @@ omni_status bench_write_csv(const char *path, const bench_results *r) {
     fputs(CSV_HEADER, f);
     for (int i = 0; i < r->n_points; i++) {
         const bench_point *p = &r->points[i];
-        fprintf(f, "point,%s,%s,%s,%d,%d,%d,%.4f,%.5f,%.5f,%.3f,%.4f,%.4f,%.4f,%.4f,%.3f,%.4f,%.3f,,,,\n", model,
+        fprintf(f, "point,%s,%s,%s,%d,%d,%d,%.4f,%.5f,%.5f,%.3f,%.4f,%.4f,%.4f,%.4f,%.5f,%.4f,%.3f,,,,\n", model,
                 r->device, p->kv, p->batch, p->ctx, p->steps, p->decode_tok_s, p->step_ms_p50, p->step_ms_p99,
                 p->prefill_tok_s, p->ttft_ms, p->kv_mib, p->weights_mib, p->step_mib, r->bw_gb_s, p->roofline_tok_s,
                 p->roofline_pct);
@@ -271,7 +271,7 @@ omni_status bench_write_csv(const char *path, const bench_results *r) {
         const bench_fit *x = &r->fits[i];
         char eng[16] = ""; /* empty: not counted by the engine (the device does not run this format) */
         if (x->fits >= 0) snprintf(eng, sizeof eng, "%d", x->fits);
-        fprintf(f, "fit,%s,%s,%s,,%d,,,,,,,,,,%.3f,,,%.4f,%.5f,%s,%d\n", model, r->device, x->kv, x->ctx, r->bw_gb_s,
+        fprintf(f, "fit,%s,%s,%s,,%d,,,,,,,,,,%.5f,,,%.4f,%.5f,%s,%d\n", model, r->device, x->kv, x->ctx, r->bw_gb_s,
                 x->kv_mem_gib, x->seq_kv_mib, eng, x->fits_budget);
     }
     int bad = ferror(f);
