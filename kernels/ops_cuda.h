@@ -138,7 +138,7 @@ omni_status omni_cuda_f32_to_bf16(uint16_t *y, const float *x, int64_t n, void *
 omni_status omni_cuda_bf16_to_f32(float *y, const uint16_t *x, int64_t n, void *stream);
 
 /* ---- sparse MoE (Qwen3-Omni thinker), no host round trip --------------------------------------------------
- * A step: router logits (omni_cuda_linear, bf16 out) -> omni_cuda_moe_route -> either the per-entry GEMVs (few
+ * A step: router logits (omni_cuda_linear, f32 out) -> omni_cuda_moe_route -> either the per-entry GEMVs (few
  * tokens: omni_cuda_moe_entry_linear for gate/up, omni_cuda_swiglu_bf16, entry_linear for down) or the grouped
  * path (omni_cuda_moe_group, omni_cuda_moe_grouped_linear twice with swiglu between) -> omni_cuda_moe_combine.
  * "Entries" are the T·k (token, choice) pairs, entry e = t·k + j. Expert weights live in one allocation per
@@ -146,9 +146,11 @@ omni_status omni_cuda_bf16_to_f32(float *y, const uint16_t *x, int64_t n, void *
 
 /* Router: p = softmax(logits[t, :]) in fp32; the k largest p (descending; the lower expert index first on ties,
  * as llm/moe.c); with norm, w_j = p_j / Σ p (summed in that order in fp32); w rounded to bf16 (transformers casts
- * the routing weights to the activation dtype). logits: [T, E] bf16; sel_e: [T, k] int32; sel_w: [T, k] f32
- * holding bf16 values. 1 <= k <= min(E, 32), E <= 4096. */
-omni_status omni_cuda_moe_route(int32_t *sel_e, float *sel_w, const uint16_t *logits, int T, int E, int k, int norm,
+ * the routing weights to the activation dtype). logits: [T, E] f32, as the CPU reference computes them (logits
+ * rounded to bf16, as transformers' bf16 Linear gives them, merge near-tied experts: a bf16 step at |logit| ~ 3 is
+ * 0.016, and on the Omni fixture that flipped expert choices against the f32 reference); sel_e: [T, k] int32;
+ * sel_w: [T, k] f32 holding bf16 values. 1 <= k <= min(E, 32), E <= 4096. */
+omni_status omni_cuda_moe_route(int32_t *sel_e, float *sel_w, const float *logits, int T, int E, int k, int norm,
                                 void *stream);
 
 /* Group the entries by expert: offsets[e] .. offsets[e + 1] are the grouped rows of expert e (offsets: [E + 1]

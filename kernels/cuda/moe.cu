@@ -24,15 +24,15 @@ __device__ __forceinline__ bool before(float v, int i, float bv, int bi) { retur
 /* One warp per token. Round j of the top-k picks the first element (in top-k order) after pick j-1, so no
  * "taken" flags are needed. */
 __global__ void __launch_bounds__(ROUTE_WARPS * 32)
-moe_route_kernel(int32_t *sel_e, float *sel_w, const uint16_t *logits, int T, int E, int k, int norm) {
+moe_route_kernel(int32_t *sel_e, float *sel_w, const float *logits, int T, int E, int k, int norm) {
     const int t = blockIdx.x * ROUTE_WARPS + (threadIdx.x >> 5), lane = threadIdx.x & 31;
     if (t >= T) return;
-    const uint16_t *l = logits + (int64_t)t * E;
+    const float *l = logits + (int64_t)t * E;
     float mx = -INFINITY;
-    for (int e = lane; e < E; e += 32) mx = fmaxf(mx, ld_bf(l, e));
+    for (int e = lane; e < E; e += 32) mx = fmaxf(mx, l[e]);
     for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
     float s = 0.f;
-    for (int e = lane; e < E; e += 32) s += expf(ld_bf(l, e) - mx);
+    for (int e = lane; e < E; e += 32) s += expf(l[e] - mx);
     for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
     const float inv = 1.f / s;
     float pv = INFINITY, w[MOE_MAX_K];
@@ -41,7 +41,7 @@ moe_route_kernel(int32_t *sel_e, float *sel_w, const uint16_t *logits, int T, in
         float bv = -INFINITY;
         int bi = INT32_MAX;
         for (int e = lane; e < E; e += 32) {
-            float p = expf(ld_bf(l, e) - mx) * inv;
+            float p = expf(l[e] - mx) * inv;
             if (before(pv, pi, p, e) && before(p, e, bv, bi)) bv = p, bi = e; /* after the previous pick */
         }
         for (int o = 16; o > 0; o >>= 1) {
@@ -62,7 +62,7 @@ moe_route_kernel(int32_t *sel_e, float *sel_w, const uint16_t *logits, int T, in
     }
 }
 
-extern "C" omni_status omni_cuda_moe_route(int32_t *sel_e, float *sel_w, const uint16_t *logits, int T, int E, int k,
+extern "C" omni_status omni_cuda_moe_route(int32_t *sel_e, float *sel_w, const float *logits, int T, int E, int k,
                                            int norm, void *stream) {
     if (T < 0 || E <= 0 || E > 4096 || k < 1 || k > E || k > MOE_MAX_K)
         return omni_fail(OMNI_ERR_USAGE, "%s: T %d E %d k %d", __func__, T, E, k);

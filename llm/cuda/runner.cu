@@ -78,7 +78,8 @@ struct llm_cuda {
     uint16_t *x, *ha, *hb, *qkv, *q, *k, *v, *att, *gu, *act, *hl, *kvfill;
     float *logits, *attn_ws;
     int64_t attn_ws_floats;
-    uint16_t *rlog, *mgu, *mact, *mout;
+    float *rlog; /* router logits in f32 (as the CPU reference: bf16 logits flip near-tied experts) */
+    uint16_t *mgu, *mact, *mout;
     int32_t *sel_e, *off, *perm, *slotp, *tok;
     float *sel_w;
     omni_cuda_sample_params *sp_dev;
@@ -143,7 +144,7 @@ static size_t carve_ws(llm_cuda *r, char *base) {
     r->logits = (float *)carve(&c, 4 * O * r->V);
     r->attn_ws = (float *)carve(&c, 4 * (size_t)r->attn_ws_floats);
     if (r->E) {
-        r->rlog = (uint16_t *)carve(&c, 2 * T * r->E);
+        r->rlog = (float *)carve(&c, 4 * T * r->E);
         r->sel_e = (int32_t *)carve(&c, 4 * TK);
         r->sel_w = (float *)carve(&c, 4 * TK);
         r->off = (int32_t *)carve(&c, 4 * (size_t)(r->E + 1));
@@ -593,7 +594,7 @@ static omni_status upload_inputs(llm_cuda *r, const step_shape *sh) {
 
 static omni_status mlp_moe(llm_cuda *r, const lcw_layer *L, int T) {
     const int H = r->H, I = r->I, E = r->E, K = r->K, n = T * K;
-    OP(r, P_ROUTE, omni_cuda_linear(r->ctx, r->rlog, OMNI_BF16, r->ha, L->router, NULL, T, E, H));
+    OP(r, P_ROUTE, omni_cuda_linear(r->ctx, r->rlog, OMNI_F32, r->ha, L->router, NULL, T, E, H));
     OP(r, P_ROUTE, omni_cuda_moe_route(r->sel_e, r->sel_w, r->rlog, T, E, K, r->norm_topk, r->s));
     if (n <= ENTRY_MAX) {
         OP(r, P_EXPERTS, omni_cuda_moe_entry_linear(r->mgu, r->ha, H, K, L->gate_up, r->sel_e, n, 2 * I, H, r->s));

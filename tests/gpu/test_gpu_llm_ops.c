@@ -6,6 +6,7 @@
  * Outputs are poisoned with 0xFF (NaN) and followed by canaries (gpu_test_util.h). Exit 77 without a GPU. */
 #include "gpu_test_util.h"
 #include "kernels/ops.h"
+#include "llm/moe.h"
 #include "llm/sampler.h"
 
 enum { O_QKR, O_SWIGLU, O_GROUPED, O_ENTRY, O_MOE, O_COUNT };
@@ -283,32 +284,66 @@ static void host_route(const float *logits, int T, int E, int k, int norm, int32
     free(p);
 }
 
-/* One MoE block: router logits given (bf16, with forced ties), then both GPU paths (per-entry GEMVs; grouping +
- * grouped linears) against the f32 block evaluated with the GPU's routing.
+/* Router weights [E, H] (scale 2/sqrt(H): logits ~ N(0, 4)) with near-tied pairs (0, E-3), (2, E-1): the pair's
+ * rows are equal but for column 0, 0.125 vs 0.125 + 2^-10 (x[t, 0] = ±1), so the two logits differ by ~1e-3 in
+ * f32 - far above the f32 accumulation error, far below a bf16 step at |logit| > 0.25: rounding the logits to
+ * bf16 before the softmax (as transformers' bf16 Linear does) merges the pair and the lower index wins, against
+ * the f32 reference (llm/moe.c), which picks the larger one; x[t, 0] alternates the winner. */
+static void near_tied_router(uint16_t *wh, float *wf, uint16_t *xh, float *xf, int T, int E, int H) {
+    rand_bf16(wh, wf, (int64_t)E * H, 2.f / sqrtf((float)H), 0.f);
+    const int pairs[2][2] = {{0, E - 3}, {2, E - 1}};
+    for (int p = 0; p < 2; p++) {
+        int a = pairs[p][0], b = pairs[p][1];
+        if (a >= b) continue;
+        memcpy(wh + (int64_t)b * H, wh + (int64_t)a * H, 2 * (size_t)H);
+        wh[(int64_t)a * H] = omni_f32_to_bf16(0.125f), wh[(int64_t)b * H] = omni_f32_to_bf16(0.125f + 1.f / 1024);
+        for (int h = 0; h < H; h++)
+            wf[(int64_t)a * H + h] = omni_bf16_to_f32(wh[(int64_t)a * H + h]),
+            wf[(int64_t)b * H + h] = omni_bf16_to_f32(wh[(int64_t)b * H + h]);
+    }
+    for (int t = 0; t < T; t++) {
+        xh[(int64_t)t * H] = omni_f32_to_bf16(t % 2 ? 1.f : -1.f);
+        xf[(int64_t)t * H] = t % 2 ? 1.f : -1.f;
+    }
+}
+
+/* One MoE block: router logits given (f32, with forced ties) or made from x (router = 1: omni_cuda_linear with f32
+ * output over near-tied router rows, near_tied_router), then both GPU paths (per-entry GEMVs; grouping + grouped
+ * linears) against the f32 block evaluated with the GPU's routing, whose expert choices must equal the host's
+ * (llm/moe.c's route() on f32 logits); with router = 1 also against llm_moe_forward itself.
  * Bound per output element h, with o_j the expert outputs and A_j = Σ_i |Wd[h,i]|·|act_i|, G_j the same for the
  * gate/up products: the GPU rounds gate/up (B), silu (B), the product (B) [3B relative on act, through down:
  * 3B·A_j + propagated gate/up rounding ~B·(A_j·...)], down's fp32 sum + rounding (B|o_j| + 4u·sqrt(K)·A_j), the
  * weighting (B) and k bf16 additions (B each on the running sum): tol = Σ_j |w_j|·(6B·A_j + 2B|o_j|) +
  * k·B·Σ_j |w_j o_j| + ATOL_SUB. A wrong expert, weight or row moves outputs by O(|o|), far beyond it. */
-static void moe_case(int T, int E, int k, int H, int I, int norm, int grouped) {
+static void moe_case(int T, int E, int k, int H, int I, int norm, int grouped, int router) {
     const int64_t nE = (int64_t)T * k;
     size_t gub = 2 * (size_t)E * 2 * I * H, dnb = 2 * (size_t)E * H * I;
-    uint16_t *guh = xmalloc(gub), *dnh = xmalloc(dnb), *xh = xmalloc(2 * (size_t)T * H), *lgh = xmalloc(2 * (size_t)T * E);
+    uint16_t *guh = xmalloc(gub), *dnh = xmalloc(dnb), *xh = xmalloc(2 * (size_t)T * H), *rwh = xmalloc(2 * (size_t)E * H);
     float *guf = xmalloc(2 * gub), *dnf = xmalloc(2 * dnb), *xf = xmalloc(4 * (size_t)T * H), *lgf = xmalloc(4 * (size_t)T * E);
+    float *rwf = xmalloc(4 * (size_t)E * H);
     rand_bf16(guh, guf, (int64_t)E * 2 * I * H, 1.f / sqrtf((float)H), 0.f);
     rand_bf16(dnh, dnf, (int64_t)E * H * I, 1.f / sqrtf((float)I), 0.f);
     rand_bf16(xh, xf, (int64_t)T * H, 1.f, 0.f);
-    rand_bf16(lgh, lgf, (int64_t)T * E, 1.5f, 0.f);
-    for (int t = 0; t < T; t += 3) /* ties: two experts with one logit (the lower index must come first) */
-        lgh[(int64_t)t * E + E - 1] = lgh[(int64_t)t * E + 1], lgf[(int64_t)t * E + E - 1] = lgf[(int64_t)t * E + 1];
+    if (router) { /* host logits in f32 as llm/moe.c computes them */
+        near_tied_router(rwh, rwf, xh, xf, T, E, H);
+        int64_t rs[2] = {E, H};
+        omni_tensor rt = omni_tensor_make(rwf, OMNI_F32, 2, rs);
+        op_linear(lgf, xf, T, &rt, NULL);
+    } else {
+        for (int64_t i = 0; i < (int64_t)T * E; i++) lgf[i] = 1.5f * (float)rng_normal();
+        for (int t = 0; t < T; t += 3) lgf[(int64_t)t * E + E - 1] = lgf[(int64_t)t * E + 1]; /* exact ties */
+    }
     /* device */
     uint16_t *dgu = dev_buf(guh, gub), *ddn = dev_buf(dnh, dnb), *dx = dev_buf(xh, 2 * (size_t)T * H);
-    uint16_t *dlg = dev_buf(lgh, 2 * (size_t)T * E), *dgo = dev_buf(NULL, 2 * (size_t)nE * 2 * I);
+    float *dlg = dev_buf(router ? NULL : lgf, 4 * (size_t)T * E);
+    uint16_t *drw = dev_buf(rwh, 2 * (size_t)E * H), *dgo = dev_buf(NULL, 2 * (size_t)nE * 2 * I);
     uint16_t *dact = dev_buf(NULL, 2 * (size_t)nE * I), *dout = dev_buf(NULL, 2 * (size_t)nE * H);
     uint16_t *dy = dev_buf(NULL, 2 * (size_t)T * H);
     int32_t *dsel = dev_buf(NULL, 4 * (size_t)nE), *doff = dev_buf(NULL, 4 * (size_t)(E + 1));
     int32_t *dperm = dev_buf(NULL, 4 * (size_t)nE), *dslot = dev_buf(NULL, 4 * (size_t)nE);
     float *dw = dev_buf(NULL, 4 * (size_t)nE);
+    if (router) TRY(omni_cuda_linear(g_ctx, dlg, OMNI_F32, dx, drw, NULL, T, E, H));
     TRY(omni_cuda_moe_route(dsel, dw, dlg, T, E, k, norm, g_stream));
     if (grouped) {
         TRY(omni_cuda_moe_group(doff, dperm, dslot, dsel, T, E, k, g_stream));
@@ -331,8 +366,8 @@ static void moe_case(int T, int E, int k, int H, int I, int norm, int grouped) {
     TRY(omni_cuda_d2h(outh, dout, 2 * (size_t)nE * H, g_stream));
     TRY(omni_cuda_d2h(yh, dy, 2 * (size_t)T * H, g_stream));
     char what[128];
-    snprintf(what, sizeof what, "moe T=%d E=%d k=%d H=%d I=%d norm=%d %s", T, E, k, H, I, norm,
-             grouped ? "grouped" : "entry");
+    snprintf(what, sizeof what, "moe T=%d E=%d k=%d H=%d I=%d norm=%d %s%s", T, E, k, H, I, norm,
+             grouped ? "grouped" : "entry", router ? " router" : "");
     /* routing */
     host_route(lgf, T, E, k, norm, hsel, hw);
     int64_t esel = 0, ew = 0;
@@ -386,6 +421,22 @@ static void moe_case(int T, int E, int k, int H, int I, int norm, int grouped) {
     }
     for (int64_t i = 0; i < (int64_t)T * H; i++) got[i] = omni_bf16_to_f32(yh[i]);
     compare(&g_ops[O_MOE], what, got, y, tol, (int64_t)T * H);
+    if (router) { /* the CPU reference itself (f32 routing weights: within the bound's weighting terms) */
+        omni_tensor *views = xmalloc(sizeof(omni_tensor) * 3 * (size_t)E);
+        int64_t gs[2] = {I, H}, rs[2] = {E, H};
+        for (int e = 0; e < E; e++) {
+            views[e] = omni_tensor_make(guf + (int64_t)e * 2 * I * H, OMNI_F32, 2, gs);
+            views[E + e] = omni_tensor_make(guf + ((int64_t)e * 2 + 1) * I * H, OMNI_F32, 2, gs);
+            views[2 * E + e] = omni_tensor_make(dnf + (int64_t)e * H * I, OMNI_F32, 2, dns);
+        }
+        llm_moe m = {omni_tensor_make(rwf, OMNI_F32, 2, rs), views, views + E, views + 2 * E, E, k, I, H, norm};
+        float *yref = xmalloc(4 * (size_t)T * H), *scr = xmalloc(sizeof(float) * llm_moe_scratch_floats(&m, T));
+        llm_moe_forward(&m, yref, xf, T, scr);
+        char w2[160];
+        snprintf(w2, sizeof w2, "%s vs llm_moe_forward", what);
+        compare(&g_ops[O_MOE], w2, got, yref, tol, (int64_t)T * H);
+        free(views), free(yref), free(scr);
+    }
     /* the combine alone: exact emulation of the bf16 accumulation in expert order from the GPU's expert outputs */
     int64_t cdiff = 0;
     for (int t = 0; t < T; t++) {
@@ -408,11 +459,11 @@ static void moe_case(int T, int E, int k, int H, int I, int norm, int grouped) {
     CHECK(cdiff == 0, "%s: combine differs from the bf16 expert-order sum in %lld elements", what, (long long)cdiff);
     g_exact_cases++;
     dev_done(what, dgu, gub), dev_done(what, ddn, dnb), dev_done(what, dx, 2 * (size_t)T * H);
-    dev_done(what, dlg, 2 * (size_t)T * E), dev_done(what, dgo, 2 * (size_t)nE * 2 * I);
+    dev_done(what, dlg, 4 * (size_t)T * E), dev_done(what, drw, 2 * (size_t)E * H), dev_done(what, dgo, 2 * (size_t)nE * 2 * I);
     dev_done(what, dact, 2 * (size_t)nE * I), dev_done(what, dout, 2 * (size_t)nE * H);
     dev_done(what, dy, 2 * (size_t)T * H), dev_done(what, dsel, 4 * (size_t)nE), dev_done(what, doff, 4 * (size_t)(E + 1));
     dev_done(what, dperm, 4 * (size_t)nE), dev_done(what, dslot, 4 * (size_t)nE), dev_done(what, dw, 4 * (size_t)nE);
-    free(guh), free(dnh), free(xh), free(lgh), free(guf), free(dnf), free(xf), free(lgf), free(sel), free(hsel);
+    free(guh), free(dnh), free(xh), free(rwh), free(rwf), free(guf), free(dnf), free(xf), free(lgf), free(sel), free(hsel);
     free(off), free(perm), free(slot), free(w), free(hw), free(y), free(outh), free(yh), free(g), free(a), free(o);
     free(oa), free(aa), free(absw), free(tol), free(got);
 }
@@ -521,7 +572,9 @@ static void test_moe(void) {
     const int cfg[][5] = {/* T, E, k, H, I */ {1, 8, 2, 48, 32}, {19, 8, 4, 64, 32}, {33, 128, 8, 256, 96},
                           {130, 16, 3, 40, 24}, {2, 16, 8, 2048, 768}};
     for (int c = 0; c < (g_short ? 4 : 5); c++)
-        for (int g = 0; g < 2; g++) moe_case(cfg[c][0], cfg[c][1], cfg[c][2], cfg[c][3], cfg[c][4], (c + g) % 2 == 0 || c == 4, g);
+        for (int g = 0; g < 2; g++)
+            for (int router = 0; router < 2; router++)
+                moe_case(cfg[c][0], cfg[c][1], cfg[c][2], cfg[c][3], cfg[c][4], (c + g) % 2 == 0 || c == 4, g, router);
     CHECK(omni_cuda_moe_route(NULL, NULL, NULL, 1, 8, 9, 1, g_stream) == OMNI_ERR_USAGE, "k > E refused");
     CHECK(omni_cuda_moe_grouped_linear(NULL, NULL, 12, NULL, NULL, NULL, 8, 1, 8, 12, g_stream) == OMNI_ERR_USAGE,
           "K %% 8 refused");
