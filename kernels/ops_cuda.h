@@ -180,6 +180,26 @@ omni_status omni_cuda_moe_entry_linear(uint16_t *y, const uint16_t *x, int64_t l
 omni_status omni_cuda_moe_combine(uint16_t *y, const uint16_t *out, const int32_t *slot_pos, const int32_t *sel_e,
                                   const float *sel_w, int T, int k, int H, void *stream);
 
+/* Scratch of omni_cuda_moe_decode (device memory): logits [T·E] f32, sel_e and sel_w [T·k], act [T·k·I] bf16
+ * (16-byte aligned), ticket: one unsigned that is 0 before the first call (the calls leave it 0). */
+typedef struct {
+    float *logits;
+    int32_t *sel_e;
+    float *sel_w;
+    uint16_t *act;
+    unsigned *ticket;
+} omni_cuda_moe_scratch;
+
+/* The whole block for few tokens (decode) in three kernels, graph-capturable: y[T, H] = MoE(x[T, :]) with the
+ * router in fp32 and omni_cuda_moe_route's routing, gate/up rounded to bf16, omni_cuda_swiglu_bf16's SwiGLU, down
+ * rounded to bf16 and omni_cuda_moe_combine's sum: the values of the per-entry path up to fp32 summation order.
+ * Every weight row an entry needs is streamed once per entry (tokens sharing an expert read it again, from L2).
+ * x: [T] rows of stride ldx; router [E, H]; gate_up [E][2I][H]; down [E][H][I]; y: [T, H] bf16, not aliasing x.
+ * H, I, ldx multiples of 8, x and the weights 16-byte aligned; 1 <= k <= min(E, 32), T·k <= 65535. */
+omni_status omni_cuda_moe_decode(uint16_t *y, const uint16_t *x, int64_t ldx, const uint16_t *router,
+                                 const uint16_t *gate_up, const uint16_t *down, int T, int E, int k, int H, int I,
+                                 int norm, const omni_cuda_moe_scratch *s, void *stream);
+
 /* ---- softmax, selection ---------------------------------------------------------------------------------- */
 
 /* Row softmax in place, fp32, max-subtracted; a row of all -inf becomes zeros (as op_softmax). x: [rows, n]. */

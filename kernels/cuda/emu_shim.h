@@ -33,6 +33,11 @@ static inline unsigned atomicMax(unsigned *p, unsigned v) {
     *p = v > o ? v : o;
     return o;
 }
+static inline unsigned atomicInc(unsigned *p, unsigned v) {
+    unsigned o = *p;
+    *p = o >= v ? 0u : o + 1u;
+    return o;
+}
 static inline unsigned long long atomicAdd(unsigned long long *p, unsigned long long v) {
     unsigned long long o = *p;
     *p = o + v;

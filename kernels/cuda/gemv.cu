@@ -13,37 +13,6 @@
 
 #define GEMV_WARPS 8
 
-/* acc += x · w over 8 bf16 pairs packed in two uint4 (a bf16 is the high half of an f32). */
-__device__ __forceinline__ float dot8(float acc, uint4 xv, uint4 wv) {
-    const uint32_t xs[4] = {xv.x, xv.y, xv.z, xv.w}, ws[4] = {wv.x, wv.y, wv.z, wv.w};
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        acc = fmaf(__uint_as_float(xs[i] << 16), __uint_as_float(ws[i] << 16), acc);
-        acc = fmaf(__uint_as_float(xs[i] & 0xffff0000u), __uint_as_float(ws[i] & 0xffff0000u), acc);
-    }
-    return acc;
-}
-
-/* 16-byte loads: W streamed past L1 (read once), x through the read-only path (re-read by every warp). Inline
- * asm keeps them as plain independent loads that ptxas can hoist ahead of the FMAs. */
-#ifdef KVC_EMU
-static inline uint4 ld_stream(const uint4 *p) { return *p; }
-static inline uint4 ld_ro(const uint4 *p) { return *p; }
-#else
-__device__ __forceinline__ uint4 ld_stream(const uint4 *p) {
-    uint4 v;
-    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(p));
-    return v;
-}
-__device__ __forceinline__ uint4 ld_ro(const uint4 *p) {
-    uint4 v;
-    asm volatile("ld.global.nc.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
-    return v;
-}
-#endif
-
 /* MINB: blocks per SM promised to ptxas. With a loose register budget ptxas interleaves each chunk's loads with
  * the previous chunk's FMAs (one chunk in flight per warp, seen in SASS); MINB 3 (<= 85 registers) makes it issue
  * all U·(R + M) loads of a step first. */

@@ -21,13 +21,10 @@
 /* (v, i) comes before (bv, bi) in top-k order: larger value, or equal value and lower index. */
 __device__ __forceinline__ bool before(float v, int i, float bv, int bi) { return v > bv || (v == bv && i < bi); }
 
-/* One warp per token. Round j of the top-k picks the first element (in top-k order) after pick j-1, so no
- * "taken" flags are needed. */
-__global__ void __launch_bounds__(ROUTE_WARPS * 32)
-moe_route_kernel(int32_t *sel_e, float *sel_w, const float *logits, int T, int E, int k, int norm) {
-    const int t = blockIdx.x * ROUTE_WARPS + (threadIdx.x >> 5), lane = threadIdx.x & 31;
-    if (t >= T) return;
-    const float *l = logits + (int64_t)t * E;
+/* The routing of one token by one warp: softmax of l[0..E) in fp32, then round j of the top-k picks the first
+ * element (in top-k order) after pick j-1, so no "taken" flags are needed. Lane 0 writes sel_e[0..k), sel_w[0..k).
+ * l is volatile: the decode router reads logits that other blocks of its grid wrote. */
+__device__ void route_token(int32_t *sel_e, float *sel_w, const volatile float *l, int E, int k, int norm, int lane) {
     float mx = -INFINITY;
     for (int e = lane; e < E; e += 32) mx = fmaxf(mx, l[e]);
     for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
@@ -57,9 +54,17 @@ moe_route_kernel(int32_t *sel_e, float *sel_w, const float *logits, int T, int E
     float sum = 0.f;
     for (int j = 0; j < k; j++) sum += w[j];
     for (int j = 0; j < k; j++) {
-        sel_e[(int64_t)t * k + j] = idx[j];
-        sel_w[(int64_t)t * k + j] = bf(norm ? w[j] / sum : w[j]);
+        sel_e[j] = idx[j];
+        sel_w[j] = bf(norm ? w[j] / sum : w[j]);
     }
+}
+
+/* One warp per token. */
+__global__ void __launch_bounds__(ROUTE_WARPS * 32)
+moe_route_kernel(int32_t *sel_e, float *sel_w, const float *logits, int T, int E, int k, int norm) {
+    const int t = blockIdx.x * ROUTE_WARPS + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    if (t >= T) return;
+    route_token(sel_e + (int64_t)t * k, sel_w + (int64_t)t * k, logits + (int64_t)t * E, E, k, norm, lane);
 }
 
 extern "C" omni_status omni_cuda_moe_route(int32_t *sel_e, float *sel_w, const float *logits, int T, int E, int k,
@@ -314,5 +319,162 @@ extern "C" omni_status omni_cuda_moe_combine(uint16_t *y, const uint16_t *out, c
     omni_launch(moe_combine_kernel, T, row_threads(H), 0, (cudaStream_t)stream, y, out, slot_pos, sel_e, sel_w, k,
                 H);
     OMNI_CUDA_LAUNCHED();
+    return OMNI_OK;
+}
+
+/* ---- decode: the whole block in three kernels ------------------------------------------------------------------
+ * 1. router: one warp per expert row (every token against it), logits in fp32; the grid's last block (a ticket
+ *    that wraps to 0 for the next launch) routes every token (route_token);
+ * 2. gate/up: one warp per (entry, intermediate column): the gate and up rows of the entry's expert, SwiGLU;
+ * 3. down + combine: one warp per (token, hidden row): the down rows of the token's k experts in ascending expert
+ *    order, weighted and summed in bf16 as omni_cuda_moe_combine.
+ * Each weight row is streamed once (16-byte loads, all of a warp's loads issued before its FMAs). */
+
+#define DEC_WARPS 8 /* warps per block */
+#define DEC_KG 4    /* down rows (entries) per warp and pass */
+
+/* acc[r] = Σ x_r[c] · w_r[c] in fp32 over nc 16-byte chunks for R (w, x) row pairs; every lane gets the sums.
+ * CPL chunks per lane and row per pass (lane + 32u); a pass issues its R·CPL weight loads before its FMAs. */
+template <int R, int CPL>
+__device__ __forceinline__ void warp_dots(float (&acc)[R], const uint16_t *const (&w)[R], const uint16_t *const (&x)[R],
+                                          int nc, int lane) {
+#pragma unroll
+    for (int r = 0; r < R; r++) acc[r] = 0.f;
+    for (int p0 = 0; p0 < nc; p0 += 32 * CPL) {
+        uint4 wv[R][CPL];
+#pragma unroll
+        for (int u = 0; u < CPL; u++) {
+            const int c = p0 + lane + 32 * u;
+#pragma unroll
+            for (int r = 0; r < R; r++) wv[r][u] = c < nc ? ld_stream((const uint4 *)w[r] + c) : make_uint4(0, 0, 0, 0);
+        }
+#pragma unroll
+        for (int u = 0; u < CPL; u++) {
+            const int c = p0 + lane + 32 * u;
+            if (c < nc) {
+#pragma unroll
+                for (int r = 0; r < R; r++) acc[r] = dot8(acc[r], ld_ro((const uint4 *)x[r] + c), wv[r][u]);
+            }
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < R; r++)
+        for (int o = 16; o > 0; o >>= 1) acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], o);
+}
+
+template <int CPL>
+__global__ void __launch_bounds__(DEC_WARPS * 32)
+moe_dec_router_kernel(float *logits, int32_t *sel_e, float *sel_w, unsigned *ticket, const uint16_t *x, int64_t ldx,
+                      const uint16_t *wr, int T, int E, int H, int k, int norm) {
+    __shared__ int s_last;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, e = blockIdx.x * DEC_WARPS + warp;
+    if (e < E) {
+        const uint16_t *const w[1] = {wr + (int64_t)e * H};
+        for (int t = 0; t < T; t++) {
+            const uint16_t *const xr[1] = {x + (int64_t)t * ldx};
+            float acc[1];
+            warp_dots<1, CPL>(acc, w, xr, H / 8, lane);
+            if (lane == 0) logits[(int64_t)t * E + e] = acc[0];
+        }
+    }
+    __threadfence(); /* this block's logits reach the whole grid before its ticket */
+    __syncthreads();
+    if (threadIdx.x == 0) s_last = atomicInc(ticket, gridDim.x - 1) == gridDim.x - 1;
+    __syncthreads();
+    if (!s_last) return;
+    __threadfence();
+    for (int t = warp; t < T; t += DEC_WARPS)
+        route_token(sel_e + (int64_t)t * k, sel_w + (int64_t)t * k, logits + (int64_t)t * E, E, k, norm, lane);
+}
+
+/* act[j, i] = bf16(bf16(silu(g)) · u) with g, u = the bf16-rounded gate/up rows i of entry j's expert (as
+ * omni_cuda_swiglu_bf16 over the rounded linear outputs). grid: (ceil(I / DEC_WARPS), entries). */
+template <int CPL>
+__global__ void __launch_bounds__(DEC_WARPS * 32)
+moe_dec_gate_up_kernel(uint16_t *act, const uint16_t *x, int64_t ldx, const uint16_t *wgu, const int32_t *sel_e, int k,
+                       int H, int I) {
+    const int lane = threadIdx.x & 31, i = blockIdx.x * DEC_WARPS + (threadIdx.x >> 5), j = blockIdx.y;
+    if (i >= I) return;
+    const uint16_t *wg = wgu + ((int64_t)sel_e[j] * 2 * I + i) * H, *xr = x + (int64_t)(j / k) * ldx;
+    const uint16_t *const w[2] = {wg, wg + (int64_t)I * H}, *const xs[2] = {xr, xr};
+    float acc[2];
+    warp_dots<2, CPL>(acc, w, xs, H / 8, lane);
+    if (lane == 0) {
+        const float g = bf(acc[0]), u = bf(acc[1]);
+        st_bf(act, (int64_t)j * I + i, bf(g / (1.f + expf(-g))) * u);
+    }
+}
+
+/* y[t, h] = the bf16 sum in ascending expert order of bf16(bf16(act_j · Wd[e_j][h, :]) · w_j) over the token's
+ * entries j. grid: (ceil(H / DEC_WARPS), T). */
+template <int CPL>
+__global__ void __launch_bounds__(DEC_WARPS * 32)
+moe_dec_down_kernel(uint16_t *y, const uint16_t *act, const uint16_t *wd, const int32_t *sel_e, const float *sel_w,
+                    int k, int H, int I) {
+    __shared__ int s_ord[MOE_MAX_K];
+    const int lane = threadIdx.x & 31, h = blockIdx.x * DEC_WARPS + (threadIdx.x >> 5), t = blockIdx.y;
+    const int32_t *se = sel_e + (int64_t)t * k;
+    if (threadIdx.x == 0) /* the token's entries in ascending expert order (insertion sort, k <= 32) */
+        for (int j = 0; j < k; j++) {
+            int q = j;
+            while (q > 0 && se[s_ord[q - 1]] > se[j]) s_ord[q] = s_ord[q - 1], q--;
+            s_ord[q] = j;
+        }
+    __syncthreads();
+    if (h >= H) return;
+    float acc = 0.f;
+    for (int j0 = 0; j0 < k; j0 += DEC_KG) {
+        const uint16_t *w[DEC_KG], *xs[DEC_KG];
+#pragma unroll
+        for (int q = 0; q < DEC_KG; q++) { /* past k: entry j0 again (loaded, not summed) */
+            const int j = s_ord[j0 + q < k ? j0 + q : j0];
+            w[q] = wd + ((int64_t)se[j] * H + h) * I;
+            xs[q] = act + ((int64_t)t * k + j) * I;
+        }
+        float o[DEC_KG];
+        warp_dots<DEC_KG, CPL>(o, w, xs, I / 8, lane);
+#pragma unroll
+        for (int q = 0; q < DEC_KG; q++)
+            if (j0 + q < k) acc = bf(acc + bf(bf(o[q]) * sel_w[(int64_t)t * k + s_ord[j0 + q]]));
+    }
+    if (lane == 0) st_bf(y, (int64_t)t * H + h, acc);
+}
+
+/* The chunks per lane of one pass over a row of nc chunks: 1, 2, 3, 4 or 8 (longer rows take several passes). */
+static int dec_cpl(int nc) {
+    const int need = (nc + 31) / 32;
+    return need <= 4 ? need : 8;
+}
+
+#define DEC_LAUNCH(kern, cpl, grid, ...)                                                                          \
+    do {                                                                                                       \
+        switch (cpl) {                                                                                         \
+        case 1: omni_launch(kern<1>, grid, DEC_WARPS * 32, 0, st, __VA_ARGS__); break;                         \
+        case 2: omni_launch(kern<2>, grid, DEC_WARPS * 32, 0, st, __VA_ARGS__); break;                         \
+        case 3: omni_launch(kern<3>, grid, DEC_WARPS * 32, 0, st, __VA_ARGS__); break;                         \
+        case 4: omni_launch(kern<4>, grid, DEC_WARPS * 32, 0, st, __VA_ARGS__); break;                         \
+        default: omni_launch(kern<8>, grid, DEC_WARPS * 32, 0, st, __VA_ARGS__); break;                        \
+        }                                                                                                      \
+        OMNI_CUDA_LAUNCHED();                                                                                  \
+    } while (0)
+
+extern "C" omni_status omni_cuda_moe_decode(uint16_t *y, const uint16_t *x, int64_t ldx, const uint16_t *router,
+                                            const uint16_t *gate_up, const uint16_t *down, int T, int E, int k, int H,
+                                            int I, int norm, const omni_cuda_moe_scratch *s, void *stream) {
+    if (T < 0 || E <= 0 || E > 4096 || k < 1 || k > E || k > MOE_MAX_K || (int64_t)T * k > 65535 || H <= 0 ||
+        I <= 0 || H % 8 || I % 8 || ldx % 8 || ldx < H || !is_aligned(x, 16) || !is_aligned(router, 16) ||
+        !is_aligned(gate_up, 16) || !is_aligned(down, 16) || !s || !is_aligned(s->act, 16))
+        return omni_fail(OMNI_ERR_USAGE,
+                         "%s: T %d E %d k %d H %d I %d ldx %lld (H, I, ldx multiples of 8, 16-byte aligned rows)",
+                         __func__, T, E, k, H, I, (long long)ldx);
+    if (T == 0) return OMNI_OK;
+    cudaStream_t st = (cudaStream_t)stream;
+    const int ch = dec_cpl(H / 8), ci = dec_cpl(I / 8);
+    DEC_LAUNCH(moe_dec_router_kernel, ch, dim3((E + DEC_WARPS - 1) / DEC_WARPS), s->logits, s->sel_e, s->sel_w,
+               s->ticket, x, ldx, router, T, E, H, k, norm);
+    DEC_LAUNCH(moe_dec_gate_up_kernel, ch, dim3((I + DEC_WARPS - 1) / DEC_WARPS, T * k), s->act, x, ldx, gate_up,
+               s->sel_e, k, H, I);
+    DEC_LAUNCH(moe_dec_down_kernel, ci, dim3((H + DEC_WARPS - 1) / DEC_WARPS, T), y, s->act, down, s->sel_e,
+               s->sel_w, k, H, I);
     return OMNI_OK;
 }

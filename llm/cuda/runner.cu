@@ -35,7 +35,7 @@
 
 #define MAX_DS 4       /* DeepStack levels */
 #define SPLIT_LEN 256  /* attention keys per split in graphs */
-#define ENTRY_MAX 64   /* MoE entries (T·k) up to which the per-entry GEMVs run instead of grouping */
+#define ENTRY_MAX 64   /* MoE entries (T·k) up to which omni_cuda_moe_decode runs instead of grouping */
 #define N_BUCKETS 12   /* decode graph buckets: 1, 2, 4, ..., max_seqs */
 #define MAX_CACHES 16  /* KV caches per runner (index 0 unused) */
 #define OUT_MIN 64     /* output rows per lm_head pass: max(max_seqs, OUT_MIN) */
@@ -82,6 +82,7 @@ struct llm_cuda {
     uint16_t *mgu, *mact, *mout;
     int32_t *sel_e, *off, *perm, *slotp, *tok;
     float *sel_w;
+    unsigned *ticket; /* omni_cuda_moe_decode's (zeroed at init) */
     omni_cuda_sample_params *sp_dev;
     double *u_dev;
     int32_t *in_dev;    /* the packed int32 inputs */
@@ -153,6 +154,7 @@ static size_t carve_ws(llm_cuda *r, char *base) {
         r->mgu = (uint16_t *)carve(&c, 2 * TK * 2 * r->I);
         r->mact = (uint16_t *)carve(&c, 2 * TK * r->I);
         r->mout = (uint16_t *)carve(&c, 2 * TK * H);
+        r->ticket = (unsigned *)carve(&c, 4);
     } else {
         r->gu = (uint16_t *)carve(&c, 2 * T * 2 * r->I);
         r->act = (uint16_t *)carve(&c, 2 * T * r->I);
@@ -246,6 +248,7 @@ static omni_status init_common(llm_cuda *r, size_t weight_bytes) {
         return st;
     if ((st = omni_cuda_malloc(&r->ws, r->ws_bytes))) return st;
     carve_ws(r, (char *)r->ws);
+    if (r->E) OMNI_CUDA_TRY(cudaMemset(r->ticket, 0, 4));
     void *pin = NULL;
     OMNI_CUDA_TRY(cudaHostAlloc(&pin, carve_pinned(r, NULL), cudaHostAllocDefault));
     carve_pinned(r, (char *)pin);
@@ -594,15 +597,14 @@ static omni_status upload_inputs(llm_cuda *r, const step_shape *sh) {
 
 static omni_status mlp_moe(llm_cuda *r, const lcw_layer *L, int T) {
     const int H = r->H, I = r->I, E = r->E, K = r->K, n = T * K;
-    OP(r, P_ROUTE, omni_cuda_linear(r->ctx, r->rlog, OMNI_F32, r->ha, L->router, NULL, T, E, H));
-    OP(r, P_ROUTE, omni_cuda_moe_route(r->sel_e, r->sel_w, r->rlog, T, E, K, r->norm_topk, r->s));
-    if (n <= ENTRY_MAX) {
-        OP(r, P_EXPERTS, omni_cuda_moe_entry_linear(r->mgu, r->ha, H, K, L->gate_up, r->sel_e, n, 2 * I, H, r->s));
-        OP(r, P_SWIGLU, omni_cuda_swiglu_bf16(r->mact, r->mgu, n, I, r->s));
-        OP(r, P_EXPERTS, omni_cuda_moe_entry_linear(r->mout, r->mact, I, 1, L->down, r->sel_e, n, H, I, r->s));
-        OP(r, P_EXPERTS, omni_cuda_moe_combine(r->hb, r->mout, NULL, r->sel_e, r->sel_w, T, K, H, r->s));
+    if (n <= ENTRY_MAX) { /* router, gate/up + SwiGLU, down + combine: three kernels */
+        const omni_cuda_moe_scratch sc = {r->rlog, r->sel_e, r->sel_w, r->mact, r->ticket};
+        OP(r, P_EXPERTS, omni_cuda_moe_decode(r->hb, r->ha, H, L->router, L->gate_up, L->down, T, E, K, H, I,
+                                              r->norm_topk, &sc, r->s));
         return OMNI_OK;
     }
+    OP(r, P_ROUTE, omni_cuda_linear(r->ctx, r->rlog, OMNI_F32, r->ha, L->router, NULL, T, E, H));
+    OP(r, P_ROUTE, omni_cuda_moe_route(r->sel_e, r->sel_w, r->rlog, T, E, K, r->norm_topk, r->s));
     OP(r, P_ROUTE, omni_cuda_moe_group(r->off, r->perm, r->slotp, r->sel_e, T, E, K, r->s));
     OP(r, P_EXPERTS,
        omni_cuda_moe_grouped_linear(r->mgu, r->ha, H, r->perm, L->gate_up, r->off, E, n, 2 * I, H, r->s));

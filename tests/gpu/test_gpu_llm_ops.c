@@ -316,8 +316,12 @@ static void near_tied_router(uint16_t *wh, float *wf, uint16_t *xh, float *xf, i
  * 3B·A_j + propagated gate/up rounding ~B·(A_j·...)], down's fp32 sum + rounding (B|o_j| + 4u·sqrt(K)·A_j), the
  * weighting (B) and k bf16 additions (B each on the running sum): tol = Σ_j |w_j|·(6B·A_j + 2B|o_j|) +
  * k·B·Σ_j |w_j o_j| + ATOL_SUB. A wrong expert, weight or row moves outputs by O(|o|), far beyond it. */
-static void moe_case(int T, int E, int k, int H, int I, int norm, int grouped, int router) {
+enum { MOE_ENTRY, MOE_GROUPED, MOE_DECODE }; /* moe_case paths */
+
+static void moe_case(int T, int E, int k, int H, int I, int norm, int path, int router) {
     const int64_t nE = (int64_t)T * k;
+    const int grouped = path == MOE_GROUPED, decode = path == MOE_DECODE;
+    if (decode) router = 1; /* the decode block computes its router logits */
     size_t gub = 2 * (size_t)E * 2 * I * H, dnb = 2 * (size_t)E * H * I;
     uint16_t *guh = xmalloc(gub), *dnh = xmalloc(dnb), *xh = xmalloc(2 * (size_t)T * H), *rwh = xmalloc(2 * (size_t)E * H);
     float *guf = xmalloc(2 * gub), *dnf = xmalloc(2 * dnb), *xf = xmalloc(4 * (size_t)T * H), *lgf = xmalloc(4 * (size_t)T * E);
@@ -343,9 +347,20 @@ static void moe_case(int T, int E, int k, int H, int I, int norm, int grouped, i
     int32_t *dsel = dev_buf(NULL, 4 * (size_t)nE), *doff = dev_buf(NULL, 4 * (size_t)(E + 1));
     int32_t *dperm = dev_buf(NULL, 4 * (size_t)nE), *dslot = dev_buf(NULL, 4 * (size_t)nE);
     float *dw = dev_buf(NULL, 4 * (size_t)nE);
-    if (router) TRY(omni_cuda_linear(g_ctx, dlg, OMNI_F32, dx, drw, NULL, T, E, H));
-    TRY(omni_cuda_moe_route(dsel, dw, dlg, T, E, k, norm, g_stream));
-    if (grouped) {
+    unsigned *dticket = dev_buf(NULL, 4);
+    uint16_t *yh = xmalloc(2 * (size_t)T * H), *yh2 = xmalloc(2 * (size_t)T * H);
+    if (decode) { /* twice: the second call must find the ticket reset and give the same bits */
+        const omni_cuda_moe_scratch sc = {dlg, dsel, dw, dact, dticket};
+        TRY(omni_cuda_memset(dticket, 0, 4, g_stream));
+        TRY(omni_cuda_moe_decode(dy, dx, H, drw, dgu, ddn, T, E, k, H, I, norm, &sc, g_stream));
+        TRY(omni_cuda_d2h(yh2, dy, 2 * (size_t)T * H, g_stream));
+        TRY(omni_cuda_moe_decode(dy, dx, H, drw, dgu, ddn, T, E, k, H, I, norm, &sc, g_stream));
+    } else if (router) {
+        TRY(omni_cuda_linear(g_ctx, dlg, OMNI_F32, dx, drw, NULL, T, E, H));
+    }
+    if (!decode) TRY(omni_cuda_moe_route(dsel, dw, dlg, T, E, k, norm, g_stream));
+    if (decode) {
+    } else if (grouped) {
         TRY(omni_cuda_moe_group(doff, dperm, dslot, dsel, T, E, k, g_stream));
         TRY(omni_cuda_moe_grouped_linear(dgo, dx, H, dperm, dgu, doff, E, (int)nE, 2 * I, H, g_stream));
         TRY(omni_cuda_swiglu_bf16(dact, dgo, (int)nE, I, g_stream));
@@ -355,19 +370,21 @@ static void moe_case(int T, int E, int k, int H, int I, int norm, int grouped, i
         TRY(omni_cuda_swiglu_bf16(dact, dgo, (int)nE, I, g_stream));
         TRY(omni_cuda_moe_entry_linear(dout, dact, I, 1, ddn, dsel, (int)nE, H, I, g_stream));
     }
-    TRY(omni_cuda_moe_combine(dy, dout, grouped ? dslot : NULL, dsel, dw, T, k, H, g_stream));
+    if (!decode) TRY(omni_cuda_moe_combine(dy, dout, grouped ? dslot : NULL, dsel, dw, T, k, H, g_stream));
     TRY(omni_cuda_sync(g_stream));
     int32_t *sel = xmalloc(4 * nE), *hsel = xmalloc(4 * nE), *off = xmalloc(4 * (size_t)(E + 1));
     int32_t *perm = xmalloc(4 * nE), *slot = xmalloc(4 * nE);
     float *w = xmalloc(4 * nE), *hw = xmalloc(4 * nE), *y = xmalloc(4 * (size_t)T * H);
-    uint16_t *outh = xmalloc(2 * (size_t)nE * H), *yh = xmalloc(2 * (size_t)T * H);
+    uint16_t *outh = xmalloc(2 * (size_t)nE * H);
     TRY(omni_cuda_d2h(sel, dsel, 4 * nE, g_stream));
     TRY(omni_cuda_d2h(w, dw, 4 * nE, g_stream));
-    TRY(omni_cuda_d2h(outh, dout, 2 * (size_t)nE * H, g_stream));
+    if (!decode) TRY(omni_cuda_d2h(outh, dout, 2 * (size_t)nE * H, g_stream));
     TRY(omni_cuda_d2h(yh, dy, 2 * (size_t)T * H, g_stream));
     char what[128];
     snprintf(what, sizeof what, "moe T=%d E=%d k=%d H=%d I=%d norm=%d %s%s", T, E, k, H, I, norm,
-             grouped ? "grouped" : "entry", router ? " router" : "");
+             decode ? "decode" : grouped ? "grouped" : "entry", router && !decode ? " router" : "");
+    if (decode)
+        CHECK(memcmp(yh, yh2, 2 * (size_t)T * H) == 0, "%s: a second call gives other bits (the ticket?)", what);
     /* routing */
     host_route(lgf, T, E, k, norm, hsel, hw);
     int64_t esel = 0, ew = 0;
@@ -439,7 +456,7 @@ static void moe_case(int T, int E, int k, int H, int I, int norm, int grouped, i
     }
     /* the combine alone: exact emulation of the bf16 accumulation in expert order from the GPU's expert outputs */
     int64_t cdiff = 0;
-    for (int t = 0; t < T; t++) {
+    for (int t = 0; t < T && !decode; t++) {
         int ord[32];
         for (int j = 0; j < k; j++) { /* ascending expert */
             int q = j;
@@ -457,14 +474,14 @@ static void moe_case(int T, int E, int k, int H, int I, int norm, int grouped, i
         }
     }
     CHECK(cdiff == 0, "%s: combine differs from the bf16 expert-order sum in %lld elements", what, (long long)cdiff);
-    g_exact_cases++;
-    dev_done(what, dgu, gub), dev_done(what, ddn, dnb), dev_done(what, dx, 2 * (size_t)T * H);
+    g_exact_cases += !decode;
+    dev_done(what, dticket, 4), dev_done(what, dgu, gub), dev_done(what, ddn, dnb), dev_done(what, dx, 2 * (size_t)T * H);
     dev_done(what, dlg, 4 * (size_t)T * E), dev_done(what, drw, 2 * (size_t)E * H), dev_done(what, dgo, 2 * (size_t)nE * 2 * I);
     dev_done(what, dact, 2 * (size_t)nE * I), dev_done(what, dout, 2 * (size_t)nE * H);
     dev_done(what, dy, 2 * (size_t)T * H), dev_done(what, dsel, 4 * (size_t)nE), dev_done(what, doff, 4 * (size_t)(E + 1));
     dev_done(what, dperm, 4 * (size_t)nE), dev_done(what, dslot, 4 * (size_t)nE), dev_done(what, dw, 4 * (size_t)nE);
     free(guh), free(dnh), free(xh), free(rwh), free(rwf), free(guf), free(dnf), free(xf), free(lgf), free(sel), free(hsel);
-    free(off), free(perm), free(slot), free(w), free(hw), free(y), free(outh), free(yh), free(g), free(a), free(o);
+    free(off), free(perm), free(slot), free(w), free(hw), free(y), free(outh), free(yh), free(yh2), free(g), free(a), free(o);
     free(oa), free(aa), free(absw), free(tol), free(got);
 }
 
@@ -571,10 +588,15 @@ static void test_moe(void) {
     entry_case(7, 3, 5, 19, 40);
     const int cfg[][5] = {/* T, E, k, H, I */ {1, 8, 2, 48, 32}, {19, 8, 4, 64, 32}, {33, 128, 8, 256, 96},
                           {130, 16, 3, 40, 24}, {2, 16, 8, 2048, 768}};
-    for (int c = 0; c < (g_short ? 4 : 5); c++)
+    for (int c = 0; c < (g_short ? 4 : 5); c++) {
         for (int g = 0; g < 2; g++)
             for (int router = 0; router < 2; router++)
                 moe_case(cfg[c][0], cfg[c][1], cfg[c][2], cfg[c][3], cfg[c][4], (c + g) % 2 == 0 || c == 4, g, router);
+        moe_case(cfg[c][0], cfg[c][1], cfg[c][2], cfg[c][3], cfg[c][4], c % 2, MOE_DECODE, 1);
+    }
+    /* decode at Omni's matrix sizes (k 8, H 2048, I 768; 32 experts) with 1 and 3 tokens; K = 40 (one partial pass) */
+    if (!g_short) moe_case(1, 32, 8, 2048, 768, 1, MOE_DECODE, 1), moe_case(3, 32, 8, 2048, 768, 0, MOE_DECODE, 1);
+    moe_case(4, 12, 5, 40, 264, 1, MOE_DECODE, 1);
     CHECK(omni_cuda_moe_route(NULL, NULL, NULL, 1, 8, 9, 1, g_stream) == OMNI_ERR_USAGE, "k > E refused");
     CHECK(omni_cuda_moe_grouped_linear(NULL, NULL, 12, NULL, NULL, NULL, 8, 1, 8, 12, g_stream) == OMNI_ERR_USAGE,
           "K %% 8 refused");
