@@ -1,0 +1,204 @@
+/* bench_moe.c - benchmark (not a test; test_gpu_llm_ops validates the ops): the sparse MoE block at the Qwen3-Omni
+ * thinker's shapes (E 128, k 8, H 2048, I 768), random bf16 weights and random inputs (uniform-ish routing).
+ * Decode (T = 1, 4): omni_cuda_moe_decode vs the per-entry path (router linear + route + entry GEMVs + SwiGLU +
+ * combine) in the same run, as bytes of the active experts' weights (+ router) over the time, against the copy
+ * bandwidth; prefill (T = 4096): the grouped path (router, route, grouping, grouped linears, SwiGLU, combine) in
+ * TFLOP/s of the expert GEMMs. CUDA events around each call, median of RUNS after warm-up; NBUF different inputs
+ * in rotation so that the experts change between calls (one call reads ~76 MB, beyond the 60 MB L2).
+ * Usage: omni_bench_moe  (stdout: one line per row) */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime.h>
+
+#include "kernels/ops_cuda.h"
+#include "kernels/tensor.h"
+
+#define RUNS 40
+#define NBUF 16
+#define E 128
+#define KTOP 8
+#define H 2048
+#define I 768
+#define T_MAX 4096
+#define CK(call)                                                                                               \
+    do {                                                                                                       \
+        if ((call) != 0) {                                                                                     \
+            fprintf(stderr, "FATAL %s:%d: %s: %s\n", __FILE__, __LINE__, #call, omni_last_error());            \
+            exit(1);                                                                                           \
+        }                                                                                                      \
+    } while (0)
+
+static omni_cuda_ctx *g_ctx;
+static cudaStream_t g_s;
+static uint64_t g_rng = 7;
+
+/* n bf16 values uniform in [-scale, scale) on the device (made on the host in slices). */
+static uint16_t *rand_dev(int64_t n, float scale) {
+    uint16_t *d, *h = malloc(2 * (size_t)(n < (1 << 24) ? n : (1 << 24)));
+    CK(omni_cuda_malloc((void **)&d, 2 * (size_t)n));
+    for (int64_t o = 0; o < n; o += 1 << 24) {
+        int64_t m = n - o < (1 << 24) ? n - o : (1 << 24);
+        for (int64_t i = 0; i < m; i++) {
+            g_rng = g_rng * 6364136223846793005ull + 1442695040888963407ull;
+            h[i] = omni_f32_to_bf16(scale * (float)((g_rng >> 40) * 0x1p-24 * 2.0 - 1.0));
+        }
+        CK(omni_cuda_h2d(d + o, h, 2 * (size_t)m, g_s));
+    }
+    free(h);
+    return d;
+}
+
+static int cmp_f(const void *a, const void *b) {
+    float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+
+/* the block's buffers */
+static uint16_t *g_rw, *g_gu, *g_dn, *g_x, *g_y, *g_gout, *g_act, *g_out;
+static float *g_lg, *g_sw;
+static int32_t *g_se, *g_off, *g_perm, *g_slot;
+static unsigned *g_ticket;
+static int g_T;
+
+static void run_decode(int b) {
+    const omni_cuda_moe_scratch sc = {g_lg, g_se, g_sw, g_act, g_ticket};
+    CK(omni_cuda_moe_decode(g_y, g_x + (int64_t)b * T_MAX * H, H, g_rw, g_gu, g_dn, g_T, E, KTOP, H, I, 1, &sc, g_s));
+}
+
+static void run_route(int b) {
+    CK(omni_cuda_linear(g_ctx, g_lg, OMNI_F32, g_x + (int64_t)b * T_MAX * H, g_rw, NULL, g_T, E, H));
+    CK(omni_cuda_moe_route(g_se, g_sw, g_lg, g_T, E, KTOP, 1, g_s));
+}
+
+static void run_entry(int b) {
+    const int n = g_T * KTOP;
+    run_route(b);
+    CK(omni_cuda_moe_entry_linear(g_gout, g_x + (int64_t)b * T_MAX * H, H, KTOP, g_gu, g_se, n, 2 * I, H, g_s));
+    CK(omni_cuda_swiglu_bf16(g_act, g_gout, n, I, g_s));
+    CK(omni_cuda_moe_entry_linear(g_out, g_act, I, 1, g_dn, g_se, n, H, I, g_s));
+    CK(omni_cuda_moe_combine(g_y, g_out, NULL, g_se, g_sw, g_T, KTOP, H, g_s));
+}
+
+static void run_grouped(int b) {
+    const int n = g_T * KTOP;
+    run_route(b);
+    CK(omni_cuda_moe_group(g_off, g_perm, g_slot, g_se, g_T, E, KTOP, g_s));
+    CK(omni_cuda_moe_grouped_linear(g_gout, g_x + (int64_t)b * T_MAX * H, H, g_perm, g_gu, g_off, E, n, 2 * I, H, g_s));
+    CK(omni_cuda_swiglu_bf16(g_act, g_gout, n, I, g_s));
+    CK(omni_cuda_moe_grouped_linear(g_out, g_act, I, NULL, g_dn, g_off, E, n, H, I, g_s));
+    CK(omni_cuda_moe_combine(g_y, g_out, g_slot, g_se, g_sw, g_T, KTOP, H, g_s));
+}
+
+/* Median ms of one call over RUNS (events around each), after 5 warm-ups; input b = r % nbuf. */
+static float time_ms(void (*fn)(int), int nbuf) {
+    cudaEvent_t ev[2 * RUNS];
+    float ms[RUNS];
+    for (int i = 0; i < 2 * RUNS; i++) CK(cudaEventCreate(&ev[i]));
+    for (int i = 0; i < 5; i++) fn(i % nbuf);
+    for (int r = 0; r < RUNS; r++) {
+        CK(cudaEventRecord(ev[2 * r], g_s));
+        fn(r % nbuf);
+        CK(cudaEventRecord(ev[2 * r + 1], g_s));
+    }
+    CK(cudaStreamSynchronize(g_s));
+    for (int r = 0; r < RUNS; r++) CK(cudaEventElapsedTime(&ms[r], ev[2 * r], ev[2 * r + 1]));
+    for (int i = 0; i < 2 * RUNS; i++) cudaEventDestroy(ev[i]);
+    qsort(ms, RUNS, sizeof(float), cmp_f);
+    return ms[RUNS / 2];
+}
+
+/* Distinct experts of the last routing (sel_e of g_T tokens) -> the weight bytes a call reads once each. */
+static double active_bytes(void) {
+    int32_t sel[T_MAX * KTOP];
+    int seen[E] = {0}, n = 0;
+    CK(omni_cuda_d2h(sel, g_se, sizeof(int32_t) * (size_t)g_T * KTOP, g_s));
+    for (int i = 0; i < g_T * KTOP; i++) n += !seen[sel[i]]++;
+    return (double)n * 3 * I * H * 2 + (double)E * H * 2;
+}
+
+int main(void) {
+    int nd = 0;
+    CK(omni_cuda_available(&nd));
+    if (nd == 0) {
+        printf("no CUDA device\n");
+        return 77;
+    }
+    CK(omni_cuda_ctx_init(&g_ctx, 0));
+    g_s = (cudaStream_t)omni_cuda_ctx_stream(g_ctx);
+    /* copy bandwidth (read + write) as the ceiling */
+    void *c0, *c1;
+    const size_t cb = (size_t)1 << 30;
+    CK(omni_cuda_malloc(&c0, cb));
+    CK(omni_cuda_malloc(&c1, cb));
+    CK(omni_cuda_memset(c0, 1, cb, g_s));
+    cudaEvent_t a, z;
+    CK(cudaEventCreate(&a));
+    CK(cudaEventCreate(&z));
+    float best = 1e30f;
+    for (int r = 0; r < 10; r++) {
+        float ms;
+        CK(cudaEventRecord(a, g_s));
+        CK(omni_cuda_d2d(r & 1 ? c0 : c1, r & 1 ? c1 : c0, cb, g_s));
+        CK(cudaEventRecord(z, g_s));
+        CK(cudaEventSynchronize(z));
+        CK(cudaEventElapsedTime(&ms, a, z));
+        if (r >= 2 && ms < best) best = ms;
+    }
+    const double copy_gbs = 2.0 * cb / (best * 1e-3) / 1e9;
+    omni_cuda_free(c0), omni_cuda_free(c1);
+    printf("MoE block, E %d k %d H %d I %d, random bf16 weights and inputs (uniform-ish routing); copy %.1f GB/s\n", E,
+           KTOP, H, I, copy_gbs);
+    g_rw = rand_dev((int64_t)E * H, 2.f / sqrtf(H));
+    g_gu = rand_dev((int64_t)E * 2 * I * H, 1.f / sqrtf(H));
+    g_dn = rand_dev((int64_t)E * H * I, 1.f / sqrtf(I));
+    g_x = rand_dev((int64_t)NBUF * T_MAX * H, 1.f);
+    const size_t n = (size_t)T_MAX * KTOP;
+    CK(omni_cuda_malloc((void **)&g_y, 2 * (size_t)T_MAX * H));
+    CK(omni_cuda_malloc((void **)&g_gout, 2 * n * 2 * I));
+    CK(omni_cuda_malloc((void **)&g_act, 2 * n * I));
+    CK(omni_cuda_malloc((void **)&g_out, 2 * n * H));
+    CK(omni_cuda_malloc((void **)&g_lg, 4 * (size_t)T_MAX * E));
+    CK(omni_cuda_malloc((void **)&g_sw, 4 * n));
+    CK(omni_cuda_malloc((void **)&g_se, 4 * n));
+    CK(omni_cuda_malloc((void **)&g_perm, 4 * n));
+    CK(omni_cuda_malloc((void **)&g_slot, 4 * n));
+    CK(omni_cuda_malloc((void **)&g_off, 4 * (E + 1)));
+    CK(omni_cuda_malloc((void **)&g_ticket, 4));
+    CK(omni_cuda_memset(g_ticket, 0, 4, g_s));
+    const int dec_t[] = {1, 2, 4, 8};
+    for (int i = 0; i < 4; i++) {
+        g_T = dec_t[i];
+        /* the two paths agree (same routing, bf16 class) */
+        uint16_t *y1 = malloc(2 * (size_t)g_T * H), *y2 = malloc(2 * (size_t)g_T * H);
+        run_decode(0);
+        CK(omni_cuda_d2h(y1, g_y, 2 * (size_t)g_T * H, g_s));
+        run_entry(0);
+        CK(omni_cuda_d2h(y2, g_y, 2 * (size_t)g_T * H, g_s));
+        double md = 0, mx = 0;
+        for (int j = 0; j < g_T * H; j++) {
+            double d = fabs(omni_bf16_to_f32(y1[j]) - omni_bf16_to_f32(y2[j]));
+            md = d > md ? d : md, mx = fmax(mx, fabs(omni_bf16_to_f32(y2[j])));
+        }
+        free(y1), free(y2);
+        const double bytes = active_bytes();
+        const float td = time_ms(run_decode, NBUF), te = time_ms(run_entry, NBUF), tr = time_ms(run_route, NBUF);
+        printf("decode T=%d: omni_cuda_moe_decode %7.1f us %7.1f GB/s %5.1f%% of copy | per-entry path %7.1f us "
+               "(route %5.1f us) %5.1f%% | %.2fx | %.1f MB | max |diff| %.3g of max |y| %.3g\n",
+               g_T, td * 1e3, bytes / (td * 1e-3) / 1e9, 100 * bytes / (td * 1e-3) / 1e9 / copy_gbs, te * 1e3,
+               tr * 1e3, 100 * bytes / (te * 1e-3) / 1e9 / copy_gbs, te / td, bytes / 1e6, md, mx);
+    }
+    const int pre_t[] = {512, 4096};
+    for (int i = 0; i < 2; i++) {
+        g_T = pre_t[i];
+        const double flops = 2.0 * g_T * KTOP * 3.0 * I * H;
+        const float tg = time_ms(run_grouped, 4), tr = time_ms(run_route, 4);
+        printf("prefill T=%d: grouped path %8.1f us (route %6.1f us) %6.1f TFLOP/s of expert GEMMs\n", g_T, tg * 1e3,
+               tr * 1e3, flops / (tg * 1e-3) / 1e12);
+    }
+    omni_cuda_ctx_free(g_ctx);
+    return 0;
+}
