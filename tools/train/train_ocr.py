@@ -62,8 +62,8 @@ def ctc_targets(text):
 
 def collate(samples, prompt, pad_id, rope):
     """samples: list of (uint8 [3, 32, w], text) -> training batch: right-padded token rows, their MRoPE position ids
-    (rope: util.RopeIndex), images (the pixel values are made on the device: ocr_data.patchify_batch), CTC
-    targets, visual tokens per image."""
+    (rope: util.RopeIndex) and the vision tower's patch positions (no per-image loop in the training step), images
+    (the pixel values are made on the device: ocr_data.patchify_batch), CTC targets, visual tokens per image."""
     seqs, labs, ntok = [], [], []
     for x, text in samples:
         ntok.append(x.shape[1] * x.shape[2] // (32 * 32))
@@ -85,7 +85,10 @@ def collate(samples, prompt, pad_id, rope):
     widths = torch.tensor([x.shape[2] for x, _ in samples])
     pos = rope(ids, mm_token_type_ids=(ids == prompt.ids["<|image_pad|>"]).int(), image_grid_thw=grid_thw(widths),
                attention_mask=mask)
-    return {"input_ids": ids, "labels": labels, "attention_mask": mask, "position_ids": pos, "images": images,
+    from transformers.vision_utils import get_vision_position_ids
+    vpos = get_vision_position_ids(grid_thw(widths), ocr_data.MERGE)  # the tower's 2D RoPE positions [patches, 2]
+    return {"input_ids": ids, "labels": labels, "attention_mask": mask, "position_ids": pos,
+            "image_position_ids": vpos, "images": images,
             "widths": widths, "vis_tokens": ntok,
             "ctc_targets": torch.tensor([c for t in tg for c in t]), "ctc_lengths": torch.tensor([len(t) for t in tg]),
             "n_tokens": int(sum(len(a) for a in labs))}
@@ -209,6 +212,7 @@ def main():
                    lambda: Qwen3VLForConditionalGeneration(make_config(tok, TOY if args.toy else FULL)).float())
     model, dev = run.model, run.dev
     util.use_varlen_attention(model.config.vision_config)
+    util.linear_patch_embed(model.model.visual)
     util.use_sdpa_attention(model.config.text_config)
     it = run.batches(Stream(args.batch, run.seed, NAME, model.config), replay=args.replay)
     ctc = util.CTCHead(model.model.visual, lambda out: out.pooler_output, model.config.text_config.hidden_size,
@@ -220,7 +224,7 @@ def main():
     def to_kwargs(b):
         cur.update(b)
         w = b["widths"]
-        kw = {k: b[k] for k in ("input_ids", "labels", "attention_mask", "position_ids")}
+        kw = {k: b[k] for k in ("input_ids", "labels", "attention_mask", "position_ids", "image_position_ids")}
         kw["pixel_values"] = ocr_data.patchify_batch(b["images"], w)
         kw["image_grid_thw"] = grid_thw(w)
         kw["mm_token_type_ids"] = (kw["input_ids"] == image_pad).int()

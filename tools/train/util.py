@@ -299,8 +299,11 @@ class Feeder:
         threading.Thread(target=self._pull, args=(it,), daemon=True).start()
 
     def _pull(self, it):
-        for b in it:
-            self.q.put(b)
+        try:
+            for b in it:
+                self.q.put(b)
+        except BaseException as e:  # noqa: BLE001 - handed to the training thread, which raises it
+            self.q.put(e)
 
     def to_dev(self, b):
         return {k: v.to(self.dev, non_blocking=True) if hasattr(v, "to") else v for k, v in b.items()}
@@ -310,7 +313,12 @@ class Feeder:
 
     def __next__(self):
         try:
-            b = self.to_dev(self.q.get(block=not self.buf, timeout=600))
+            b = self.q.get(block=not self.buf, timeout=600)
+            if isinstance(b, BaseException):
+                raise RuntimeError("the data loader failed: %r" % b) from b
+            if not self.n_fresh and not self.buf:
+                check_pinnable(b)
+            b = self.to_dev(b)
         except self.empty:
             self.n_replay += 1
             b = self.buf[self.rng.randrange(len(self.buf))]
@@ -362,6 +370,34 @@ class CTCHead:
         self.feats = None
         return self.weight * ctc
 
+def check_pinnable(batch):
+    """Refuse batch tensors with repeated memory (expanded views): the CUDA DataLoader's pin-memory thread cannot
+    copy them (checked on every device, so a CPU test run catches it)."""
+    for k, v in batch.items():
+        if hasattr(v, "stride") and v.numel() > 1:
+            if not v.is_contiguous() or 0 in [s for s, n in zip(v.stride(), v.shape) if n > 1]:
+                raise ValueError("batch tensor %r %s has overlapping memory (strides %s)" % (k, tuple(v.shape),
+                                                                                          v.stride()))
+
+
+def _lower_priority(_worker_id):
+    """Data workers yield the CPU to the training process, whose kernel launches keep the GPU busy."""
+    os.nice(5)
+
+
+def linear_patch_embed(visual):
+    """Run the vision tower's patch embedding (a Conv3d whose kernel equals its stride and input) as the equal
+    F.linear on the same weight: cuDNN's bf16 Conv3d for this shape is pathologically slow on Hopper (~0.3 s per
+    training step here; transformers issue #45750). Parameters and checkpoint are unchanged."""
+    import torch.nn.functional as F
+    pe = visual.patch_embed
+    w = pe.proj.weight  # [embed, C, T, P, P]
+
+    def forward(hidden_states):
+        return F.linear(hidden_states.reshape(-1, w[0].numel()).to(w.dtype), w.reshape(w.shape[0], -1), pe.proj.bias)
+    pe.forward = forward
+
+
 class RopeIndex:
     """The model class's own get_rope_index (MRoPE position ids) without a model: it reads only the config, so the
     CPU data workers compute the position ids of a batch (a Python loop per sample: ~1 ms each) and the training
@@ -378,7 +414,7 @@ class RopeIndex:
 
     def __call__(self, *args, **kw):
         """-> position_ids [3, B, L] (the model's get_rope_index arguments)."""
-        return self.fn(self.ns, *args, **kw)[0]
+        return self.fn(self.ns, *args, **kw)[0].contiguous()  # (an expanded view cannot be pinned)
 
 
 def train_args(name, seed, batch, workers, lr):
@@ -438,7 +474,7 @@ class Run:
         self.loader = torch.utils.data.DataLoader(
             stream, batch_size=None, num_workers=self.args.workers,
             prefetch_factor=4 if self.args.workers else None, persistent_workers=self.args.workers > 0,
-            pin_memory=self.dev.type == "cuda")
+            pin_memory=self.dev.type == "cuda", worker_init_fn=_lower_priority)
         it = iter(self.loader)
         self.model.to(self.dev)
         return Feeder(it, self.dev, replay, self.seed) if replay else it
