@@ -5,6 +5,7 @@
 # the ignored folder .train/ carried (tools/train/prepare_carry.sh fills it here: espeak-ng .debs + pcaudio stub):
 #     bash tools/train/gpu_train.sh 7                          # fresh start of ocr + speech, 7 minutes each
 #     bash tools/train/gpu_train.sh 7 assets/models            # resume from DIR/{ocr,speech} (those present)
+#     bash tools/train/gpu_train.sh 7 .train/resume            # ... or from DIR/models.tar.xz.part* (an earlier $OUT)
 #     bash tools/train/gpu_train.sh 6 "" ocr,speech,text       # MODELS: any of ocr, speech, text (default ocr,speech)
 # Whole run = MINUTES + about 1 minute (start, held-out evaluation, packing); each model is killed at
 # MINUTES*60+90 s at the latest. Writes under $OUT (default /tmp/omni-train-out), at most 5 files:
@@ -46,6 +47,10 @@ if [ "${TOY:-0}" = 1 ]; then
 else  # 16 cores, shared with other work: 12 CPU data workers, 8 render images (~80/s each) + 4 synthesize speech
     common="" ocr_x="--workers 8 --batch 256 --replay 200" speech_x="--workers 4 --batch 128 --replay 200"
     text_x="--workers 2 --batch 16"
+fi
+if [ -n "$RESUME" ] && ls "$RESUME"/models.tar.xz.part* >/dev/null 2>&1; then  # a packed result of this script
+    mkdir -p "$W/resume" && cat "$RESUME"/models.tar.xz.part* | tar -xJ -C "$W/resume" && RESUME=$W/resume
+    echo "gpu_train: unpacked $(ls "$RESUME") to resume from"
 fi
 resume() { [ -n "$RESUME" ] && [ -f "$RESUME/$1/config.json" ] && echo "--resume $RESUME"; }
 limit=$(python3 -c "print(int($M * 60 + 90))")

@@ -323,6 +323,9 @@ def report(res, args, recipes):
       "tools/train/gpu_train.sh; recipes in each folder's training_recipe.json). Every number below is omni's own "
       "output on the CPU; `R` is the recent window kept in BF16 (`--kv-window`).\n" % (
           res["command"], res["date"], res["omni_calls"], res["omni_seconds"], args.models))
+    if res.get("merged"):
+        w("(This file joins runs of the same command with `--only PARTS --merge EARLIER.json`, which measure the "
+          "parts separately; the plain command measures everything in one run.)\n")
     w("## Models\n")
     w("| model | layout | parameters | training | held-out eval at the end of training (transformers, bf16) |")
     w("|---|---|---|---|---|")
@@ -463,6 +466,8 @@ def main():
     ap.add_argument("--jobs", type=int, default=2, help="omni processes at a time")
     ap.add_argument("--quick", action="store_true", help="small sets (a smoke test of this script)")
     ap.add_argument("--only", nargs="*", default=["ocr", "speech", "text", "stats"])
+    ap.add_argument("--merge", default=None, help="a QUALITY.json of an earlier run: keep its numbers for the parts "
+                                                  "not measured now (--only)")
     args = ap.parse_args()
     q = args.quick
     args.ocr_n = 6 if q else 200
@@ -474,6 +479,10 @@ def main():
     omni = Omni(args.omni, args.threads, args.jobs)
     res = {"command": "python3 tools/train/quality.py" + (" --quick" if q else ""),
            "date": time.strftime("%Y-%m-%d"), "modes": [m for m, _ in mode_runs()]}
+    if args.merge:
+        old = util.read_json(args.merge)
+        res.update({k: v for k, v in old.items() if k not in res and k not in ("omni_calls", "omni_seconds")})
+        res["merged"] = [args.merge] + old.get("merged", [])
     recipes = {}
     for name in ("ocr", "speech", "text"):
         p = os.path.join(args.models, name, "training_recipe.json")
