@@ -200,6 +200,17 @@ omni_status omni_cuda_moe_decode(uint16_t *y, const uint16_t *x, int64_t ldx, co
                                  const uint16_t *gate_up, const uint16_t *down, int T, int E, int k, int H, int I,
                                  int norm, const omni_cuda_moe_scratch *s, void *stream);
 
+/* The whole block for many tokens (prefill): router (f32) and routing as omni_cuda_moe_route, grouping; each
+ * expert's first C rows (C = mean + 2 standard deviations of a uniform routing of T·k entries over E, a multiple
+ * of 16) gathered into a zero-padded block and multiplied by cuBLAS strided batched GEMMs (omni_cuda_linear_batched),
+ * the rows past C (skewed routing) by omni_cuda_moe_grouped_linear; SwiGLU and combine as omni_cuda_swiglu_bf16 and
+ * omni_cuda_moe_combine. No host round trip. x: [T, H]; weights as omni_cuda_moe_decode; y: [T, H], not aliasing x.
+ * scratch: device memory of omni_cuda_moe_prefill_scratch(T, E, k, H, I) bytes or more (for any smaller T too). */
+size_t omni_cuda_moe_prefill_scratch(int T, int E, int k, int H, int I);
+omni_status omni_cuda_moe_prefill(omni_cuda_ctx *ctx, uint16_t *y, const uint16_t *x, const uint16_t *router,
+                                  const uint16_t *gate_up, const uint16_t *down, int T, int E, int k, int H, int I,
+                                  int norm, void *scratch, size_t scratch_bytes);
+
 /* ---- softmax, selection ---------------------------------------------------------------------------------- */
 
 /* Row softmax in place, fp32, max-subtracted; a row of all -inf becomes zeros (as op_softmax). x: [rows, n]. */
@@ -245,6 +256,12 @@ omni_status omni_cuda_sample(int32_t *out, const float *logits, int64_t ld, int 
  * on a bf16 C, cuBLASLt's bias epilogue) were seen rounding twice on the H200. */
 omni_status omni_cuda_linear(omni_cuda_ctx *ctx, void *y, omni_dtype y_dtype, const uint16_t *x, const uint16_t *w,
                              const uint16_t *b, int M, int N, int K);
+
+/* Batched linear (cuBLAS strided batched, no bias): y[b] = x[b] · W[b]ᵀ for b < batch, bf16 in and out, fp32
+ * accumulation, one rounding. x[b] = x + b·sx ([M, K]), W[b] = w + b·sw ([N, K]), y[b] = y + b·sy ([M, N]), all
+ * row-major, strides in elements. */
+omni_status omni_cuda_linear_batched(omni_cuda_ctx *ctx, uint16_t *y, int64_t sy, const uint16_t *x, int64_t sx,
+                                     const uint16_t *w, int64_t sw, int batch, int M, int N, int K);
 
 #ifdef __cplusplus
 }

@@ -2,8 +2,8 @@
  * thinker's shapes (E 128, k 8, H 2048, I 768), random bf16 weights and random inputs (uniform-ish routing).
  * Decode (T = 1, 4): omni_cuda_moe_decode vs the per-entry path (router linear + route + entry GEMVs + SwiGLU +
  * combine) in the same run, as bytes of the active experts' weights (+ router) over the time, against the copy
- * bandwidth; prefill (T = 4096): the grouped path (router, route, grouping, grouped linears, SwiGLU, combine) in
- * TFLOP/s of the expert GEMMs. CUDA events around each call, median of RUNS after warm-up; NBUF different inputs
+ * bandwidth; prefill (T = 512, 4096): omni_cuda_moe_prefill (batched cuBLAS over a capacity per expert) vs the
+ * grouped-kernel path (router, route, grouping, grouped linears, SwiGLU, combine), in TFLOP/s of the expert GEMMs. CUDA events around each call, median of RUNS after warm-up; NBUF different inputs
  * in rotation so that the experts change between calls (one call reads ~76 MB, beyond the 60 MB L2).
  * Usage: omni_bench_moe  (stdout: one line per row) */
 #include <math.h>
@@ -62,6 +62,8 @@ static uint16_t *g_rw, *g_gu, *g_dn, *g_x, *g_y, *g_gout, *g_act, *g_out;
 static float *g_lg, *g_sw;
 static int32_t *g_se, *g_off, *g_perm, *g_slot;
 static unsigned *g_ticket;
+static void *g_pws;
+static size_t g_pws_bytes;
 static int g_T;
 
 static void run_decode(int b) {
@@ -93,6 +95,11 @@ static void run_grouped(int b) {
     CK(omni_cuda_moe_combine(g_y, g_out, g_slot, g_se, g_sw, g_T, KTOP, H, g_s));
 }
 
+static void run_prefill(int b) {
+    CK(omni_cuda_moe_prefill(g_ctx, g_y, g_x + (int64_t)b * T_MAX * H, g_rw, g_gu, g_dn, g_T, E, KTOP, H, I, 1, g_pws,
+                             g_pws_bytes));
+}
+
 /* Median ms of one call over RUNS (events around each), after 5 warm-ups; input b = r % nbuf. */
 static float time_ms(void (*fn)(int), int nbuf) {
     cudaEvent_t ev[2 * RUNS];
@@ -109,6 +116,21 @@ static float time_ms(void (*fn)(int), int nbuf) {
     for (int i = 0; i < 2 * RUNS; i++) cudaEventDestroy(ev[i]);
     qsort(ms, RUNS, sizeof(float), cmp_f);
     return ms[RUNS / 2];
+}
+
+/* The largest |difference| between the outputs of two paths on input 0 (same routing, bf16 class) and max |y|. */
+static void max_diff(void (*a)(int), void (*b)(int), double *md, double *mx) {
+    uint16_t *y1 = malloc(2 * (size_t)g_T * H), *y2 = malloc(2 * (size_t)g_T * H);
+    a(0);
+    CK(omni_cuda_d2h(y1, g_y, 2 * (size_t)g_T * H, g_s));
+    b(0);
+    CK(omni_cuda_d2h(y2, g_y, 2 * (size_t)g_T * H, g_s));
+    *md = 0, *mx = 0;
+    for (int64_t j = 0; j < (int64_t)g_T * H; j++) {
+        double d = fabs(omni_bf16_to_f32(y1[j]) - omni_bf16_to_f32(y2[j]));
+        *md = d > *md ? d : *md, *mx = fmax(*mx, fabs(omni_bf16_to_f32(y2[j])));
+    }
+    free(y1), free(y2);
 }
 
 /* Distinct experts of the last routing (sel_e of g_T tokens) -> the weight bytes a call reads once each. */
@@ -169,21 +191,13 @@ int main(void) {
     CK(omni_cuda_malloc((void **)&g_off, 4 * (E + 1)));
     CK(omni_cuda_malloc((void **)&g_ticket, 4));
     CK(omni_cuda_memset(g_ticket, 0, 4, g_s));
+    g_pws_bytes = omni_cuda_moe_prefill_scratch(T_MAX, E, KTOP, H, I);
+    CK(omni_cuda_malloc(&g_pws, g_pws_bytes));
     const int dec_t[] = {1, 2, 4, 8};
     for (int i = 0; i < 4; i++) {
         g_T = dec_t[i];
-        /* the two paths agree (same routing, bf16 class) */
-        uint16_t *y1 = malloc(2 * (size_t)g_T * H), *y2 = malloc(2 * (size_t)g_T * H);
-        run_decode(0);
-        CK(omni_cuda_d2h(y1, g_y, 2 * (size_t)g_T * H, g_s));
-        run_entry(0);
-        CK(omni_cuda_d2h(y2, g_y, 2 * (size_t)g_T * H, g_s));
-        double md = 0, mx = 0;
-        for (int j = 0; j < g_T * H; j++) {
-            double d = fabs(omni_bf16_to_f32(y1[j]) - omni_bf16_to_f32(y2[j]));
-            md = d > md ? d : md, mx = fmax(mx, fabs(omni_bf16_to_f32(y2[j])));
-        }
-        free(y1), free(y2);
+        double md, mx;
+        max_diff(run_decode, run_entry, &md, &mx);
         const double bytes = active_bytes();
         const float td = time_ms(run_decode, NBUF), te = time_ms(run_entry, NBUF), tr = time_ms(run_route, NBUF);
         printf("decode T=%d: omni_cuda_moe_decode %7.1f us %7.1f GB/s %5.1f%% of copy | per-entry path %7.1f us "
@@ -195,9 +209,12 @@ int main(void) {
     for (int i = 0; i < 2; i++) {
         g_T = pre_t[i];
         const double flops = 2.0 * g_T * KTOP * 3.0 * I * H;
-        const float tg = time_ms(run_grouped, 4), tr = time_ms(run_route, 4);
-        printf("prefill T=%d: grouped path %8.1f us (route %6.1f us) %6.1f TFLOP/s of expert GEMMs\n", g_T, tg * 1e3,
-               tr * 1e3, flops / (tg * 1e-3) / 1e12);
+        double md, mx;
+        max_diff(run_prefill, run_grouped, &md, &mx);
+        const float tp = time_ms(run_prefill, 4), tg = time_ms(run_grouped, 4), tr = time_ms(run_route, 4);
+        printf("prefill T=%d: omni_cuda_moe_prefill %8.1f us %6.1f TFLOP/s | grouped path %8.1f us %6.1f TFLOP/s "
+               "(route %6.1f us) | %.2fx | max |diff| %.3g of max |y| %.3g\n", g_T, tp * 1e3,
+               flops / (tp * 1e-3) / 1e12, tg * 1e3, flops / (tg * 1e-3) / 1e12, tr * 1e3, tg / tp, md, mx);
     }
     omni_cuda_ctx_free(g_ctx);
     return 0;

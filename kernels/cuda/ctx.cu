@@ -214,3 +214,17 @@ extern "C" omni_status omni_cuda_linear(omni_cuda_ctx *ctx, void *y, omni_dtype 
     }
     return gemm(ctx, y, y_dtype == OMNI_F32 ? CUDA_R_32F : CUDA_R_16BF, x, w, M, N, K, 0.f);
 }
+
+extern "C" omni_status omni_cuda_linear_batched(omni_cuda_ctx *ctx, uint16_t *y, int64_t sy, const uint16_t *x,
+                                                int64_t sx, const uint16_t *w, int64_t sw, int batch, int M, int N,
+                                                int K) {
+    if (!ctx || batch < 0 || M < 0 || N < 0 || K < 0) return omni_fail(OMNI_ERR_USAGE, "%s: bad arguments", __func__);
+    if (batch == 0 || M == 0 || N == 0) return OMNI_OK;
+    if (!y || !x || !w) return omni_fail(OMNI_ERR_USAGE, "%s: NULL pointer", __func__);
+    const float alpha = 1.f, beta = 0.f;
+    /* as gemm() above, per batch entry */
+    OMNI_CUBLAS_TRY(cublasGemmStridedBatchedEx(ctx->blas, CUBLAS_OP_T, CUBLAS_OP_N, N, M, K, &alpha, w, CUDA_R_16BF, K,
+                                               sw, x, CUDA_R_16BF, K, sx, &beta, y, CUDA_R_16BF, N, sy, batch,
+                                               CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    return OMNI_OK;
+}

@@ -99,3 +99,19 @@ extern "C" omni_status omni_cuda_linear(omni_cuda_ctx *ctx, void *y, omni_dtype 
         }
     return OMNI_OK;
 }
+
+extern "C" omni_status omni_cuda_linear_batched(omni_cuda_ctx *ctx, uint16_t *y, int64_t sy, const uint16_t *x,
+                                                int64_t sx, const uint16_t *w, int64_t sw, int batch, int M, int N,
+                                                int K) {
+    if (!ctx || batch < 0 || M < 0 || N < 0 || K < 0) return omni_fail(OMNI_ERR_USAGE, "%s: bad arguments", __func__);
+    for (int b = 0; b < batch; b++) /* cuBLAS's place: fp32 sums of exact bf16 products, one rounding */
+        for (int m = 0; m < M; m++)
+            for (int n = 0; n < N; n++) {
+                float s = 0.f;
+                for (int k = 0; k < K; k++)
+                    s += __bfloat162float(((const bf16 *)x)[b * sx + (int64_t)m * K + k]) *
+                         __bfloat162float(((const bf16 *)w)[b * sw + (int64_t)n * K + k]);
+                ((bf16 *)y)[b * sy + (int64_t)m * N + n] = __float2bfloat16_rn(s);
+            }
+    return OMNI_OK;
+}

@@ -332,6 +332,7 @@ extern "C" omni_status omni_cuda_moe_combine(uint16_t *y, const uint16_t *out, c
 
 #define DEC_WARPS 8 /* warps per block */
 #define DEC_KG 4    /* down rows (entries) per warp and pass */
+#define DEC_ROUTE_E 512 /* experts up to which the router's last block routes from shared memory */
 
 /* acc[r] = Σ x_r[c] · w_r[c] in fp32 over nc 16-byte chunks for R (w, x) row pairs; every lane gets the sums.
  * CPL chunks per lane and row per pass (lane + 32u); a pass issues its R·CPL weight loads before its FMAs. */
@@ -367,6 +368,7 @@ __global__ void __launch_bounds__(DEC_WARPS * 32)
 moe_dec_router_kernel(float *logits, int32_t *sel_e, float *sel_w, unsigned *ticket, const uint16_t *x, int64_t ldx,
                       const uint16_t *wr, int T, int E, int H, int k, int norm) {
     __shared__ int s_last;
+    __shared__ float s_l[DEC_WARPS][DEC_ROUTE_E];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, e = blockIdx.x * DEC_WARPS + warp;
     if (e < E) {
         const uint16_t *const w[1] = {wr + (int64_t)e * H};
@@ -383,8 +385,16 @@ moe_dec_router_kernel(float *logits, int32_t *sel_e, float *sel_w, unsigned *tic
     __syncthreads();
     if (!s_last) return;
     __threadfence();
-    for (int t = warp; t < T; t += DEC_WARPS)
-        route_token(sel_e + (int64_t)t * k, sel_w + (int64_t)t * k, logits + (int64_t)t * E, E, k, norm, lane);
+    for (int t = warp; t < T; t += DEC_WARPS) { /* the k rounds re-read the logits: from shared memory if they fit */
+        const volatile float *l = logits + (int64_t)t * E;
+        if (E <= DEC_ROUTE_E) {
+            for (int e = lane; e < E; e += 32) s_l[warp][e] = l[e];
+            __syncwarp();
+            l = s_l[warp];
+        }
+        route_token(sel_e + (int64_t)t * k, sel_w + (int64_t)t * k, l, E, k, norm, lane);
+        __syncwarp();
+    }
 }
 
 /* act[j, i] = bf16(bf16(silu(g)) · u) with g, u = the bf16-rounded gate/up rows i of entry j's expert (as
@@ -477,4 +487,147 @@ extern "C" omni_status omni_cuda_moe_decode(uint16_t *y, const uint16_t *x, int6
     DEC_LAUNCH(moe_dec_down_kernel, ci, dim3((H + DEC_WARPS - 1) / DEC_WARPS, T), y, s->act, down, s->sel_e,
                s->sel_w, k, H, I);
     return OMNI_OK;
+}
+
+/* ---- prefill: batched GEMMs over a fixed capacity per expert, the grouped kernel for the overflow ----------------
+ * Each expert's first C rows (C from T only: the mean plus two standard deviations of a uniform routing, a
+ * multiple of 16) are gathered into a padded [E][C][H] block (zero rows past the group), multiplied by cuBLAS'
+ * strided batched GEMMs; rows past C (skewed routing) go through omni_cuda_moe_grouped_linear's kernel. The row
+ * sizes never leave the device. Scratch (one allocation, carved below):
+ *   logits [T·E] f32 | sel_e, sel_w, perm, slot, ovf_perm [n] | off, ovf_off [E + 1] | xg [E·C][H] |
+ *   go [E·C + n][max(2I, H)] (gate/up out, then down out) | act [E·C + n][I]      (n = T·k) */
+
+static int64_t prefill_cap(int64_t n, int E) {
+    const double mean = (double)n / E;
+    const int64_t c = (int64_t)ceil(mean + 2 * sqrt(mean));
+    return (c + 15) / 16 * 16;
+}
+
+typedef struct {
+    float *logits, *sel_w;
+    int32_t *sel_e, *perm, *slot, *ovf_perm, *off, *ovf_off;
+    uint16_t *xg, *go, *act;
+} prefill_ws;
+
+/* Carves the scratch (base NULL: sizes only); returns its bytes. */
+static size_t prefill_carve(char *base, int64_t T, int E, int k, int H, int I, prefill_ws *w) {
+    const int64_t n = T * k, C = prefill_cap(n, E), rows = E * C + n, wide = 2 * I > H ? 2 * I : H;
+    size_t off = 0;
+    auto take = [&](size_t bytes) -> void * {
+        size_t o = (off + 255) / 256 * 256;
+        off = o + bytes;
+        return base ? base + o : NULL;
+    };
+    w->logits = (float *)take(4 * (size_t)(T * E));
+    w->sel_w = (float *)take(4 * (size_t)n);
+    w->sel_e = (int32_t *)take(4 * (size_t)n);
+    w->perm = (int32_t *)take(4 * (size_t)n);
+    w->slot = (int32_t *)take(4 * (size_t)n);
+    w->ovf_perm = (int32_t *)take(4 * (size_t)n);
+    w->off = (int32_t *)take(4 * (size_t)(E + 1));
+    w->ovf_off = (int32_t *)take(4 * (size_t)(E + 1));
+    w->xg = (uint16_t *)take(2 * (size_t)(E * C) * H);
+    w->go = (uint16_t *)take(2 * (size_t)rows * wide);
+    w->act = (uint16_t *)take(2 * (size_t)rows * I);
+    return off;
+}
+
+/* xg[e·C + r] = x[perm[off[e] + r]] for r < the group's size, zeros for the rest of the C rows. grid (C, E). */
+__global__ void moe_gather_kernel(uint16_t *xg, const uint16_t *x, int64_t ldx, const int32_t *perm,
+                                  const int32_t *off, int C, int H) {
+    const int r = blockIdx.x, e = blockIdx.y, cnt = off[e + 1] - off[e];
+    uint4 *dst = (uint4 *)(xg + ((int64_t)e * C + r) * H);
+    const uint4 *src = r < cnt ? (const uint4 *)(x + (int64_t)perm[off[e] + r] * ldx) : NULL;
+    for (int c = threadIdx.x; c < H / 8; c += blockDim.x) dst[c] = src ? src[c] : make_uint4(0, 0, 0, 0);
+}
+
+/* The overflow: ovf_off[e] = exclusive scan of max(count_e - C, 0); every entry's output row becomes e·C + rank
+ * (rank < C) or E·C + ovf_off[e] + rank - C, and ovf_perm[that - E·C] its token. One block. */
+__global__ void __launch_bounds__(GROUP_THREADS)
+moe_overflow_kernel(int32_t *ovf_off, int32_t *ovf_perm, int32_t *slot, const int32_t *off, const int32_t *sel_e,
+                    int n, int E, int C, int k) {
+    __shared__ int cnt[GROUP_MAX_E];
+    __shared__ int wsum[33];
+    for (int e = threadIdx.x; e < E; e += blockDim.x) {
+        const int c = off[e + 1] - off[e] - C;
+        cnt[e] = c > 0 ? c : 0;
+    }
+    __syncthreads();
+    const int total = block_exclusive_scan(cnt, E, wsum);
+    for (int e = threadIdx.x; e < E; e += blockDim.x) ovf_off[e] = cnt[e];
+    if (threadIdx.x == 0) ovf_off[E] = total;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+        const int e = sel_e[i], rank = slot[i] - off[e];
+        if (rank < C) {
+            slot[i] = e * C + rank;
+        } else {
+            const int o = cnt[e] + rank - C;
+            slot[i] = E * C + o;
+            ovf_perm[o] = i / k;
+        }
+    }
+}
+
+/* act = SwiGLU (omni_cuda_swiglu_bf16's numerics) over the first base + *extra rows of go (row stride ld): the
+ * padded block and the overflow rows. */
+__global__ void moe_swiglu_kernel(uint16_t *act, const uint16_t *go, int64_t ld, int64_t base, const int32_t *extra,
+                                  int I) {
+    const int64_t rows = base + *extra, nv = rows * (I / 8);
+    GRID_STRIDE(i, nv) {
+        const int64_t r = i / (I / 8), c = i % (I / 8);
+        float a[8], b[8];
+        load_vec<8>(a, go + r * ld, (int)c);
+        load_vec<8>(b, go + r * ld + I, (int)c);
+#pragma unroll
+        for (int q = 0; q < 8; q++) a[q] = bf(a[q] / (1.f + expf(-a[q]))) * b[q];
+        store_vec<8>(act + r * I, (int)c, a);
+    }
+}
+
+extern "C" size_t omni_cuda_moe_prefill_scratch(int T, int E, int k, int H, int I) {
+    prefill_ws w;
+    return prefill_carve(NULL, T, E, k, H, I, &w);
+}
+
+extern "C" omni_status omni_cuda_moe_prefill(omni_cuda_ctx *ctx, uint16_t *y, const uint16_t *x, const uint16_t *router,
+                                             const uint16_t *gate_up, const uint16_t *down, int T, int E, int k,
+                                             int H, int I, int norm, void *scratch, size_t scratch_bytes) {
+    prefill_ws w;
+    if (!ctx || T < 0 || E <= 0 || E > GROUP_MAX_E || k < 1 || k > E || k > MOE_MAX_K || (int64_t)T * k > (1 << 20) ||
+        H <= 0 || I <= 0 || H % 8 || I % 8 || !is_aligned(x, 16) || !is_aligned(gate_up, 16) ||
+        !is_aligned(down, 16) || !scratch || scratch_bytes < prefill_carve(NULL, T, E, k, H, I, &w))
+        return omni_fail(OMNI_ERR_USAGE, "%s: T %d E %d k %d H %d I %d (multiples of 8), scratch %zu bytes", __func__,
+                         T, E, k, H, I, scratch_bytes);
+    if (T == 0) return OMNI_OK;
+    prefill_carve((char *)scratch, T, E, k, H, I, &w);
+    cudaStream_t st = (cudaStream_t)omni_cuda_ctx_stream(ctx);
+    const int n = T * k, C = (int)prefill_cap(n, E);
+    const int64_t base = (int64_t)E * C; /* rows of the padded block; the overflow rows follow */
+    omni_status s;
+    if ((s = omni_cuda_linear(ctx, w.logits, OMNI_F32, x, router, NULL, T, E, H))) return s;
+    if ((s = omni_cuda_moe_route(w.sel_e, w.sel_w, w.logits, T, E, k, norm, st))) return s;
+    if ((s = omni_cuda_moe_group(w.off, w.perm, w.slot, w.sel_e, T, E, k, st))) return s;
+    omni_launch(moe_gather_kernel, dim3(C, E), row_threads(H / 8), 0, st, w.xg, x, (int64_t)H, w.perm, w.off, C, H);
+    OMNI_CUDA_LAUNCHED();
+    omni_launch(moe_overflow_kernel, 1, GROUP_THREADS, 0, st, w.ovf_off, w.ovf_perm, w.slot, w.off, w.sel_e, n, E, C,
+                k);
+    OMNI_CUDA_LAUNCHED();
+    /* gate/up rows [E·C + overflow][2I]: the padded block by cuBLAS, the overflow by the grouped kernel */
+    if ((s = omni_cuda_linear_batched(ctx, w.go, (int64_t)C * 2 * I, w.xg, (int64_t)C * H, gate_up,
+                                      (int64_t)2 * I * H, E, C, 2 * I, H)))
+        return s;
+    if ((s = omni_cuda_moe_grouped_linear(w.go + base * 2 * I, x, H, w.ovf_perm, gate_up, w.ovf_off, E, n, 2 * I, H,
+                                          st)))
+        return s;
+    omni_launch(moe_swiglu_kernel, ew_blocks((base + n) * (I / 8)), EW_THREADS, 0, st, w.act, w.go, (int64_t)2 * I,
+                base, w.ovf_off + E, I);
+    OMNI_CUDA_LAUNCHED();
+    /* down rows [E·C + overflow][H], over the gate/up rows (dead after the SwiGLU) */
+    if ((s = omni_cuda_linear_batched(ctx, w.go, (int64_t)C * H, w.act, (int64_t)C * I, down, (int64_t)H * I, E, C,
+                                      H, I)))
+        return s;
+    if ((s = omni_cuda_moe_grouped_linear(w.go + base * H, w.act + base * I, I, NULL, down, w.ovf_off, E, n, H, I,
+                                          st)))
+        return s;
+    return omni_cuda_moe_combine(y, w.go, w.slot, w.sel_e, w.sel_w, T, k, H, st);
 }

@@ -35,7 +35,7 @@
 
 #define MAX_DS 4       /* DeepStack levels */
 #define SPLIT_LEN 256  /* attention keys per split in graphs */
-#define ENTRY_MAX 64   /* MoE entries (T·k) up to which omni_cuda_moe_decode runs instead of grouping */
+#define ENTRY_MAX 64   /* MoE entries (T·k) up to which omni_cuda_moe_decode runs (omni_cuda_moe_prefill past it) */
 #define N_BUCKETS 12   /* decode graph buckets: 1, 2, 4, ..., max_seqs */
 #define MAX_CACHES 16  /* KV caches per runner (index 0 unused) */
 #define OUT_MIN 64     /* output rows per lm_head pass: max(max_seqs, OUT_MIN) */
@@ -78,11 +78,10 @@ struct llm_cuda {
     uint16_t *x, *ha, *hb, *qkv, *q, *k, *v, *att, *gu, *act, *hl, *kvfill;
     float *logits, *attn_ws;
     int64_t attn_ws_floats;
-    float *rlog; /* router logits in f32 (as the CPU reference: bf16 logits flip near-tied experts) */
-    uint16_t *mgu, *mact, *mout;
-    int32_t *sel_e, *off, *perm, *slotp, *tok;
-    float *sel_w;
-    unsigned *ticket; /* omni_cuda_moe_decode's (zeroed at init) */
+    omni_cuda_moe_scratch moe;  /* omni_cuda_moe_decode's (ticket zeroed at init) */
+    void *moe_ws;               /* omni_cuda_moe_prefill's scratch */
+    size_t moe_ws_bytes;
+    int32_t *tok;
     omni_cuda_sample_params *sp_dev;
     double *u_dev;
     int32_t *in_dev;    /* the packed int32 inputs */
@@ -145,16 +144,14 @@ static size_t carve_ws(llm_cuda *r, char *base) {
     r->logits = (float *)carve(&c, 4 * O * r->V);
     r->attn_ws = (float *)carve(&c, 4 * (size_t)r->attn_ws_floats);
     if (r->E) {
-        r->rlog = (float *)carve(&c, 4 * T * r->E);
-        r->sel_e = (int32_t *)carve(&c, 4 * TK);
-        r->sel_w = (float *)carve(&c, 4 * TK);
-        r->off = (int32_t *)carve(&c, 4 * (size_t)(r->E + 1));
-        r->perm = (int32_t *)carve(&c, 4 * TK);
-        r->slotp = (int32_t *)carve(&c, 4 * TK);
-        r->mgu = (uint16_t *)carve(&c, 2 * TK * 2 * r->I);
-        r->mact = (uint16_t *)carve(&c, 2 * TK * r->I);
-        r->mout = (uint16_t *)carve(&c, 2 * TK * H);
-        r->ticket = (unsigned *)carve(&c, 4);
+        const size_t n = ENTRY_MAX; /* decode entries */
+        r->moe.logits = (float *)carve(&c, 4 * n * r->E);
+        r->moe.sel_e = (int32_t *)carve(&c, 4 * n);
+        r->moe.sel_w = (float *)carve(&c, 4 * n);
+        r->moe.act = (uint16_t *)carve(&c, 2 * n * r->I);
+        r->moe.ticket = (unsigned *)carve(&c, 4);
+        r->moe_ws_bytes = omni_cuda_moe_prefill_scratch(r->T_max, r->E, r->K, r->H, r->I);
+        r->moe_ws = carve(&c, r->moe_ws_bytes);
     } else {
         r->gu = (uint16_t *)carve(&c, 2 * T * 2 * r->I);
         r->act = (uint16_t *)carve(&c, 2 * T * r->I);
@@ -248,7 +245,7 @@ static omni_status init_common(llm_cuda *r, size_t weight_bytes) {
         return st;
     if ((st = omni_cuda_malloc(&r->ws, r->ws_bytes))) return st;
     carve_ws(r, (char *)r->ws);
-    if (r->E) OMNI_CUDA_TRY(cudaMemset(r->ticket, 0, 4));
+    if (r->E) OMNI_CUDA_TRY(cudaMemset(r->moe.ticket, 0, 4));
     void *pin = NULL;
     OMNI_CUDA_TRY(cudaHostAlloc(&pin, carve_pinned(r, NULL), cudaHostAllocDefault));
     carve_pinned(r, (char *)pin);
@@ -596,21 +593,13 @@ static omni_status upload_inputs(llm_cuda *r, const step_shape *sh) {
     } while (0)
 
 static omni_status mlp_moe(llm_cuda *r, const lcw_layer *L, int T) {
-    const int H = r->H, I = r->I, E = r->E, K = r->K, n = T * K;
-    if (n <= ENTRY_MAX) { /* router, gate/up + SwiGLU, down + combine: three kernels */
-        const omni_cuda_moe_scratch sc = {r->rlog, r->sel_e, r->sel_w, r->mact, r->ticket};
+    const int H = r->H, I = r->I, E = r->E, K = r->K;
+    if (T * K <= ENTRY_MAX) /* router, gate/up + SwiGLU, down + combine: three kernels */
         OP(r, P_EXPERTS, omni_cuda_moe_decode(r->hb, r->ha, H, L->router, L->gate_up, L->down, T, E, K, H, I,
-                                              r->norm_topk, &sc, r->s));
-        return OMNI_OK;
-    }
-    OP(r, P_ROUTE, omni_cuda_linear(r->ctx, r->rlog, OMNI_F32, r->ha, L->router, NULL, T, E, H));
-    OP(r, P_ROUTE, omni_cuda_moe_route(r->sel_e, r->sel_w, r->rlog, T, E, K, r->norm_topk, r->s));
-    OP(r, P_ROUTE, omni_cuda_moe_group(r->off, r->perm, r->slotp, r->sel_e, T, E, K, r->s));
-    OP(r, P_EXPERTS,
-       omni_cuda_moe_grouped_linear(r->mgu, r->ha, H, r->perm, L->gate_up, r->off, E, n, 2 * I, H, r->s));
-    OP(r, P_SWIGLU, omni_cuda_swiglu_bf16(r->mact, r->mgu, n, I, r->s));
-    OP(r, P_EXPERTS, omni_cuda_moe_grouped_linear(r->mout, r->mact, I, NULL, L->down, r->off, E, n, H, I, r->s));
-    OP(r, P_EXPERTS, omni_cuda_moe_combine(r->hb, r->mout, r->slotp, r->sel_e, r->sel_w, T, K, H, r->s));
+                                              r->norm_topk, &r->moe, r->s));
+    else
+        OP(r, P_EXPERTS, omni_cuda_moe_prefill(r->ctx, r->hb, r->ha, L->router, L->gate_up, L->down, T, E, K, H, I,
+                                               r->norm_topk, r->moe_ws, r->moe_ws_bytes));
     return OMNI_OK;
 }
 

@@ -316,12 +316,13 @@ static void near_tied_router(uint16_t *wh, float *wf, uint16_t *xh, float *xf, i
  * 3B·A_j + propagated gate/up rounding ~B·(A_j·...)], down's fp32 sum + rounding (B|o_j| + 4u·sqrt(K)·A_j), the
  * weighting (B) and k bf16 additions (B each on the running sum): tol = Σ_j |w_j|·(6B·A_j + 2B|o_j|) +
  * k·B·Σ_j |w_j o_j| + ATOL_SUB. A wrong expert, weight or row moves outputs by O(|o|), far beyond it. */
-enum { MOE_ENTRY, MOE_GROUPED, MOE_DECODE }; /* moe_case paths */
+enum { MOE_ENTRY, MOE_GROUPED, MOE_DECODE, MOE_PREFILL }; /* moe_case paths */
 
 static void moe_case(int T, int E, int k, int H, int I, int norm, int path, int router) {
     const int64_t nE = (int64_t)T * k;
-    const int grouped = path == MOE_GROUPED, decode = path == MOE_DECODE;
-    if (decode) router = 1; /* the decode block computes its router logits */
+    const int grouped = path == MOE_GROUPED, decode = path == MOE_DECODE, prefill = path == MOE_PREFILL;
+    const int whole = decode || prefill; /* the block from x in one call */
+    if (whole && !router) router = 1;
     size_t gub = 2 * (size_t)E * 2 * I * H, dnb = 2 * (size_t)E * H * I;
     uint16_t *guh = xmalloc(gub), *dnh = xmalloc(dnb), *xh = xmalloc(2 * (size_t)T * H), *rwh = xmalloc(2 * (size_t)E * H);
     float *guf = xmalloc(2 * gub), *dnf = xmalloc(2 * dnb), *xf = xmalloc(4 * (size_t)T * H), *lgf = xmalloc(4 * (size_t)T * E);
@@ -331,6 +332,11 @@ static void moe_case(int T, int E, int k, int H, int I, int norm, int path, int 
     rand_bf16(xh, xf, (int64_t)T * H, 1.f, 0.f);
     if (router) { /* host logits in f32 as llm/moe.c computes them */
         near_tied_router(rwh, rwf, xh, xf, T, E, H);
+        if (router == 2 && E > 4 && H > 1) /* skewed: expert 1 first for every token (x[t, 1] = 1, W[1, 1] = 8) */
+            for (int t = 0; t < T; t++) {
+                xh[(int64_t)t * H + 1] = omni_f32_to_bf16(1.f), xf[(int64_t)t * H + 1] = 1.f;
+                rwh[H + 1] = omni_f32_to_bf16(8.f), rwf[H + 1] = 8.f;
+            }
         int64_t rs[2] = {E, H};
         omni_tensor rt = omni_tensor_make(rwf, OMNI_F32, 2, rs);
         op_linear(lgf, xf, T, &rt, NULL);
@@ -355,11 +361,22 @@ static void moe_case(int T, int E, int k, int H, int I, int norm, int path, int 
         TRY(omni_cuda_moe_decode(dy, dx, H, drw, dgu, ddn, T, E, k, H, I, norm, &sc, g_stream));
         TRY(omni_cuda_d2h(yh2, dy, 2 * (size_t)T * H, g_stream));
         TRY(omni_cuda_moe_decode(dy, dx, H, drw, dgu, ddn, T, E, k, H, I, norm, &sc, g_stream));
+    } else if (prefill) { /* scratch starts as NaN, canary behind it; twice (reuse; rows may change path: no bits) */
+        size_t sb = omni_cuda_moe_prefill_scratch(T, E, k, H, I);
+        void *ws = dev_buf(NULL, sb);
+        TRY(omni_cuda_moe_prefill(g_ctx, dy, dx, drw, dgu, ddn, T, E, k, H, I, norm, ws, sb));
+        TRY(omni_cuda_d2h(yh2, dy, 2 * (size_t)T * H, g_stream));
+        TRY(omni_cuda_moe_prefill(g_ctx, dy, dx, drw, dgu, ddn, T, E, k, H, I, norm, ws, sb));
+        /* the routing for the checks below: the same kernels on the same logits */
+        TRY(omni_cuda_linear(g_ctx, dlg, OMNI_F32, dx, drw, NULL, T, E, H));
+        TRY(omni_cuda_moe_route(dsel, dw, dlg, T, E, k, norm, g_stream));
+        TRY(omni_cuda_sync(g_stream));
+        dev_done("moe prefill scratch", ws, sb);
     } else if (router) {
         TRY(omni_cuda_linear(g_ctx, dlg, OMNI_F32, dx, drw, NULL, T, E, H));
     }
-    if (!decode) TRY(omni_cuda_moe_route(dsel, dw, dlg, T, E, k, norm, g_stream));
-    if (decode) {
+    if (!whole) TRY(omni_cuda_moe_route(dsel, dw, dlg, T, E, k, norm, g_stream));
+    if (whole) {
     } else if (grouped) {
         TRY(omni_cuda_moe_group(doff, dperm, dslot, dsel, T, E, k, g_stream));
         TRY(omni_cuda_moe_grouped_linear(dgo, dx, H, dperm, dgu, doff, E, (int)nE, 2 * I, H, g_stream));
@@ -370,7 +387,7 @@ static void moe_case(int T, int E, int k, int H, int I, int norm, int path, int 
         TRY(omni_cuda_swiglu_bf16(dact, dgo, (int)nE, I, g_stream));
         TRY(omni_cuda_moe_entry_linear(dout, dact, I, 1, ddn, dsel, (int)nE, H, I, g_stream));
     }
-    if (!decode) TRY(omni_cuda_moe_combine(dy, dout, grouped ? dslot : NULL, dsel, dw, T, k, H, g_stream));
+    if (!whole) TRY(omni_cuda_moe_combine(dy, dout, grouped ? dslot : NULL, dsel, dw, T, k, H, g_stream));
     TRY(omni_cuda_sync(g_stream));
     int32_t *sel = xmalloc(4 * nE), *hsel = xmalloc(4 * nE), *off = xmalloc(4 * (size_t)(E + 1));
     int32_t *perm = xmalloc(4 * nE), *slot = xmalloc(4 * nE);
@@ -378,11 +395,12 @@ static void moe_case(int T, int E, int k, int H, int I, int norm, int path, int 
     uint16_t *outh = xmalloc(2 * (size_t)nE * H);
     TRY(omni_cuda_d2h(sel, dsel, 4 * nE, g_stream));
     TRY(omni_cuda_d2h(w, dw, 4 * nE, g_stream));
-    if (!decode) TRY(omni_cuda_d2h(outh, dout, 2 * (size_t)nE * H, g_stream));
+    if (!whole) TRY(omni_cuda_d2h(outh, dout, 2 * (size_t)nE * H, g_stream));
     TRY(omni_cuda_d2h(yh, dy, 2 * (size_t)T * H, g_stream));
     char what[128];
     snprintf(what, sizeof what, "moe T=%d E=%d k=%d H=%d I=%d norm=%d %s%s", T, E, k, H, I, norm,
-             decode ? "decode" : grouped ? "grouped" : "entry", router && !decode ? " router" : "");
+             decode ? "decode" : prefill ? "prefill" : grouped ? "grouped" : "entry",
+             router == 2 ? " skewed" : router && !whole ? " router" : "");
     if (decode)
         CHECK(memcmp(yh, yh2, 2 * (size_t)T * H) == 0, "%s: a second call gives other bits (the ticket?)", what);
     /* routing */
@@ -456,7 +474,7 @@ static void moe_case(int T, int E, int k, int H, int I, int norm, int path, int 
     }
     /* the combine alone: exact emulation of the bf16 accumulation in expert order from the GPU's expert outputs */
     int64_t cdiff = 0;
-    for (int t = 0; t < T && !decode; t++) {
+    for (int t = 0; t < T && !whole; t++) {
         int ord[32];
         for (int j = 0; j < k; j++) { /* ascending expert */
             int q = j;
@@ -474,7 +492,7 @@ static void moe_case(int T, int E, int k, int H, int I, int norm, int path, int 
         }
     }
     CHECK(cdiff == 0, "%s: combine differs from the bf16 expert-order sum in %lld elements", what, (long long)cdiff);
-    g_exact_cases += !decode;
+    g_exact_cases += !whole;
     dev_done(what, dticket, 4), dev_done(what, dgu, gub), dev_done(what, ddn, dnb), dev_done(what, dx, 2 * (size_t)T * H);
     dev_done(what, dlg, 4 * (size_t)T * E), dev_done(what, drw, 2 * (size_t)E * H), dev_done(what, dgo, 2 * (size_t)nE * 2 * I);
     dev_done(what, dact, 2 * (size_t)nE * I), dev_done(what, dout, 2 * (size_t)nE * H);
@@ -593,7 +611,11 @@ static void test_moe(void) {
             for (int router = 0; router < 2; router++)
                 moe_case(cfg[c][0], cfg[c][1], cfg[c][2], cfg[c][3], cfg[c][4], (c + g) % 2 == 0 || c == 4, g, router);
         moe_case(cfg[c][0], cfg[c][1], cfg[c][2], cfg[c][3], cfg[c][4], c % 2, MOE_DECODE, 1);
+        moe_case(cfg[c][0], cfg[c][1], cfg[c][2], cfg[c][3], cfg[c][4], c % 2 == 0, MOE_PREFILL, 1);
     }
+    /* prefill with every token on expert 1: the rows past the capacity go through the grouped kernel */
+    moe_case(130, 16, 3, 40, 24, 1, MOE_PREFILL, 2), moe_case(19, 8, 4, 64, 32, 0, MOE_PREFILL, 2);
+    if (!g_short) moe_case(200, 32, 8, 2048, 768, 1, MOE_PREFILL, 2);
     /* decode at Omni's matrix sizes (k 8, H 2048, I 768; 32 experts) with 1 and 3 tokens; K = 40 (one partial pass) */
     if (!g_short) moe_case(1, 32, 8, 2048, 768, 1, MOE_DECODE, 1), moe_case(3, 32, 8, 2048, 768, 0, MOE_DECODE, 1);
     moe_case(4, 12, 5, 40, 264, 1, MOE_DECODE, 1);
