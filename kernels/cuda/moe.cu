@@ -186,6 +186,10 @@ moe_grouped_kernel(uint16_t *y, const uint16_t *x, int64_t ldx, const int32_t *p
     using namespace nvcuda;
     __shared__ __align__(128) gm_smem sm;
     __shared__ int tile0[GROUP_MAX_E / 4 + 33], s_e, s_m0, s_cnt;
+    /* past every tile (the grid is sized by an upper bound: the prefill overflow is mostly empty): leave at once;
+     * the tiles number at most total / BM + the non-empty groups */
+    const int total = offsets[E] - offsets[0];
+    if (blockIdx.x >= (total + GM_BM - 1) / GM_BM + (total < E ? total : E)) return;
     /* which expert and row range this block owns: tiles of expert e start at the prefix of ceil(count / BM) */
     const int nth = blockDim.x;
     int acc = 0, found = 0;
