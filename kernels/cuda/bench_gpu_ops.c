@@ -9,18 +9,13 @@
 
 #include <cuda_runtime.h>
 
+#include "kernels/cuda/bench_timing.h"
 #include "kernels/ops_cuda.h"
 #include "kernels/tensor.h"
 
 #define RUNS 50
 #define NBUF 4
-#define CK(call)                                                                                               \
-    do {                                                                                                       \
-        if ((call) != 0) {                                                                                     \
-            fprintf(stderr, "FATAL %s:%d: %s: %s\n", __FILE__, __LINE__, #call, omni_last_error());            \
-            exit(1);                                                                                           \
-        }                                                                                                      \
-    } while (0)
+#define CK BENCH_CK
 
 static omni_cuda_ctx *g_ctx;
 static cudaStream_t g_s;
@@ -42,30 +37,9 @@ static uint16_t *rand_dev_bf16(int64_t n, uint16_t **host_copy) {
     return d;
 }
 
-static int cmp_f(const void *a, const void *b) {
-    float x = *(const float *)a, y = *(const float *)b;
-    return (x > y) - (x < y);
-}
-
 typedef void (*launch_fn)(int buf);
 
-/* Median milliseconds of one launch over RUNS timed launches (each between two events), after 5 warm-ups. */
-static float time_ms(launch_fn fn) {
-    cudaEvent_t ev[2 * RUNS];
-    float ms[RUNS];
-    for (int i = 0; i < 2 * RUNS; i++) CK(cudaEventCreate(&ev[i]));
-    for (int i = 0; i < 5; i++) fn(i % NBUF);
-    for (int r = 0; r < RUNS; r++) {
-        CK(cudaEventRecord(ev[2 * r], g_s));
-        fn(r % NBUF);
-        CK(cudaEventRecord(ev[2 * r + 1], g_s));
-    }
-    CK(cudaStreamSynchronize(g_s));
-    for (int r = 0; r < RUNS; r++) CK(cudaEventElapsedTime(&ms[r], ev[2 * r], ev[2 * r + 1]));
-    for (int i = 0; i < 2 * RUNS; i++) cudaEventDestroy(ev[i]);
-    qsort(ms, RUNS, sizeof(float), cmp_f);
-    return ms[RUNS / 2];
-}
+static float time_ms(launch_fn fn) { return bench_time_ms(fn, NBUF, RUNS, g_s); }
 
 static double g_copy_gbs;
 static void report(const char *what, float ms, double bytes) {

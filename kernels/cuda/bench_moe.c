@@ -14,6 +14,7 @@
 
 #include <cuda_runtime.h>
 
+#include "kernels/cuda/bench_timing.h"
 #include "kernels/ops_cuda.h"
 #include "kernels/tensor.h"
 
@@ -24,13 +25,7 @@
 #define H 2048
 #define I 768
 #define T_MAX 4096
-#define CK(call)                                                                                               \
-    do {                                                                                                       \
-        if ((call) != 0) {                                                                                     \
-            fprintf(stderr, "FATAL %s:%d: %s: %s\n", __FILE__, __LINE__, #call, omni_last_error());            \
-            exit(1);                                                                                           \
-        }                                                                                                      \
-    } while (0)
+#define CK BENCH_CK
 
 static omni_cuda_ctx *g_ctx;
 static cudaStream_t g_s;
@@ -50,11 +45,6 @@ static uint16_t *rand_dev(int64_t n, float scale) {
     for (int64_t o = m; o < n; o += m) CK(omni_cuda_d2d(d + o, d, 2 * (size_t)(n - o < m ? n - o : m), g_s));
     free(h);
     return d;
-}
-
-static int cmp_f(const void *a, const void *b) {
-    float x = *(const float *)a, y = *(const float *)b;
-    return (x > y) - (x < y);
 }
 
 /* the block's buffers */
@@ -100,23 +90,7 @@ static void run_prefill(int b) {
                              g_pws_bytes));
 }
 
-/* Median ms of one call over RUNS (events around each), after 5 warm-ups; input b = r % nbuf. */
-static float time_ms(void (*fn)(int), int nbuf) {
-    cudaEvent_t ev[2 * RUNS];
-    float ms[RUNS];
-    for (int i = 0; i < 2 * RUNS; i++) CK(cudaEventCreate(&ev[i]));
-    for (int i = 0; i < 5; i++) fn(i % nbuf);
-    for (int r = 0; r < RUNS; r++) {
-        CK(cudaEventRecord(ev[2 * r], g_s));
-        fn(r % nbuf);
-        CK(cudaEventRecord(ev[2 * r + 1], g_s));
-    }
-    CK(cudaStreamSynchronize(g_s));
-    for (int r = 0; r < RUNS; r++) CK(cudaEventElapsedTime(&ms[r], ev[2 * r], ev[2 * r + 1]));
-    for (int i = 0; i < 2 * RUNS; i++) cudaEventDestroy(ev[i]);
-    qsort(ms, RUNS, sizeof(float), cmp_f);
-    return ms[RUNS / 2];
-}
+static float time_ms(void (*fn)(int), int nbuf) { return bench_time_ms(fn, nbuf, RUNS, g_s); }
 
 /* The largest |difference| between the outputs of two paths on input 0 (same routing, bf16 class) and max |y|. */
 static void max_diff(void (*a)(int), void (*b)(int), double *md, double *mx) {
