@@ -24,6 +24,8 @@
  * beyond the step's tokens / flushes do nothing), the kernels read the step from the device record, and the H2D
  * copy reads the pinned buffer at replay time. Per replayed step the host calls kv_dev_step (and kv_dev_commit);
  * every step must reach the device (one upload per step, direct or replayed) before the next kv_dev_step.
+ * While capturing, kv_dev_append needs no step in flight (a runner captures its graphs once, when the cache is
+ * made, after an empty step's upload; the step each replay appends is the one its upload brings).
  * A step of n_seq 0 only uploads pending table changes (after remove/clear/commit: tests compare tables then).
  *
  * Device tables: [2][max_seqs][tab_stride] int32 (raw pages, then quant pages, -1 = none) and lengths
@@ -60,6 +62,12 @@ omni_status kv_dev_upload(kv_dev *d, void *stream);
  * capturing a graph). */
 omni_status kv_dev_append(kv_dev *d, int layer, const void *k, const void *v, int t_cap, void *stream);
 omni_status kv_dev_commit(kv_dev *d);
+/* Ends a step that will not be committed (a runner step that failed): the step's sequences are cleared (length 0,
+ * pages back; the device tables follow at the next upload), as the caller clears or removes them on the host
+ * (llm/runner.h), and the step's record is uploaded (again): it carries the table changes of earlier commits,
+ * which must reach the device even if the failed step never uploaded it (applying a record twice is harmless).
+ * No step in flight: a no-op. */
+omni_status kv_dev_abort(kv_dev *d, void *stream);
 
 /* Layer view with device pointers (pools, tables, lengths), valid for the cache's life. */
 omni_status kv_dev_layer_view(const kv_dev *d, int layer, kv_layer_view *v);

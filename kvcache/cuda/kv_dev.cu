@@ -6,7 +6,9 @@
  * Device memory (one cudaMalloc, regions 256-byte aligned): raw pool | quant pool | tables [2][max_seqs][stride]
  * | lengths [max_seqs] | step record. Host: a pinned copy of the step record (staging) and an event recorded after
  * each upload's copy (kv_dev_step waits on it before it rewrites the staging). */
+#ifndef KVC_EMU
 #include <cuda_runtime.h>
+#endif
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +16,7 @@
 #include "kvcache/kv_append.h"
 #include "kvcache/kv_dev.h"
 #include "kvcache/kv_dev_step.h"
+#include "kvc_ptx.cuh"
 
 #define KVD_APPLY_THREADS 1024
 
@@ -48,7 +51,7 @@ __global__ void __launch_bounds__(KVD_APPLY_THREADS) kvd_apply_kernel(const kvd_
 }
 
 __global__ void __launch_bounds__(KVD_THREADS) kvd_append_kernel(const kvd_append_args a) {
-    extern __shared__ float kvd_sm[];
+    KVC_DYN_SMEM(float, kvd_sm);
     kvd_cta c;
     kvd_cta_setup(&a, (int)blockIdx.x, &c);
     for (int ph = 0; ph < c.nph; ph++) { /* nph is the same for every thread of the CTA */
@@ -175,8 +178,8 @@ extern "C" omni_status kv_dev_upload(kv_dev *d, void *stream) {
         KVD_CHECK(cudaEventRecord(d->uploaded, st));
     kv_layer_view v;
     kv_pages_layer_view(d->pages, 0, NULL, NULL, &v);
-    kvd_apply_kernel<<<1, KVD_APPLY_THREADS, 0, st>>>(d->dstep, d->tab, d->len, v.tab_stride, v.max_seqs);
-    KVD_CHECK(cudaGetLastError());
+    KVD_CHECK(kvc_launch(kvd_apply_kernel, dim3(1), dim3(KVD_APPLY_THREADS), 0, st, 0, (const kvd_step *)d->dstep,
+                         d->tab, d->len, v.tab_stride, v.max_seqs));
     return OMNI_OK;
 }
 
@@ -195,7 +198,8 @@ extern "C" omni_status kv_dev_append(kv_dev *d, int layer, const void *k, const 
     cudaStream_t st = (cudaStream_t)stream;
     cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
     KVD_CHECK(cudaStreamIsCapturing(st, &cap));
-    if (d->t_step < 0) return omni_fail(OMNI_ERR_USAGE, "kv dev: kv_dev_append without kv_dev_step");
+    if (d->t_step < 0 && cap == cudaStreamCaptureStatusNone)
+        return omni_fail(OMNI_ERR_USAGE, "kv dev: kv_dev_append without kv_dev_step");
     if (t_cap < 0 || (t_cap == 0 && cap != cudaStreamCaptureStatusNone))
         return omni_fail(OMNI_ERR_USAGE, "kv dev: t_cap %d (> 0 required while capturing a graph)", t_cap);
     if (t_cap > 0 && t_cap < d->t_step)
@@ -211,8 +215,8 @@ extern "C" omni_status kv_dev_append(kv_dev *d, int layer, const void *k, const 
     if (n_cta == 0) return OMNI_OK;
     kvd_append_args a;
     kvd_append_setup(&a, &view, d->dstep, k, v, tc, fc);
-    kvd_append_kernel<<<(unsigned)n_cta, KVD_THREADS, (size_t)kvd_smem_floats(view.head_dim) * 4, st>>>(a);
-    KVD_CHECK(cudaGetLastError());
+    KVD_CHECK(kvc_launch(kvd_append_kernel, dim3((unsigned)n_cta), dim3(KVD_THREADS),
+                         (size_t)kvd_smem_floats(view.head_dim) * 4, st, 0, a));
     return OMNI_OK;
 }
 
@@ -222,6 +226,13 @@ extern "C" omni_status kv_dev_commit(kv_dev *d) {
     if (st) return st;
     d->t_step = -1;
     return OMNI_OK;
+}
+
+extern "C" omni_status kv_dev_abort(kv_dev *d, void *stream) {
+    if (!d || d->t_step < 0) return OMNI_OK;
+    for (int i = 0; i < d->n_seq; i++) kv_pages_seq_clear(d->pages, d->ids[i]);
+    d->t_step = -1;
+    return kv_dev_upload(d, stream);
 }
 
 extern "C" void kv_dev_batch_view(const kv_dev *d, kv_dev_batch *b) {

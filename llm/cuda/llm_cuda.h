@@ -21,13 +21,17 @@
  * KIVI formats, append and quantized flush on the GPU); the kv_cache handed to the caller keeps the same page
  * bookkeeping on the host (kv_init_accounting: sequences, lengths, budget, usage) and is the handle the engine
  * uses (kv_seq_add / remove / clear act on it; the device cache follows at the next step). An f32 cache is
- * stored in bf16 (the GPU computes in bf16). Attention: kvc_prefill / kvc_decode (kvcache/kv_cuda.h) for
- * head_dim 64 and 128, a plain SIMT kernel over raw bf16 pages for other head dims (small test models; those
- * take bf16 caches only).
+ * stored in bf16 (the GPU computes in bf16); every other format (int2, int4, kivi2/4, K/V mixes, per-layer
+ * overrides, window, sinks) is stored and read as on the CPU: packed bytes equal kv_cache's for equal k/v.
+ * Attention: kvc_prefill / kvc_decode (kvcache/kv_cuda.h) for head_dim 64 and 128, a plain SIMT kernel (attn_ref.h)
+ * for other head dims (the small fixture models); a prefill chunk attends to the packed / bf16 history and to
+ * itself in full bf16 (as kv_forward), a decode token to the pages after its append (a block it flushes is read
+ * packed).
  * Errors: a model or cache that does not fit in free GPU memory fails with OMNI_ERR_NOMEM and one line
  * "... needs X GiB on cuda:N (...), Y GiB free" (the CLI's exit code 4); a CUDA error in a step returns
- * OMNI_ERR_RUNTIME (OMNI_ERR_NOMEM when the device is out of memory) naming the call and file:line; the step's
- * sequences then hold an unfinished step (kv_seq_clear / kv_seq_remove them, as llm/runner.h says).
+ * OMNI_ERR_RUNTIME (OMNI_ERR_NOMEM when the device is out of memory) naming the call and file:line; the step is
+ * then dropped on the device (its sequences cleared there) and the caller clears or removes them on the host
+ * (kv_seq_clear / kv_seq_remove, as llm/runner.h says; llm_engine does): later steps run normally.
  * Thread safety: one llm_cuda belongs to one thread at a time. */
 #ifndef OMNI_LLM_CUDA_H
 #define OMNI_LLM_CUDA_H
@@ -53,6 +57,8 @@ typedef struct {
     int graphs;     /* capture decode-only steps as CUDA graphs (1) */
     int progress;   /* weight-copy progress on stderr: -1 for models over 1 GiB (default), 0 never, 1 always */
     int profile;    /* make the events of per-op timing (llm_cuda_profile_enable); 0 */
+    int simt_attention; /* attention through the plain SIMT kernel for every head dim (tests: the oracle of the
+                           tensor-core kernels inside the whole step); 0 */
 } llm_cuda_params;
 
 llm_cuda_params llm_cuda_default_params(void);
@@ -78,6 +84,10 @@ size_t llm_cuda_workspace_bytes(const llm_cuda *r);
 size_t llm_cuda_peak_bytes(llm_cuda *r);
 /* CUDA graphs ready for decode steps (0 when graphs are off or their capture failed at init). */
 int llm_cuda_graphs(const llm_cuda *r);
+
+/* Tests: the n-th following step (n >= 1) fails with OMNI_ERR_NOMEM after its pages are reserved, as a device out
+ * of memory in the middle of a step would; 0 cancels. */
+void llm_cuda_inject_failure(llm_cuda *r, int n);
 
 /* Benchmarks: append n_tokens positions of random bf16 K/V (values ~ N(0,1)-like) to sequence `seq` of a cache of
  * this runner, with the cache's bookkeeping (kv_reserve / kv_commit in max_tokens pieces) - a long context

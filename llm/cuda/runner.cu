@@ -11,7 +11,7 @@
  * plus a kv_cache on the host for the bookkeeping the engine reads (kv_reserve / kv_commit keep both in step).
  * Rows are grouped by cache; per layer and cache: head_dim 64/128 -> kvc_prefill then kv_dev_append for steps
  * with a chunk, kv_dev_append then kvc_decode for decode steps (kvcache/kv_cuda.h); other head dims (small test
- * models) -> kv_dev_append then the SIMT attention of attn_ref.h over the raw pages.
+ * models) -> kv_dev_append and the SIMT attention of attn_ref.h (committed pages + the step's own rows).
  * Step inputs travel in pinned buffers: int32 [ids T | pos 3T | src_row T | row_slot T | row_pos T | out_row T |
  * ent_slot T | ent_new T | ent_row0 T + 1 | ds_dst 4T] (offsets depend on T only, so a graph of bucket T always
  * reads the same addresses), bf16 span rows [n_sp][H] and DeepStack rows [level][n][H], and per output row the
@@ -23,8 +23,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#ifndef KVC_EMU
 #include <cuda_runtime.h>
+#endif
 
+#include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/ops_cuda.h"
 #include "kvcache/kv_cuda.h"
@@ -96,6 +99,7 @@ struct llm_cuda {
     int grp_c[MAX_CACHES + 1], grp_e0[MAX_CACHES + 2], grp_r0[MAX_CACHES + 2], n_grp; /* this step's cache groups */
     int grp_maxq[MAX_CACHES + 1];
     size_t peak;
+    int fail_in; /* llm_cuda_inject_failure: steps until an injected failure (0: none) */
     /* profiling (params.profile): event pairs of the step in flight and the totals per kind */
     cudaEvent_t *ev;
     int prof_on, n_ev, ev_kind[PROF_EVENTS / 2];
@@ -177,7 +181,7 @@ static size_t carve_pinned(llm_cuda *r, char *base) {
 /* SIMT attention workspace (head dims the tensor-core kernels do not take): decode of max_seqs rows with every
  * split of max_cap keys, or T_max rows with two splits. */
 static int64_t attn_floats(const llm_cuda *r, int64_t max_cap) {
-    if (r->D == 64 || r->D == 128) return 1;
+    if ((r->D == 64 || r->D == 128) && !r->p.simt_attention) return 1;
     int64_t splits = (max_cap + SPLIT_LEN - 1) / SPLIT_LEN;
     int64_t dec = lca_workspace_floats(r->S, r->Hq, r->D, (int)splits);
     int64_t pre = lca_workspace_floats(r->T_max, r->Hq, r->D, 2);
@@ -256,7 +260,9 @@ static omni_status init_common(llm_cuda *r, size_t weight_bytes) {
     if (!r->ent_cache || !r->order || !r->grp_seq || !r->grp_new || !r->out_ent)
         return omni_fail(OMNI_ERR_NOMEM, "llm_cuda: out of host memory");
     if ((st = lca_init())) return st;
-    if ((r->D == 64 || r->D == 128) && (st = kvc_attn_init(r->S, r->Hq, r->Hkv, r->D, &r->attn))) return st;
+    if ((r->D == 64 || r->D == 128) && !r->p.simt_attention &&
+        (st = kvc_attn_init(r->S, r->Hq, r->Hkv, r->D, &r->attn)))
+        return st;
     if (r->p.profile) {
         r->ev = (cudaEvent_t *)calloc(PROF_EVENTS, sizeof(cudaEvent_t));
         if (!r->ev) return omni_fail(OMNI_ERR_NOMEM, "llm_cuda: out of host memory");
@@ -384,12 +390,7 @@ omni_status llm_cuda_cache_init(llm_cuda *r, const kv_params *p, kv_cache **out)
         q.layer_fmt = lf;
     }
     const int fast = r->attn != NULL;
-    int quant = q.fmt.k_type == KV_Q2 || q.fmt.k_type == KV_Q4;
-    for (int l = 0; lf && l < r->L; l++) quant |= lf[l].k_type == KV_Q2 || lf[l].k_type == KV_Q4;
     omni_status st = OMNI_OK;
-    if (!fast && quant)
-        st = omni_fail(OMNI_ERR_UNSUPPORTED, "llm_cuda: quantized KV caches need head_dim 64 or 128 on the GPU "
-                       "(this model has %d); use --kv bf16", r->D);
     int slot = 0;
     for (int i = 1; i <= MAX_CACHES && !slot; i++)
         if (!r->caches[i].kv) slot = i;
@@ -411,10 +412,6 @@ omni_status llm_cuda_cache_init(llm_cuda *r, const kv_params *p, kv_cache **out)
         if (!c->views) st = omni_fail(OMNI_ERR_NOMEM, "llm_cuda: out of host memory");
         for (int l = 0; !st && l < r->L; l++) st = kv_dev_layer_view(c->dev, l, &c->views[l]);
     }
-    if (!st && !fast)
-        for (int l = 0; !st && l < r->L; l++)
-            if (c->views[l].rotate || c->views[l].quant || c->views[l].k_esz != 2)
-                st = omni_fail(OMNI_ERR_UNSUPPORTED, "llm_cuda: KV layer %d is not raw bf16 (head_dim %d)", l, r->D);
     if (!st && r->p.graphs && capture_cache(r, slot)) { /* graphs are an optimisation: run eagerly if capture fails */
         fprintf(stderr, "warning: CUDA graphs disabled for this cache: %s\n", omni_last_error());
         for (int g = 0; g < c->n_graphs; g++) cudaGraphExecDestroy(c->graphs[g].exec);
@@ -641,9 +638,9 @@ static omni_status attention(llm_cuda *r, int l, const step_in *in, const step_s
             int splits, split_len;
             simt_splits(r, sh, graph, &splits, &split_len);
             OP(r, P_APPEND, kv_dev_append(c->dev, l, k, vv, graph ? sh->T : 0, r->s));
-            OP(r, P_ATTN, lca_attend_view(v, r->q + (size_t)r0 * qd, qd, r->att + (size_t)r0 * qd, qd, in->slot + r0,
-                                          in->rpos + r0, graph ? sh->T : nr, r->Hq, scale, splits, split_len,
-                                          r->attn_ws, r->s));
+            OP(r, P_ATTN, lca_attend_view(v, r->q + (size_t)r0 * qd, qd, k, vv, kd, r->att + (size_t)r0 * qd, qd,
+                                          in->slot + r0, in->rpos + r0, graph ? sh->T : nr, r->Hq, scale, splits,
+                                          split_len, r->attn_ws, r->s));
         }
     }
     return OMNI_OK;
@@ -709,8 +706,9 @@ static int bucket_of(int S, int n) {
     return b < S ? b : S;
 }
 
-/* The graph of a decode step of bucket T on cache c: captured with an empty device-cache step in flight (the
- * append's launch shape depends on t_cap only), the cache as the step's only group. */
+/* The graph of a decode step of bucket T on cache c: captured after an empty device-cache step (no step in flight:
+ * the append's launch shape depends on t_cap only, the replayed upload brings each step), the cache as the step's
+ * only group. */
 static omni_status capture(llm_cuda *r, int c, int T) {
     dev_cache *dc = &r->caches[c];
     step_shape sh;
@@ -726,12 +724,11 @@ static omni_status capture(llm_cuda *r, int c, int T) {
         st = forward(r, &sh, 1);
         e = cudaStreamEndCapture(r->s, &g);
     }
-    omni_status cst = kv_dev_commit(dc->dev);
-    if (st || e != cudaSuccess || cst) {
+    if (st || e != cudaSuccess) {
         if (g) cudaGraphDestroy(g);
         (void)cudaGetLastError();
-        return st ? st : cst ? cst : omni_fail(OMNI_ERR_RUNTIME, "llm_cuda: graph capture (%s:%d): %s", __FILE__,
-                                                __LINE__, cudaGetErrorString(e));
+        return st ? st : omni_fail(OMNI_ERR_RUNTIME, "llm_cuda: graph capture (%s:%d): %s", __FILE__, __LINE__,
+                                   cudaGetErrorString(e));
     }
     cudaGraphExec_t exec = NULL;
     e = cudaGraphInstantiate(&exec, g, 0);
@@ -880,9 +877,25 @@ static const graph_slot *graph_of(const dev_cache *c, int T) {
     return NULL;
 }
 
-omni_status llm_cuda_step(llm_cuda *r, int n, llm_batch_entry *b) {
+void llm_cuda_inject_failure(llm_cuda *r, int n) {
+    if (r) r->fail_in = n > 0 ? n : 0;
+}
+
+/* A failed step: let the stream drain (a non-sticky error such as out of memory leaves the context usable) and
+ * drop the step on every device cache that began it. */
+static void abort_step(llm_cuda *r) {
+    cudaStreamSynchronize(r->s);
+    (void)cudaGetLastError();
+    for (int g = 0; g < r->n_grp; g++)
+        if (kv_dev_abort(r->caches[r->grp_c[g]].dev, r->s))
+            fprintf(stderr, "llm_cuda: dropping the failed step: %s\n", omni_last_error());
+}
+
+static omni_status step_run(llm_cuda *r, int n, llm_batch_entry *b) {
     int rows = 0;
     RUN(begin(r, n, b, &rows));
+    if (r->fail_in > 0 && --r->fail_in == 0)
+        return omni_fail(OMNI_ERR_NOMEM, "llm_cuda: step (%s:%d): out of memory (injected)", __FILE__, __LINE__);
     /* a graph: decode only (one token per entry), one cache, no spans, no logits_all, every history covered */
     const graph_slot *g = NULL;
     if (r->p.graphs && rows == n && r->n_grp == 1 && !r->prof_on) {
@@ -916,6 +929,13 @@ omni_status llm_cuda_step(llm_cuda *r, int n, llm_batch_entry *b) {
     return commit(r, n, b);
 }
 
+omni_status llm_cuda_step(llm_cuda *r, int n, llm_batch_entry *b) {
+    r->n_grp = 0;
+    omni_status st = step_run(r, n, b);
+    if (st) abort_step(r);
+    return st;
+}
+
 /* ---- benchmarks: a long context without its prefill -------------------------------------------------------- */
 
 /* n rows of random bf16 k and v (a sum of 4 uniforms: mean 0, variance 1/3) for the append of a fill step. */
@@ -944,8 +964,9 @@ omni_status llm_cuda_fill_random(llm_cuda *r, kv_cache *kv, int seq, int64_t n_t
         RUN(kv_dev_step(dc->dev, 1, &seq, &n));
         RUN(kv_dev_upload(dc->dev, r->s));
         for (int l = 0; l < r->L; l++) {
-            fill_rows_kernel<<<1024, 256, 0, r->s>>>(r->k, r->v, (int64_t)n * kd, seed + (uint64_t)l * 7919u +
-                                                                               (uint64_t)kv_seq_len(kv, seq));
+            const int64_t m = (int64_t)n * kd;
+            omni_launch(fill_rows_kernel, (unsigned)(m / 512 + 1 < 1024 ? m / 512 + 1 : 1024), 256, 0, r->s, r->k,
+                        r->v, m, seed + (uint64_t)l * 7919u + (uint64_t)kv_seq_len(kv, seq));
             OMNI_CUDA_LAUNCHED();
             RUN(kv_dev_append(dc->dev, l, r->k, r->v, 0, r->s));
         }

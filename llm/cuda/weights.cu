@@ -6,8 +6,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#ifndef KVC_EMU
 #include <cuda_runtime.h>
+#endif
 
+#include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/tensor.h"
 
@@ -279,7 +282,8 @@ __global__ void rand_fill_kernel(uint16_t *p, size_t n, uint64_t seed, float a, 
 }
 
 static omni_status fill(uint16_t *p, size_t n, uint64_t seed, float a, cudaStream_t s) {
-    rand_fill_kernel<<<4096, 256, 0, s>>>(p, n, seed, a, omni_f32_to_bf16(1.f));
+    const size_t blocks = n / 256 + 1 < 4096 ? n / 256 + 1 : 4096;
+    omni_launch(rand_fill_kernel, (unsigned)blocks, 256, 0, s, p, n, seed, a, omni_f32_to_bf16(1.f));
     OMNI_CUDA_LAUNCHED();
     return OMNI_OK;
 }

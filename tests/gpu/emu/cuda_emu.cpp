@@ -139,13 +139,33 @@ const uint32_t (*exchange(const uint32_t *mine, int n))[16] {
 
 void exchange_done() { sync_warp(); }
 
+/* CUDA graphs: while a stream capture is active, launches and async copies are recorded (not run); a graph launch
+ * replays them in order, reading memory at replay time as the GPU does. */
+struct Graph {
+    std::vector<std::function<void()>> ops;
+};
+static Graph *g_capture = nullptr;
+int capturing() { return g_capture != nullptr; }
+void record(std::function<void()> op) { g_capture->ops.push_back(std::move(op)); }
+
+static cudaError_t launch_now(dim3 grid, dim3 block, size_t smem, const std::function<void()> &body);
+
 cudaError_t launch(dim3 grid, dim3 block, size_t smem, std::function<void()> body) {
+    if (!g_capture) return launch_now(grid, block, smem, body);
+    const int n = (int)(block.x * block.y * block.z);
+    if (n <= 0 || n > 1024 || grid.x == 0 || grid.y == 0 || grid.z == 0 || grid.y > 65535 || grid.z > 65535)
+        return cudaErrorInvalidConfiguration;
+    record([=]() { launch_now(grid, block, smem, body); });
+    return cudaSuccess;
+}
+
+static cudaError_t launch_now(dim3 grid, dim3 block, size_t smem, const std::function<void()> &body) {
     const int n = (int)(block.x * block.y * block.z);
     if (n <= 0 || n > 1024 || grid.x == 0 || grid.y == 0 || grid.z == 0 || grid.y > 65535 || grid.z > 65535)
         return cudaErrorInvalidConfiguration;
     if (smem > 227 * 1024) return cudaErrorInvalidValue;
     Cta &c = g_cta;
-    c.body = std::move(body);
+    c.body = body;
     c.bdim = block, c.gdim = grid, c.n = n;
     c.fibers.assign((size_t)n, Fiber());
     c.warps.assign((size_t)(n + 31) / 32, Warp());
@@ -366,13 +386,56 @@ cudaError_t cudaMemcpy(void *d, const void *s, size_t n, enum cudaMemcpyKind) {
     return cudaSuccess;
 }
 cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t n, enum cudaMemcpyKind k, cudaStream_t) {
+    if (emu::capturing()) {
+        emu::record([=]() { memmove(d, s, n); });
+        return cudaSuccess;
+    }
     return cudaMemcpy(d, s, n, k);
 }
 cudaError_t cudaMemset(void *d, int v, size_t n) {
     memset(d, v, n);
     return cudaSuccess;
 }
-cudaError_t cudaMemsetAsync(void *d, int v, size_t n, cudaStream_t) { return cudaMemset(d, v, n); }
+cudaError_t cudaMemsetAsync(void *d, int v, size_t n, cudaStream_t) {
+    if (emu::capturing()) {
+        emu::record([=]() { memset(d, v, n); });
+        return cudaSuccess;
+    }
+    return cudaMemset(d, v, n);
+}
+cudaError_t cudaHostAlloc(void **p, size_t n, unsigned int) { return cudaMalloc(p, n); }
+cudaError_t cudaStreamBeginCapture(cudaStream_t, enum cudaStreamCaptureMode) {
+    if (emu::g_capture) return ret(cudaErrorIllegalState);
+    emu::g_capture = new emu::Graph();
+    return cudaSuccess;
+}
+cudaError_t cudaStreamEndCapture(cudaStream_t, cudaGraph_t *g) {
+    if (!emu::g_capture) return ret(cudaErrorIllegalState);
+    *g = (cudaGraph_t)emu::g_capture;
+    emu::g_capture = nullptr;
+    return cudaSuccess;
+}
+cudaError_t cudaStreamIsCapturing(cudaStream_t, enum cudaStreamCaptureStatus *st) {
+    *st = emu::g_capture ? cudaStreamCaptureStatusActive : cudaStreamCaptureStatusNone;
+    return cudaSuccess;
+}
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t *e, cudaGraph_t g, unsigned long long) {
+    *e = (cudaGraphExec_t) new emu::Graph(*(emu::Graph *)g);
+    return cudaSuccess;
+}
+cudaError_t cudaGraphLaunch(cudaGraphExec_t e, cudaStream_t) {
+    if (emu::g_capture) return ret(cudaErrorStreamCaptureUnsupported);
+    for (auto &op : ((emu::Graph *)e)->ops) op();
+    return cudaSuccess;
+}
+cudaError_t cudaGraphDestroy(cudaGraph_t g) {
+    delete (emu::Graph *)g;
+    return cudaSuccess;
+}
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t e) {
+    delete (emu::Graph *)e;
+    return cudaSuccess;
+}
 cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
 cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
 cudaError_t cudaStreamCreate(cudaStream_t *s) {
@@ -420,6 +483,8 @@ cudaError_t cudaEventDestroy(cudaEvent_t e) {
     free(e);
     return cudaSuccess;
 }
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned int) { return cudaEventCreate(e); }
+cudaError_t cudaEventRecordWithFlags(cudaEvent_t e, cudaStream_t s, unsigned int) { return cudaEventRecord(e, s); }
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);

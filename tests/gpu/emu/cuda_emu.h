@@ -43,8 +43,12 @@ void spin(const char *what);
  * words. The caller reads it, then calls exchange_done() (a second warp barrier). */
 const uint32_t (*exchange(const uint32_t *mine, int n))[16];
 void exchange_done();
-/* Launch: runs body once per thread of grid x block; dynamic shared memory of smem bytes. */
+/* Launch: runs body once per thread of grid x block; dynamic shared memory of smem bytes. During a stream
+ * capture (cudaStreamBeginCapture .. EndCapture) the launch is recorded instead and runs at each cudaGraphLaunch of
+ * the graph (as are cudaMemcpyAsync / cudaMemsetAsync: memory is read at replay time). */
 cudaError_t launch(dim3 grid, dim3 block, size_t smem, std::function<void()> body);
+int capturing();
+void record(std::function<void()> op);
 
 /* The matrix and barrier instructions (semantics of PTX ISA 8.x, sm_90). */
 void mma_16816(float d[4], const uint32_t a[4], uint32_t b0, uint32_t b1, const float c[4], int bf16);
