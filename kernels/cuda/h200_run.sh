@@ -4,7 +4,9 @@
 # cuBLAS but not our host libraries (OpenBLAS, cJSON, PCRE2, ...), so `pack` bundles every shared library the
 # binaries load except the C runtime and CUDA's own.
 #   here:    kernels/cuda/h200_run.sh pack build          -> build/dev/ (binaries + lib.tar.xz; carry build/dev)
-#   device:  kernels/cuda/h200_run.sh run build [bench] [memcheck]    (from the repository root; logs under $OUT)
+#   device:  kernels/cuda/h200_run.sh run build [bench] [memcheck] [memcheck-short]   (repository root; logs: $OUT)
+# memcheck runs every test under compute-sanitizer; memcheck-short only the decoder and its ops with --short (the
+# whole CUDA runner on one text model and the Omni fixture, bf16 / int2 / kivi2 caches, graphs; a few minutes).
 # `run` prints one line per test (rc, passed/failed counts, time) and the op tables, writes $OUT/tests.log (every
 # test's output), $OUT/memcheck.log and $OUT/bench_ops.log; exit status = number of failed tests. Tests read fixtures from $OMNI_FIXTURES_DIR (set here to tests/fixtures of the working tree).
 set -u
@@ -60,6 +62,14 @@ for opt in "$@"; do
             rc=$?
             { echo "==== $n rc=$rc"; cat /tmp/omni_mc.log; } >> "$OUT/memcheck.log"
             echo "memcheck $n rc=$rc $(grep 'ERROR SUMMARY' /tmp/omni_mc.log)"
+        done ;;
+    memcheck-short)
+        for n in test_gpu_decoder test_gpu_llm_ops; do
+            [ -x "$D/$n" ] || continue
+            timeout 420 compute-sanitizer --tool memcheck --report-api-errors no "$D/$n" --short > /tmp/omni_mc.log 2>&1
+            rc=$?
+            { echo "==== $n --short rc=$rc"; cat /tmp/omni_mc.log; } >> "$OUT/memcheck_short.log"
+            echo "memcheck $n --short rc=$rc $(grep 'ERROR SUMMARY' /tmp/omni_mc.log) $(grep -E '^[0-9]+ passed' /tmp/omni_mc.log)"
         done ;;
     esac
 done

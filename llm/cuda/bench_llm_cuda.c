@@ -4,10 +4,13 @@
  * of one decode step, the roofline (weights read per token + KV bytes over the device-to-device copy bandwidth
  * measured in the same run; MoE: the active experts only) and peak GPU memory.
  * Every step's logits are checked finite before timing; decode steps sample greedily on the device (one token
- * back per step), as a generation loop would.
- * Usage: omni_bench_llm_cuda CONFIG_DIR [--ctx 4096,32768] [--bs 1] [--steps 64] [--prefill 4096]
- *                            [--label NAME] [--csv FILE]
- * Prints one Markdown table per config on stdout (and CSV rows to --csv: label,metric,value,unit). */
+ * back per step), as a generation loop would. Each KV format of --kv (bf16, int2, ...: kv_parse_mode names, window
+ * 128) runs every batch size x context; the roofline counts the KV bytes the cache really holds (codes, scales,
+ * norms, window), the split of an eager step is printed and written as CSV rows "split <fmt> bsB/CK <op>" (%).
+ * Usage: omni_bench_llm_cuda CONFIG_DIR [--ctx 4096,32768] [--bs 1,48] [--kv bf16,int2] [--steps 64]
+ *                            [--prefill 4096] [--label NAME] [--csv FILE]
+ * Prints one Markdown table per config on stdout (and CSV rows to --csv: label,metric,value,unit); metric names
+ * of bf16 rows have no format ("decode bs1/4K tok/s"), the others do ("decode int2 bs1/4K tok/s"). */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <stdio.h>
@@ -110,19 +113,18 @@ static double active_weight_bytes(const llm_config *c, double all) {
     return b;
 }
 
-static double kv_bytes(const llm_config *c, double tokens) { return tokens * c->n_layers * c->n_kv_heads * c->head_dim * 4.0; }
-
 static int finite_all(const float *x, int n) {
     for (int i = 0; i < n; i++)
         if (!isfinite(x[i])) return 0;
     return 1;
 }
 
-/* Decode at context ctx with bs sequences: median step time over `steps` timed steps. */
-static void bench_decode(llm_cuda *r, const llm_config *c, int ctx, int bs, int steps, double bw, double wbytes) {
+/* Decode at context ctx with bs sequences in KV format fmt: median step time over `steps` timed steps. */
+static void bench_decode(llm_cuda *r, const llm_config *c, const char *fmt, int ctx, int bs, int steps, double bw,
+                         double wbytes) {
     kv_params kp = kv_default_params();
     kp.n_layers = c->n_layers, kp.n_kv_heads = c->n_kv_heads, kp.head_dim = c->head_dim;
-    kv_parse_mode("bf16", &kp.fmt);
+    CK(kv_parse_mode(fmt, &kp.fmt));
     kp.max_seqs = bs, kp.max_seq_len = ctx + steps + 16, kp.max_tokens = (int64_t)bs * kp.max_seq_len;
     kv_cache *kv;
     CK(llm_cuda_cache_init(r, &kp, &kv));
@@ -143,6 +145,12 @@ static void bench_decode(llm_cuda *r, const llm_config *c, int ctx, int bs, int 
     CK(llm_cuda_step(r, bs, e));
     if (!finite_all(lg, c->vocab)) fprintf(stderr, "FATAL: non-finite logits at bs%d/%d\n", bs, ctx), exit(4);
     e[0].logits = NULL;
+    kv_usage u;
+    kv_get_usage(kv, &u);
+    const double kvb = (double)u.total_bytes; /* every sequence's pages in use: what a step reads */
+    const char *f = strcmp(fmt, "bf16") ? fmt : NULL;
+    char tag[64];
+    snprintf(tag, sizeof tag, "%s%sbs%d/%dK", f ? f : "", f ? " " : "", bs, ctx / 1024);
     double *t = malloc(sizeof(double) * steps);
     for (int s = 0; s < 4 + steps; s++) {
         for (int i = 0; i < bs; i++) ids[i] = e[i].token >= 0 ? e[i].token : 100 + i;
@@ -151,14 +159,16 @@ static void bench_decode(llm_cuda *r, const llm_config *c, int ctx, int bs, int 
         if (s >= 4) t[s - 4] = omni_time_ms() - t0;
     }
     const double ms = median(t, steps), tps = bs / (ms * 1e-3);
-    const double roof = bs * bw * 1e12 / (wbytes + kv_bytes(c, (double)bs * ctx));
-    char name[96], note[160];
-    snprintf(name, sizeof name, "decode bs%d/%dK tok/s", bs, ctx / 1024);
-    snprintf(note, sizeof note, "%.3f ms/step, %.0f%% of the %.0f tok/s roofline (%.2f GB weights + %.2f GB KV at %.2f TB/s)",
-             ms, 100 * tps / roof, roof, wbytes / 1e9, kv_bytes(c, (double)bs * ctx) / 1e9, bw);
+    const double roof = bs * bw * 1e12 / (wbytes + kvb);
+    char name[96], note[200];
+    snprintf(name, sizeof name, "decode %s tok/s", tag);
+    snprintf(note, sizeof note, "%.3f ms/step, %.0f%% of the %.0f tok/s roofline (%.2f GB weights + %.2f GB KV at %.2f "
+             "TB/s)%s", ms, 100 * tps / roof, roof, wbytes / 1e9, kvb / 1e9, bw, llm_cuda_graphs(r) ? "" : ", NO graphs");
     row(name, tps, "tok/s", note);
-    snprintf(name, sizeof name, "decode bs%d/%dK %% of roofline", bs, ctx / 1024);
+    snprintf(name, sizeof name, "decode %s %% of roofline", tag);
     row(name, 100 * tps / roof, "%", "weights read once + KV over the copy bandwidth");
+    snprintf(name, sizeof name, "KV %s MiB", tag);
+    row(name, kvb / 1048576.0, "MiB", "pages in use after the fill");
     /* per-op split of one eager decode step (graphs off while profiling) */
     if (llm_cuda_profile_enable(r, 1) == OMNI_OK) {
         for (int s = 0; s < 5; s++) CK(llm_cuda_step(r, bs, e));
@@ -166,10 +176,13 @@ static void bench_decode(llm_cuda *r, const llm_config *c, int ctx, int bs, int 
         double pm[32], tot = 0;
         int nk = llm_cuda_profile(r, names, pm, 32);
         for (int k = 0; k < nk; k++) tot += pm[k];
-        printf("|   split of an eager step (bs%d/%dK, %.3f ms of kernels):", bs, ctx / 1024, tot / 5);
+        printf("|   split of an eager step (%s, %.3f ms of kernels):", tag, tot / 5);
         for (int k = 0; k < nk; k++)
             if (pm[k] > 0) printf(" %s %.1f%%", names[k], 100 * pm[k] / tot);
         printf("\n");
+        for (int k = 0; g_csv && k < nk; k++)
+            if (pm[k] > 0) fprintf(g_csv, "%s,split %s %s,%.2f,%%\n", g_label, tag, names[k], 100 * pm[k] / tot);
+        if (g_csv) fprintf(g_csv, "%s,split %s kernels ms,%.4f,ms\n", g_label, tag, tot / 5);
         llm_cuda_profile_enable(r, 0);
     }
     llm_sampler_free(greedy);
@@ -200,7 +213,7 @@ static void bench_prefill(llm_cuda *r, const llm_config *c, int n, double peak) 
     const double ms = omni_time_ms() - t0;
     char name[96], note[160];
     snprintf(name, sizeof name, "prefill %d tokens tok/s", n);
-    snprintf(note, sizeof note, "%.1f ms for the chunk (attention: the scaffold kernel of llm/cuda/attn_ref.cu)", ms);
+    snprintf(note, sizeof note, "%.1f ms for the chunk (bf16 cache)", ms);
     row(name, n / (ms * 1e-3), "tok/s", note);
     kv_seq_remove(kv, s0), kv_seq_remove(kv, s1);
     CK(kv_seq_add(kv, &s0));
@@ -248,14 +261,16 @@ static int parse_list(const char *s, int *v, int cap) {
 
 int main(int argc, char **argv) {
     if (argc < 2) {
-        fprintf(stderr, "usage: %s CONFIG_DIR [--ctx 4096,32768] [--bs 1] [--steps 64] [--prefill 4096] [--label L] "
-                        "[--csv FILE]\n", argv[0]);
+        fprintf(stderr, "usage: %s CONFIG_DIR [--ctx 4096,32768] [--bs 1,48] [--kv bf16,int2] [--steps 64] "
+                        "[--prefill 4096] [--label L] [--csv FILE]\n", argv[0]);
         return 1;
     }
-    int ctx[8] = {4096, 32768}, n_ctx = 2, bs = 1, steps = 64, prefill = 4096;
+    int ctx[8] = {4096, 32768}, n_ctx = 2, bss[8] = {1}, n_bs = 1, steps = 64, prefill = 4096;
+    const char *kvs = "bf16";
     for (int i = 2; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--ctx")) n_ctx = parse_list(argv[i + 1], ctx, 8);
-        else if (!strcmp(argv[i], "--bs")) bs = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--bs")) n_bs = parse_list(argv[i + 1], bss, 8);
+        else if (!strcmp(argv[i], "--kv")) kvs = argv[i + 1];
         else if (!strcmp(argv[i], "--steps")) steps = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--prefill")) prefill = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--label")) g_label = argv[i + 1];
@@ -270,8 +285,10 @@ int main(int argc, char **argv) {
     llm_config cfg;
     CK(llm_config_load(argv[1], &cfg));
     const double bw = copy_bw(), peak = gemm_peak();
+    int bs_max = 1;
+    for (int i = 0; i < n_bs; i++) bs_max = bss[i] > bs_max ? bss[i] : bs_max;
     llm_cuda_params p = llm_cuda_default_params();
-    p.max_seqs = bs, p.max_tokens = prefill > 64 ? prefill : 64, p.profile = 1;
+    p.max_seqs = bs_max, p.max_tokens = prefill > 4096 ? prefill : 4096, p.profile = 1;
     llm_cuda *r;
     double t0 = omni_time_ms();
     CK(llm_cuda_init_random(&cfg, 1, &p, &r));
@@ -283,7 +300,11 @@ int main(int argc, char **argv) {
     printf("| %-44s | %21s | %s\n|---|---|---|\n", "metric", "value", "notes");
     row("device-to-device copy", bw, "TB/s", "1 GiB, read + write");
     row("bf16 GEMM 4096x12288x4096 (cuBLAS)", peak, "TFLOP/s", "random data");
-    for (int i = 0; i < n_ctx; i++) bench_decode(r, &cfg, ctx[i], bs, steps, bw, wact);
+    char fmts[128];
+    snprintf(fmts, sizeof fmts, "%s", kvs);
+    for (char *sv = NULL, *f = strtok_r(fmts, ",", &sv); f; f = strtok_r(NULL, ",", &sv))
+        for (int b = 0; b < n_bs; b++)
+            for (int i = 0; i < n_ctx; i++) bench_decode(r, &cfg, f, ctx[i], bss[b], steps, bw, wact);
     if (prefill > 0) bench_prefill(r, &cfg, prefill, peak);
     row("peak GPU memory", llm_cuda_peak_bytes(r) / 1073741824.0, "GiB", "cudaMemGetInfo, whole device");
     llm_cuda_free(r);
