@@ -10,7 +10,8 @@
 # 4K tokens, the Omni-30B-A3B thinker at bs1/4K with % of its roofline, peak GPU memory; bench.log has the per-op
 # split of every decode point (bench.csv: "split ..." rows). The BF16-attention-vs-SDPA rows come from bench/attn.sh
 # when it exists (it prints CSV rows `label,metric,value,unit` like the others). TESTS=0 skips tests/gpu, HF=0
-# transformers (benchmark-only calls). Logs: $OUT/tests.log, $OUT/bench.log, $OUT/bench.csv.
+# transformers, OMNI=0 the Omni thinker (benchmark-only calls); T8B / T48 cap the two 8B runs (s).
+# Logs: $OUT/tests.log, $OUT/bench.log, $OUT/bench.csv.
 set -u
 mode=${1:?build|pack|run}
 B=${2:-build-h200}
@@ -42,12 +43,12 @@ CUDALIB=$(dirname "$(find /usr/local /usr/lib /opt -name 'libcublas.so.13' 2>/de
 export LD_LIBRARY_PATH=/tmp/omni_lib/lib:$CUDALIB:${LD_LIBRARY_PATH:-} # unpacked by h200_run.sh run
 echo "== benchmarks"
 {
-    timeout 240 "$D/omni_bench_llm_cuda" assets/configs/Qwen3-VL-8B-Instruct --ctx 4096,32768,131072 --kv bf16,int2 \
-        --prefill 4096 --label Qwen3-VL-8B --csv "$CSV"
-    timeout 120 "$D/omni_bench_llm_cuda" assets/configs/Qwen3-VL-8B-Instruct --ctx 4096 --bs 48 --kv bf16,int2 \
-        --prefill 0 --steps 32 --label Qwen3-VL-8B --csv "$CSV"
-    timeout 240 "$D/omni_bench_llm_cuda" assets/configs/Qwen3-Omni-30B-A3B-Instruct --ctx 4096 --kv bf16,int2 \
-        --prefill 4096 --label Omni-30B-A3B --csv "$CSV"
+    timeout "${T8B:-240}" "$D/omni_bench_llm_cuda" assets/configs/Qwen3-VL-8B-Instruct --ctx 4096,32768,131072 \
+        --kv bf16,int2 --prefill 4096 --label Qwen3-VL-8B --csv "$CSV"
+    timeout "${T48:-120}" "$D/omni_bench_llm_cuda" assets/configs/Qwen3-VL-8B-Instruct --ctx 4096 --bs 48 \
+        --kv bf16,int2 --prefill 0 --steps 32 --label Qwen3-VL-8B --csv "$CSV"
+    [ "${OMNI:-1}" != 0 ] && timeout 240 "$D/omni_bench_llm_cuda" assets/configs/Qwen3-Omni-30B-A3B-Instruct \
+        --ctx 4096 --kv bf16,int2 --prefill 4096 --label Omni-30B-A3B --csv "$CSV"
 } 2>&1 | tee "$OUT/bench.log"
 if [ "${HF:-1}" != 0 ]; then
     timeout 400 python3 bench/hf_generate.py --config assets/configs/Qwen3-VL-8B-Instruct/config.json \
