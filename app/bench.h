@@ -130,6 +130,7 @@ typedef struct {
     int n_baseline;
     const char *baseline_label; /* e.g. "transformers 5.17 generate (BF16, sdpa)" */
     const char *baseline_error; /* the baseline could not run: why (shown instead of its numbers) */
+    const char *method;         /* how the points were measured (a sentence, shown under the header) or NULL */
 } bench_report_info;
 
 /* Reads a baseline CSV (OMNI_ERR_INPUT with a message for a missing or malformed file). *rows is malloc'ed. */

@@ -238,6 +238,7 @@ static void header(FILE *f, const bench_results *r, const bench_report_info *in)
             in->device_name ? " (" : "", in->device_name ? in->device_name : "", in->device_name ? ")" : "",
             in->version ? in->version : "?", date);
     if (in->command) fprintf(f, "Command: `%s`\n\n", in->command);
+    if (in->method) fprintf(f, "%s\n\n", in->method);
     fprintf(f, "Memory bandwidth measured at the start of the run: **%.1f GB/s** (copy of %.0f MiB, read + write "
                "counted). The roofline of a decode step: it must read the weights once and every sequence's whole KV "
                "cache, so step time >= (weight bytes + sum of KV bytes) / bandwidth and tokens/s <= batch / that "

@@ -476,6 +476,43 @@ static omni_status run_points(bench_run *b) {
     return ran ? OMNI_OK : omni_fail(OMNI_ERR_UNSUPPORTED, "bench: no KV format of --kv runs on %s", b->res.device);
 }
 
+/* How the points were measured, for the report. */
+static void method_text(const bench_run *b, char *buf, size_t cap) {
+    const char *w = !b->a->random_config            ? "the model's"
+                    : b->device == LLM_DEVICE_CUDA ? "random bf16 of the config, made on the device"
+                                                   : "random bf16 of the config (a mapped checkpoint)";
+    snprintf(buf, cap, "Each point: B requests of C random prompt tokens through the engine's chunked prefill (%d "
+             "tokens per request and step; no shortcut for long contexts), then %d warm-up and %d timed greedy decode "
+             "steps of all B sequences together. Weights: %s.", prefill_chunk(b), WARMUP_STEPS, b->steps, w);
+}
+
+static const char *base_name(const char *path) {
+    const char *s = path ? strrchr(path, '/') : NULL;
+    return s ? s + 1 : path;
+}
+
+static omni_status write_report(const bench_run *b) {
+    const omni_args *a = b->a;
+    bench_baseline *base = NULL;
+    int nb = 0;
+    char method[512];
+    omni_status st = a->baseline ? bench_read_baseline(a->baseline, &base, &nb) : OMNI_OK;
+    bench_report_info in = {0};
+    method_text(b, method, sizeof method);
+    in.command = a->command_line;
+    in.version = OMNI_VERSION;
+    in.device_name = a->device_name;
+    in.png = base_name(a->png);
+    in.csv = base_name(a->csv);
+    in.baseline = base;
+    in.n_baseline = nb;
+    in.baseline_label = "transformers generate (BF16): what users would run otherwise";
+    in.method = method;
+    if (!st) st = bench_write_report(a->report, &b->res, &in);
+    free(base);
+    return st;
+}
+
 static omni_status write_outputs(bench_run *b) {
     const omni_args *a = b->a;
     omni_status st = OMNI_OK;
@@ -483,22 +520,7 @@ static omni_status write_outputs(bench_run *b) {
     fflush(stdout);
     if (a->csv) st = bench_write_csv(a->csv, &b->res);
     if (!st && a->png) st = bench_write_png(a->png, &b->res, a->png_w, a->png_h, getenv("OMNI_FONT"));
-    if (!st && a->report) {
-        bench_baseline *base = NULL;
-        int nb = 0;
-        bench_report_info in = {0};
-        if (a->baseline) st = bench_read_baseline(a->baseline, &base, &nb);
-        in.command = a->command_line;
-        in.version = OMNI_VERSION;
-        in.device_name = a->device_name;
-        in.png = a->png ? (strrchr(a->png, '/') ? strrchr(a->png, '/') + 1 : a->png) : NULL;
-        in.csv = a->csv ? (strrchr(a->csv, '/') ? strrchr(a->csv, '/') + 1 : a->csv) : NULL;
-        in.baseline = base;
-        in.n_baseline = nb;
-        in.baseline_label = "transformers generate (BF16): what users would run otherwise";
-        if (!st) st = bench_write_report(a->report, &b->res, &in);
-        free(base);
-    }
+    if (!st && a->report) st = write_report(b);
     return st;
 }
 

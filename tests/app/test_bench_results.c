@@ -190,7 +190,7 @@ static void test_report(const char *dir) {
         CHECK(strstr(b[1].note, "out of memory, tried") != NULL, "note with a comma: '%s'", b[1].note);
     }
     bench_report_info in = {"omni bench --kv bf16,int2", "0.1.0", "test device", "b.png", "b.csv", b, nb,
-                            "transformers generate", NULL};
+                            "transformers generate", NULL, "Method sentence."};
     CHECK(bench_write_report(rep, &r, &in) == OMNI_OK, "report: %s", omni_last_error());
     char *t = omni_read_file(rep, NULL);
     CHECK(t != NULL, "no report");
@@ -211,6 +211,7 @@ static void test_report(const char *dir) {
         CHECK(strstr(t, "**5.00x** smaller") != NULL && strstr(t, "4.1x") && strstr(t, "5.3x") && strstr(t, "3.0x"),
               "memory ratio / paper numbers missing");
         CHECK(strstr(t, "![omni bench chart](b.png)") != NULL && strstr(t, "10.5 GB/s") != NULL, "chart/bandwidth");
+        CHECK(strstr(t, "\n\nMethod sentence.\n\n") != NULL, "method sentence missing");
         snprintf(want, sizeof want, "| omni int2 / baseline above | **%.2fx** |", t1->decode_tok_s / 40.5);
         CHECK(strstr(t, want) != NULL, "ratio to the baseline '%s' missing", want);
         CHECK(strstr(t, "* the budget arithmetic alone") == NULL, "arithmetic-only note without such rows");
