@@ -366,6 +366,7 @@ static omni_status make_panel(const bench_results *r, const panel *pn, const cha
         for (int i = 0; i < nf && !st; i++) {
             char name[BENCH_NAME + 16];
             gather(r, names[i], pn->ax, pn->fixed, pass ? pn->y : Y_ROOFLINE, d);
+            if (!d->n) continue; /* no points of this format here (e.g. a --fits-kv format): not in the legend */
             snprintf(name, sizeof name, pass ? "%s" : "%s roofline", names[i]);
             plot_series s = plot_default_series();
             s.name = name;
@@ -382,29 +383,52 @@ static omni_status make_panel(const bench_results *r, const panel *pn, const cha
     return st;
 }
 
-omni_status bench_make_charts(const bench_results *r, const char *font, plot_chart **charts) {
-    int bmax = 0, bmin = 0, cmin = 0;
+/* Distinct values of the other coordinate among the points whose batch (by_batch) or ctx equals v. */
+static int spread(const bench_results *r, int by_batch, int v) {
+    int seen[BENCH_MAX_LIST * BENCH_MAX_LIST], n = 0;
     for (int i = 0; i < r->n_points; i++) {
         const bench_point *p = &r->points[i];
-        if (!i || p->batch > bmax) bmax = p->batch;
-        if (!i || p->batch < bmin) bmin = p->batch;
-        if (!i || p->ctx < cmin) cmin = p->ctx;
+        if ((by_batch ? p->batch : p->ctx) != v) continue;
+        int o = by_batch ? p->ctx : p->batch, dup = 0;
+        for (int j = 0; j < n; j++) dup |= seen[j] == o;
+        if (!dup && n < (int)(sizeof seen / sizeof seen[0])) seen[n++] = o;
     }
+    return n;
+}
+
+/* The batch whose points span the most contexts (ties: the largest, or the smallest when `small`), and the context
+ * whose points span the most batches (ties: the smallest): the fixed coordinates of the panels. */
+static void pick_fixed(const bench_results *r, int small, int *batch, int *ctx) {
+    int bs = -1, cs = -1;
+    *batch = *ctx = 0;
+    for (int i = 0; i < r->n_points; i++) {
+        const bench_point *p = &r->points[i];
+        int sb = spread(r, 1, p->batch), sc = spread(r, 0, p->ctx);
+        if (sb > bs || (sb == bs && (small ? p->batch < *batch : p->batch > *batch))) bs = sb, *batch = p->batch;
+        if (sc > cs || (sc == cs && p->ctx < *ctx)) cs = sc, *ctx = p->ctx;
+    }
+}
+
+omni_status bench_make_charts(const bench_results *r, const char *font, plot_chart **charts) {
+    int b_ctx, b_lat, c_batch; /* the fixed batch of the "vs context" panels (latency: b_lat), context of "vs batch" */
+    pick_fixed(r, 0, &b_ctx, &c_batch);
+    pick_fixed(r, 1, &b_lat, &c_batch);
     double gib = r->n_fits ? r->fits[0].kv_mem_gib : 0;
-    char t[BENCH_CHARTS][96];
-    snprintf(t[0], sizeof t[0], "decode tokens/s vs context (batch %d)", bmax);
-    snprintf(t[1], sizeof t[1], "decode tokens/s vs batch (context %d)", cmin);
+    char t[BENCH_CHARTS][96], cn[16];
+    plot_format_value(c_batch, PLOT_FMT_BINARY, cn, sizeof cn);
+    snprintf(t[0], sizeof t[0], "decode tokens/s vs context (batch %d)", b_ctx);
+    snprintf(t[1], sizeof t[1], "decode tokens/s vs batch (context %s)", cn);
     snprintf(t[2], sizeof t[2], "sequences that fit in %.3g GiB of KV", gib);
-    snprintf(t[3], sizeof t[3], "KV cache MiB vs context (batch %d)", bmax);
-    snprintf(t[4], sizeof t[4], "KV cache MiB vs batch (context %d)", cmin);
-    snprintf(t[5], sizeof t[5], "decode step p50 vs context (batch %d)", bmin);
+    snprintf(t[3], sizeof t[3], "KV cache MiB vs context (batch %d)", b_ctx);
+    snprintf(t[4], sizeof t[4], "KV cache MiB vs batch (context %s)", cn);
+    snprintf(t[5], sizeof t[5], "decode step p50 vs context (batch %d)", b_lat);
     const panel pn[BENCH_CHARTS] = {
-        {t[0], "tokens/s", BY_CTX, bmax, Y_TOK_S, PLOT_LINEAR, 1},
-        {t[1], "tokens/s", BY_BATCH, cmin, Y_TOK_S, PLOT_LINEAR, 1},
+        {t[0], "tokens/s", BY_CTX, b_ctx, Y_TOK_S, PLOT_LINEAR, 1},
+        {t[1], "tokens/s", BY_BATCH, c_batch, Y_TOK_S, PLOT_LINEAR, 1},
         {t[2], "sequences", BY_CTX, 0, Y_FITS, PLOT_LOG2, 0},
-        {t[3], "MiB", BY_CTX, bmax, Y_KV_MIB, PLOT_LOG10, 0},
-        {t[4], "MiB", BY_BATCH, cmin, Y_KV_MIB, PLOT_LOG10, 0},
-        {t[5], "ms", BY_CTX, bmin, Y_STEP_P50, PLOT_LINEAR, 0},
+        {t[3], "MiB", BY_CTX, b_ctx, Y_KV_MIB, PLOT_LOG10, 0},
+        {t[4], "MiB", BY_BATCH, c_batch, Y_KV_MIB, PLOT_LOG10, 0},
+        {t[5], "ms", BY_CTX, b_lat, Y_STEP_P50, PLOT_LINEAR, 0},
     };
     for (int i = 0; i < BENCH_CHARTS; i++) charts[i] = NULL;
     for (int i = 0; i < BENCH_CHARTS; i++) {

@@ -106,9 +106,10 @@ void bench_print_table(FILE *f, const bench_results *r);
 /* The CSV described above. */
 omni_status bench_write_csv(const char *path, const bench_results *r);
 
-/* The chart: BENCH_CHARTS panels in a grid of BENCH_CHART_COLS columns: decode tokens/s vs context (largest
- * batch) and vs batch (smallest context) with dashed rooflines, sequences that fit vs context, KV MiB vs context
- * and vs batch, step latency p50 vs context (smallest batch). One colour per KV format (plot_palette(index in
+/* The chart: BENCH_CHARTS panels in a grid of BENCH_CHART_COLS columns: decode tokens/s vs context and vs batch
+ * with dashed rooflines, sequences that fit vs context, KV MiB vs context and vs batch, step latency p50 vs
+ * context. "vs context" panels show the batch measured at the most contexts (ties: the largest; for the latency
+ * panel the smallest), "vs batch" panels the context measured at the most batches (ties: the smallest). One colour per KV format (plot_palette(index in
  * the run's order of formats)). font: a TrueType file or NULL (plot.h's default). charts[] receives the panels
  * (caller frees each with plot_free). */
 /* ---- REPORT.md (bench/report.sh): the paper's efficiency table from one run ----

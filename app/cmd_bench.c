@@ -424,7 +424,8 @@ static omni_status run_context(bench_run *b, const char *kv, int ctx, int points
     double tf = omni_time_ms();
     kv_format f;
     omni_status st = budget_row(b, kv, ctx, &f, &x);
-    if (!st && *runs) {
+    if (!st && *runs && x.fits_budget == 0) x.fits = 0; /* not one fits: the engine refuses such requests outright */
+    else if (!st && *runs) {
         st = engine_fits(b, &f, ctx, (int64_t)(b->kv_mem_gib * 1073741824.0), x.fits_budget, &x.fits);
         if (st) x.fits = -1;
         st = unsupported(b, kv, st, runs);
@@ -443,7 +444,7 @@ static omni_status run_context(bench_run *b, const char *kv, int ctx, int points
         int batch = b->batch[n];
         double need = (double)batch * x.seq_kv_mib * point_n_ctx(b, batch, ctx) / ctx / 1024;
         if (need > b->kv_mem_gib) {
-            omni_log(1, "bench: skip %s batch %d ctx %d: about %.1f GiB of KV > --kv-mem %g\n", kv, batch, ctx, need,
+            omni_log(1, "bench: skip %s batch %d ctx %d: about %.3g GiB of KV > --kv-mem %g\n", kv, batch, ctx, need,
                      b->kv_mem_gib);
             continue;
         }
