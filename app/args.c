@@ -81,8 +81,8 @@ typedef enum {
     O_MODEL, O_VERBOSE, O_HELP, O_THREADS, O_DEVICE, O_PROMPT, O_FILE, O_SYSTEM, O_RAW, O_NPREDICT, O_TEMP, O_TOPK,
     O_TOPP, O_SEED, O_CTX, O_KV, O_KVWIN, O_KVSINK, O_KVROT, O_KVSCALE, O_KVLAYERS, O_IMAGE, O_AUDIO, O_IMGMIN,
     O_IMGMAX, O_NOPERF, O_OUT, O_TOP, O_TEXT, O_CHUNK, O_JSON, O_MAXTEXT, O_MAXAUDIO, O_MAXPIX, O_COMPARE, O_BATCH,
-    O_FITKV, O_RANDOM, O_CSV, O_PNG, O_PNGSIZE, O_KVMEM, O_BWMIB, O_REPORT, O_BASELINE, O_DEVNAME, O_HOST, O_PORT,
-    O_APIKEY,
+    O_FITKV, O_FILL, O_RANDOM, O_CSV, O_PNG, O_PNGSIZE, O_KVMEM, O_BWMIB, O_REPORT, O_BASELINE, O_DEVNAME, O_HOST,
+    O_PORT, O_APIKEY,
     O_ALIAS, O_MAXSEQS, O_MAXQUEUE, O_MAXTOKENS, O_MAXBODY, O_TIMEOUT, O_ALLOWFILES, O_KVA, O_KVB, O_SCRIPT,
     O_SCREENSHOT, O_FONT, O_SIZE,
 } opt_id;
@@ -133,6 +133,7 @@ static const opt_info g_opts[] = {
     {O_COMPARE, {"--compare"}, "MODE", G_COMPARE, "also answer with a MODE KV cache and compare (KV bytes, KL, top-1)"},
     {O_BATCH, {"--batch"}, "LIST", G_BENCH, "batch sizes, e.g. 1,8,48"},
     {O_FITKV, {"--fits-kv"}, "LIST", G_BENCH, "more KV formats whose sequences that fit are counted (no speed points)"},
+    {O_FILL, {"--fill-above"}, "N", G_BENCH, "contexts above N tokens: random K/V, no prefill (decode only)"},
     {O_RANDOM, {"--random"}, "CONFIG", G_BENCH, "random weights with the shapes of a real config.json"},
     {O_CSV, {"--csv"}, "FILE", G_BENCH, "write the results as CSV"},
     {O_PNG, {"--png"}, "FILE", G_BENCH, "write the chart as PNG"},
@@ -313,6 +314,7 @@ static omni_status set_value(omni_args *a, const opt_info *o, const char *name, 
     case O_COMPARE: a->compare = v; return OMNI_OK;
     case O_BATCH: a->batch_list = v; return OMNI_OK;
     case O_FITKV: a->fits_kv = v; return OMNI_OK;
+    case O_FILL: a->fill_above = v; return OMNI_OK;
     case O_RANDOM: a->random_config = v; return OMNI_OK;
     case O_CSV: a->csv = v; return OMNI_OK;
     case O_PNG: a->png = v; return OMNI_OK;

@@ -64,6 +64,7 @@ typedef struct {
     const char *ctx_list;   /* --ctx 4K,32K,128K */
     const char *batch_list; /* --batch 1,8,48 */
     const char *fits_kv;    /* --fits-kv int4,int2:w32 (omni bench: formats counted for fits only) */
+    const char *fill_above; /* --fill-above 32K (omni bench: longer contexts filled with random K/V) */
     const char *random_config; /* --random CONFIG (config.json of a real model; random weights) */
     const char *csv, *png;  /* --csv FILE, --png FILE */
     int png_w, png_h;       /* --png-size WxH */

@@ -223,10 +223,13 @@ void bench_print_table(FILE *f, const bench_results *r) {
     }
     for (int i = 0; i < r->n_points; i++) {
         const bench_point *p = &r->points[i];
-        fprintf(f, "| %-8s | %5d | %6d | %12.2f | %11.3f | %11.3f | %13.1f | %8.2f | %9.2f | %8.1f | %14.1f "
+        char pre[32] = "filled", ttft[32] = "-"; /* a context of random K/V: no prefill measured */
+        if (isfinite(p->prefill_tok_s)) snprintf(pre, sizeof pre, "%.1f", p->prefill_tok_s);
+        if (isfinite(p->ttft_ms)) snprintf(ttft, sizeof ttft, "%.2f", p->ttft_ms);
+        fprintf(f, "| %-8s | %5d | %6d | %12.2f | %11.3f | %11.3f | %13s | %8s | %9.2f | %8.1f | %14.1f "
                    "| %9.1f%% |\n",
-                p->kv, p->batch, p->ctx, p->decode_tok_s, p->step_ms_p50, p->step_ms_p99, p->prefill_tok_s,
-                p->ttft_ms, p->kv_mib, p->step_mib, p->roofline_tok_s, p->roofline_pct);
+                p->kv, p->batch, p->ctx, p->decode_tok_s, p->step_ms_p50, p->step_ms_p99, pre, ttft, p->kv_mib,
+                p->step_mib, p->roofline_tok_s, p->roofline_pct);
     }
     if (r->n_fits) {
         fprintf(f, "%s| kv       |    ctx | KV budget GiB | KV MiB/seq | fits (engine) | fits (budget) |\n",
@@ -262,10 +265,12 @@ omni_status bench_write_csv(const char *path, const bench_results *r) {
     fputs(CSV_HEADER, f);
     for (int i = 0; i < r->n_points; i++) {
         const bench_point *p = &r->points[i];
-        fprintf(f, "point,%s,%s,%s,%d,%d,%d,%.4f,%.5f,%.5f,%.3f,%.4f,%.4f,%.4f,%.4f,%.5f,%.4f,%.3f,,,,\n", model,
-                r->device, p->kv, p->batch, p->ctx, p->steps, p->decode_tok_s, p->step_ms_p50, p->step_ms_p99,
-                p->prefill_tok_s, p->ttft_ms, p->kv_mib, p->weights_mib, p->step_mib, r->bw_gb_s, p->roofline_tok_s,
-                p->roofline_pct);
+        char pre[32] = "", ttft[32] = ""; /* empty: the context was filled with random K/V (no prefill) */
+        if (isfinite(p->prefill_tok_s)) snprintf(pre, sizeof pre, "%.3f", p->prefill_tok_s);
+        if (isfinite(p->ttft_ms)) snprintf(ttft, sizeof ttft, "%.4f", p->ttft_ms);
+        fprintf(f, "point,%s,%s,%s,%d,%d,%d,%.4f,%.5f,%.5f,%s,%s,%.4f,%.4f,%.4f,%.5f,%.4f,%.3f,,,,\n", model,
+                r->device, p->kv, p->batch, p->ctx, p->steps, p->decode_tok_s, p->step_ms_p50, p->step_ms_p99, pre,
+                ttft, p->kv_mib, p->weights_mib, p->step_mib, r->bw_gb_s, p->roofline_tok_s, p->roofline_pct);
     }
     for (int i = 0; i < r->n_fits; i++) {
         const bench_fit *x = &r->fits[i];

@@ -31,7 +31,7 @@ typedef struct {
     int threads;
     char kv[BENCH_MAX_LIST][BENCH_NAME], fit_kv[BENCH_MAX_LIST][BENCH_NAME]; /* --kv, --fits-kv */
     int n_kv, n_fit_kv, batch[BENCH_MAX_LIST], n_batch, ctx[BENCH_MAX_LIST], n_ctx;
-    int steps;
+    int steps, fill_above; /* fill_above: contexts above it are filled with random K/V (0: never) */
     double kv_mem_gib;
     bench_results res;
     volatile int *intr;
@@ -79,6 +79,10 @@ static omni_status parse_options(bench_run *b) {
     if (!st) st = bench_parse_counts(a->batch_list, "--batch", 1, LLM_RUNNER_MAX_SEQS, b->batch, &b->n_batch);
     if (!st) st = bench_parse_counts(a->ctx_list, "--ctx", 1, 1 << 24, b->ctx, &b->n_ctx);
     if (st) return st;
+    int nf = 0;
+    if (a->fill_above && (st = bench_parse_counts(a->fill_above, "--fill-above", 0, 1 << 24, &b->fill_above, &nf)))
+        return st;
+    if (nf > 1) return omni_fail(OMNI_ERR_USAGE, "--fill-above: one count, not a list");
     b->steps = a->n_predict;
     b->kv_mem_gib = a->kv_mem_gib;
     if ((st = check_output(a->csv)) || (st = check_output(a->png)) || (st = check_output(a->report))) return st;
@@ -275,6 +279,82 @@ static int point_n_ctx(const bench_run *b, int batch, int ctx) {
     return (int)(ctx + prefill_steps(b, batch, ctx) + WARMUP_STEPS + b->steps + 1);
 }
 
+/* The numbers of a point from its decode step times (and the prefill ones, NaN when not measured). */
+static void point_numbers(const bench_run *b, const char *kv, int batch, int ctx, const double *times,
+                          double kv_start, double kv_end, bench_point *p) {
+    double sum = 0;
+    for (int i = 0; i < b->steps; i++) sum += times[i];
+    memset(p, 0, sizeof *p);
+    snprintf(p->kv, sizeof p->kv, "%s", kv);
+    p->batch = batch, p->ctx = ctx, p->steps = b->steps;
+    p->decode_tok_s = 1e3 * batch * b->steps / sum;
+    p->step_ms_p50 = bench_percentile(times, b->steps, 50);
+    p->step_ms_p99 = bench_percentile(times, b->steps, 99);
+    p->prefill_tok_s = p->ttft_ms = NAN;
+    p->kv_mib = kv_start;
+    p->weights_mib = weights_read_mib(b->model, batch);
+    bench_roofline(p, (kv_start + kv_end) / 2, b->res.bw_gb_s);
+}
+
+static double usage_mib(const kv_cache *kv) {
+    kv_usage u;
+    kv_get_usage(kv, &u);
+    return u.total_bytes / 1048576.0;
+}
+
+/* Greedy decode steps of every entry (warm-up, then the timed ones into times[]). */
+static omni_status runner_decode(const bench_run *b, llm_runner *r, llm_batch_entry *e, int32_t *ids, int batch,
+                                 double *times) {
+    for (int s = 0; s < WARMUP_STEPS + b->steps; s++) {
+        if (b->intr && *b->intr) return OMNI_OK;
+        double t0 = omni_time_ms();
+        omni_status st = llm_runner_step(r, batch, e);
+        if (st) return st;
+        if (s >= WARMUP_STEPS) times[s - WARMUP_STEPS] = omni_time_ms() - t0;
+        for (int i = 0; i < batch; i++) ids[i] = e[i].token;
+    }
+    return OMNI_OK;
+}
+
+/* A point whose context is random K/V appended through the runner's cache (llm_runner_fill_random) instead of a
+ * prefill; the decode steps run through llm_runner_step (the engine's step without its bookkeeping, < 1% of a
+ * step: bench/NOTES.md). No prefill numbers (NaN). */
+static omni_status measure_filled(bench_run *b, const char *kv, int batch, int ctx, bench_point *p) {
+    llm_runner_params rp = llm_runner_default_params();
+    rp.device = b->device, rp.n_threads = b->threads, rp.max_seqs = batch, rp.max_tokens = step_tokens(b, batch);
+    kv_params kp = llm_model_kv_params(b->model);
+    kp.max_seqs = batch;
+    kp.max_seq_len = ctx + WARMUP_STEPS + b->steps + 1;
+    kp.max_tokens = (int64_t)batch * kp.max_seq_len;
+    llm_sampler_params gp = llm_sampler_default_params();
+    gp.temp = 0;
+    llm_runner *r = NULL;
+    kv_cache *cache = NULL;
+    llm_sampler *greedy = NULL;
+    llm_batch_entry *e = calloc((size_t)batch, sizeof *e);
+    int32_t *ids = malloc(sizeof(int32_t) * (size_t)batch);
+    double *times = malloc(sizeof(double) * (size_t)b->steps), kv_start = 0;
+    omni_status st = e && ids && times ? kv_format_of(b, kv, &kp.fmt) : omni_fail(OMNI_ERR_NOMEM, "out of memory");
+    if (!st) st = llm_runner_init(b->model, &rp, &r);
+    if (!st) st = llm_runner_cache_init(r, &kp, &cache);
+    if (!st) st = llm_sampler_init(&gp, llm_model_config(b->model)->vocab, &greedy);
+    for (int i = 0; !st && i < batch; i++) {
+        int seq = -1;
+        st = kv_seq_add(cache, &seq);
+        if (!st) st = llm_runner_fill_random(r, cache, seq, ctx, 1000 + (uint64_t)i);
+        random_tokens(&ids[i], 1, llm_model_config(b->model)->vocab, (uint64_t)i * 7919 + (uint64_t)ctx);
+        e[i] = (llm_batch_entry){.kv = cache, .seq = seq, .in = {1, &ids[i], NULL, 0, NULL}, .sampler = greedy};
+    }
+    if (!st) kv_start = usage_mib(cache);
+    if (!st) st = runner_decode(b, r, e, ids, batch, times);
+    if (!st && !(b->intr && *b->intr)) point_numbers(b, kv, batch, ctx, times, kv_start, usage_mib(cache), p);
+    llm_sampler_free(greedy);
+    llm_runner_cache_free(r, cache);
+    llm_runner_free(r);
+    free(e), free(ids), free(times);
+    return st;
+}
+
 static omni_status measure_point(bench_run *b, const char *kv, int batch, int ctx, bench_point *p) {
     llm_engine *e = NULL;
     llm_cache_params cp = llm_cache_default_params();
@@ -292,20 +372,11 @@ static omni_status measure_point(bench_run *b, const char *kv, int batch, int ct
     double t_prefilled = omni_time_ms(), kv_start = st ? 0 : cache_mib(e);
     if (!st) st = decode_phase(b, e, &ps, times);
     if (!st && !(b->intr && *b->intr)) {
-        double sum = 0, ttft = 0;
-        for (int i = 0; i < b->steps; i++) sum += times[i];
+        double ttft = 0;
         for (int i = 0; i < batch; i++) ttft += ps.first_ms[i] - ps.t_submit;
-        memset(p, 0, sizeof *p);
-        snprintf(p->kv, sizeof p->kv, "%s", kv);
-        p->batch = batch, p->ctx = ctx, p->steps = b->steps;
-        p->decode_tok_s = 1e3 * batch * b->steps / sum;
-        p->step_ms_p50 = bench_percentile(times, b->steps, 50);
-        p->step_ms_p99 = bench_percentile(times, b->steps, 99);
+        point_numbers(b, kv, batch, ctx, times, kv_start, cache_mib(e), p);
         p->prefill_tok_s = 1e3 * (double)batch * ctx / (t_prefilled - ps.t_submit);
         p->ttft_ms = ttft / batch;
-        p->kv_mib = kv_start;
-        p->weights_mib = weights_read_mib(b->model, batch);
-        bench_roofline(p, (kv_start + cache_mib(e)) / 2, b->res.bw_gb_s);
     }
     for (int i = 0; e && i < batch; i++) llm_engine_cancel(e, ps.ids[i]);
     int left = 1;
@@ -450,13 +521,15 @@ static omni_status run_context(bench_run *b, const char *kv, int ctx, int points
         }
         bench_point p;
         double t0 = omni_time_ms();
-        st = measure_point(b, kv, batch, ctx, &p);
+        st = b->fill_above > 0 && ctx > b->fill_above ? measure_filled(b, kv, batch, ctx, &p)
+                                                       : measure_point(b, kv, batch, ctx, &p);
         if (st == OMNI_ERR_UNSUPPORTED) return unsupported(b, kv, st, runs);
         if (!st && !(b->intr && *b->intr)) {
             st = bench_add_point(&b->res, &p);
             omni_log(1, "bench: %-5s batch %4d ctx %7d: %9.2f tok/s (p50 %.3f ms, %.0f%% of roofline), prefill %.1f "
-                     "tok/s, KV %.2f MiB (%.1f s)\n", p.kv, batch, ctx, p.decode_tok_s, p.step_ms_p50, p.roofline_pct,
-                     p.prefill_tok_s, p.kv_mib, (omni_time_ms() - t0) / 1e3);
+                     "tok/s%s, KV %.2f MiB (%.1f s)\n", p.kv, batch, ctx, p.decode_tok_s, p.step_ms_p50, p.roofline_pct,
+                     p.prefill_tok_s, isfinite(p.prefill_tok_s) ? "" : " (context filled)", p.kv_mib,
+                     (omni_time_ms() - t0) / 1e3);
         }
     }
     return st;
@@ -482,9 +555,14 @@ static void method_text(const bench_run *b, char *buf, size_t cap) {
     const char *w = !b->a->random_config            ? "the model's"
                     : b->device == LLM_DEVICE_CUDA ? "random bf16 of the config, made on the device"
                                                    : "random bf16 of the config (a mapped checkpoint)";
-    snprintf(buf, cap, "Each point: B requests of C random prompt tokens through the engine's chunked prefill (%d "
-             "tokens per request and step; no shortcut for long contexts), then %d warm-up and %d timed greedy decode "
-             "steps of all B sequences together. Weights: %s.", prefill_chunk(b), WARMUP_STEPS, b->steps, w);
+    int n = snprintf(buf, cap, "Each point: B requests of C random prompt tokens through the engine's chunked "
+                     "prefill (%d tokens per request and step), then %d warm-up and %d timed greedy decode steps of "
+                     "all B sequences together. Weights: %s.", prefill_chunk(b), WARMUP_STEPS, b->steps, w);
+    if (b->fill_above > 0 && n > 0 && (size_t)n < cap)
+        snprintf(buf + n, cap - (size_t)n, " Contexts above %d tokens are not prefilled: random K/V are appended "
+                 "through the cache's own append path (llm_runner_fill_random; a quantized cache quantizes them) and "
+                 "the same decode steps run through llm_runner_step (the engine's step without its bookkeeping, "
+                 "< 1%% of a step); their prefill columns are empty.", b->fill_above);
 }
 
 static const char *base_name(const char *path) {
@@ -496,7 +574,7 @@ static omni_status write_report(const bench_run *b) {
     const omni_args *a = b->a;
     bench_baseline *base = NULL;
     int nb = 0;
-    char method[512];
+    char method[1024];
     omni_status st = a->baseline ? bench_read_baseline(a->baseline, &base, &nb) : OMNI_OK;
     bench_report_info in = {0};
     method_text(b, method, sizeof method);

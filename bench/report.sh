@@ -14,6 +14,8 @@
 #   CONFIG    assets/configs/Qwen3-VL-8B-Instruct/config.json   DEVICE  cuda
 #   KV        bf16,int2           BATCH  1,48          CTX  4K,32K,128K      STEPS  32 (decode steps per point)
 #   FITS_KV   int4,int2:w32 (formats counted for sequences that fit only; "none": no more)
+#   FILL_ABOVE 32K (contexts above it: random K/V appended through the cache instead of the prefill - a 128K prefill
+#             costs ~50 s per format on the H200; "0": prefill every context)
 #   KV_MEM    30 (GiB of KV: points needing more are skipped; the fits-count budget; 30 keeps every format's count
 #             of 4K sequences below the 256 sequences the CUDA attention takes per call)
 #   HF_POINTS 48x4K,1x128K (transformers points; "none" to skip)   PYTHON  python3
@@ -37,6 +39,7 @@ STEPS=${STEPS:-32}
 KV_MEM=${KV_MEM:-30}
 HF_POINTS=${HF_POINTS:-48x4K,1x128K}
 FITS_KV=${FITS_KV:-int4,int2:w32}
+FILL_ABOVE=${FILL_ABOVE:-32K}
 HF_LIMIT=${HF_LIMIT:-150}
 OMNI_LIMIT=${OMNI_LIMIT:-360}
 PYTHON=${PYTHON:-python3}
@@ -100,6 +103,7 @@ FITS=""
 [ "$FITS_KV" = none ] || FITS="--fits-kv $FITS_KV"
 t0=$SECONDS
 timeout -s INT -k 30 "$OMNI_LIMIT" $OMNI bench --random "$CONFIG" --device "$DEVICE" --kv "$KV" $FITS \
+    --fill-above "$FILL_ABOVE" \
     --batch "$BATCH" --ctx "$CTX" -n "$STEPS" --kv-mem "$KV_MEM" --csv "$OUT/bench.csv" --png "$OUT/bench.png" \
     --report "$OUT/REPORT.md" ${HF:+--baseline "$HF"} ${DEVICE_NAME:+--device-name "$DEVICE_NAME"} $EXTRA \
     > "$OUT/bench.txt" 2> "$OUT/bench.log"

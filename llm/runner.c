@@ -132,6 +132,13 @@ omni_status llm_runner_step(llm_runner *r, int n, llm_batch_entry *batch) {
     return r->ops->step(r, n, batch, T);
 }
 
+omni_status llm_runner_fill_random(llm_runner *r, kv_cache *kv, int seq, int64_t n_tokens, uint64_t seed) {
+    if (!kv || kv_seq_len(kv, seq) < 0 || n_tokens < 0)
+        return omni_fail(OMNI_ERR_USAGE, "fill_random: sequence %d of cache %p, %lld tokens", seq, (void *)kv,
+                         (long long)n_tokens);
+    return r->ops->fill_random(r, kv, seq, n_tokens, seed);
+}
+
 /* ---- llm_forward* wrappers ---------------------------------------------------------------------------- */
 
 static omni_status forward_once(const llm_model *m, kv_cache *kv, int n_seq, const int *seqs, const llm_input *in,

@@ -106,6 +106,13 @@ void llm_runner_cache_free(llm_runner *r, kv_cache *kv); /* NULL kv is a no-op *
 /* One step for n entries (see the rules above). Entries may belong to different caches of this runner. */
 omni_status llm_runner_step(llm_runner *r, int n, llm_batch_entry *batch);
 
+/* Benchmarks: append n_tokens positions of random K/V (values ~ N(0,1)-like, not what the model would compute) to
+ * sequence `seq` of a cache of this runner through the cache's own append path (a quantized cache quantizes them
+ * as after a prefill): a long context without the compute of its prefill. CPU: kv_forward per layer in chunks of
+ * max_tokens (its attention is computed and discarded); CUDA: llm_cuda_fill_random. OMNI_ERR_USAGE for a bad
+ * sequence or count. */
+omni_status llm_runner_fill_random(llm_runner *r, kv_cache *kv, int seq, int64_t n_tokens, uint64_t seed);
+
 /* "cpu" / "cuda"; parse accepts the same names (OMNI_ERR_USAGE otherwise). */
 const char *llm_device_name(llm_device d);
 omni_status llm_device_parse(const char *name, llm_device *out);

@@ -280,6 +280,38 @@ static omni_status cpu_step(llm_runner *r, int n, llm_batch_entry *b, int T) {
     return st;
 }
 
+static float fill_value(uint64_t *s) { /* splitmix64 -> sum of 4 uniforms, centred: variance 1/3, N(0,1)-like */
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    return ((z & 0xffff) + ((z >> 16) & 0xffff) + ((z >> 32) & 0xffff) + (z >> 48)) * (1.f / 65536.f) - 2.f;
+}
+
+/* Random K/V through kv_forward, layer by layer, in chunks of max_tokens (q = 0: the attention output is unused). */
+static omni_status cpu_fill_random(llm_runner *r, kv_cache *kv, int seq, int64_t n_tokens, uint64_t seed) {
+    const llm_config *c = llm_model_config(r->model);
+    const size_t T = (size_t)(n_tokens < r->p.max_tokens ? n_tokens : r->p.max_tokens);
+    const size_t qd = (size_t)c->n_heads * c->head_dim, kd = (size_t)c->n_kv_heads * c->head_dim;
+    float *q = calloc(T * qd + 1, sizeof(float)), *k = malloc(sizeof(float) * (T * kd + 1));
+    float *v = malloc(sizeof(float) * (T * kd + 1)), *out = malloc(sizeof(float) * (T * qd + 1));
+    omni_status st = q && k && v && out ? OMNI_OK : omni_fail(OMNI_ERR_NOMEM, "out of memory");
+    int saved = omp_get_max_threads();
+    omp_set_num_threads(r->p.n_threads);
+    for (int64_t done = 0; !st && done < n_tokens;) {
+        int n = (int)(n_tokens - done < (int64_t)T ? n_tokens - done : (int64_t)T);
+        for (int l = 0; !st && l < c->n_layers; l++) {
+            for (size_t i = 0; i < (size_t)n * kd; i++) k[i] = fill_value(&seed), v[i] = fill_value(&seed);
+            st = kv_forward(kv, l, 1, &seq, &n, q, k, v, out, c->n_heads, 1.0f);
+        }
+        if (!st) st = kv_commit(kv, 1, &seq, &n);
+        done += n;
+    }
+    omp_set_num_threads(saved);
+    free(q), free(k), free(v), free(out);
+    return st;
+}
+
 const llm_runner_ops llm_runner_cpu_ops = {
-    "cpu", cpu_init, cpu_free, cpu_cache_init, cpu_cache_free, cpu_step, cpu_scratch_bytes,
+    "cpu", cpu_init, cpu_free, cpu_cache_init, cpu_cache_free, cpu_step, cpu_scratch_bytes, cpu_fill_random,
 };

@@ -3,7 +3,7 @@
  * runner.c owns struct llm_runner, validates every batch (sizes, ids, spans, duplicate sequences) before calling
  * the device's step, and dispatches through the ops table of the requested device. A device runner keeps its own
  * state behind `impl` (scratch, device weights, streams, graphs). To add a device: write an llm_runner_ops with
- * the five functions, declare it here and return it from runner_ops_for() in runner.c. */
+ * its functions, declare it here and return it from runner_ops_for() in runner.c. */
 #ifndef OMNI_LLM_RUNNER_IMPL_H
 #define OMNI_LLM_RUNNER_IMPL_H
 
@@ -20,6 +20,8 @@ typedef struct {
     /* The batch is valid (runner.c checked it); total tokens T = sum of n_tokens <= max_tokens. */
     omni_status (*step)(llm_runner *r, int n, llm_batch_entry *batch, int T);
     size_t (*scratch_bytes)(const llm_runner *r);
+    /* llm_runner_fill_random (seq is in use, n_tokens >= 0) */
+    omni_status (*fill_random)(llm_runner *r, kv_cache *kv, int seq, int64_t n_tokens, uint64_t seed);
 } llm_runner_ops;
 
 struct llm_runner {

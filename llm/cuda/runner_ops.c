@@ -34,5 +34,9 @@ static omni_status cuda_step(llm_runner *r, int n, llm_batch_entry *batch, int T
 
 static size_t cuda_scratch_bytes(const llm_runner *r) { return llm_cuda_workspace_bytes((const llm_cuda *)r->impl); }
 
+static omni_status cuda_fill_random(llm_runner *r, kv_cache *kv, int seq, int64_t n_tokens, uint64_t seed) {
+    return llm_cuda_fill_random((llm_cuda *)r->impl, kv, seq, n_tokens, seed);
+}
+
 const llm_runner_ops llm_runner_cuda_ops = {"cuda", cuda_init, cuda_free, cuda_cache_init, cuda_cache_free, cuda_step,
-                                            cuda_scratch_bytes};
+                                            cuda_scratch_bytes, cuda_fill_random};

@@ -8,7 +8,7 @@ out=$(mktemp -d /tmp/omni_report_test_XXXXXX)
 trap 'rm -rf "$out"' EXIT
 cd "$src" || exit 1
 OUT=$out CONFIG=tests/fixtures/text/qvl-h64-hd128-gqa2-tied/config.json DEVICE=cpu BATCH=1,2 CTX=48,128 STEPS=3 \
-    KV_MEM=0.01 HF_POINTS=2x48,1x128 EXTRA="--bw-mib 8 -t 2 --kv-window 32" bash bench/report.sh local "$build" > "$out/stdout" 2>&1
+    KV_MEM=0.01 HF_POINTS=2x48,1x128 FILL_ABOVE=64 EXTRA="--bw-mib 8 -t 2 --kv-window 32" bash bench/report.sh local "$build" > "$out/stdout" 2>&1
 rc=$?
 fail=0
 check() { if ! eval "$1"; then echo "FAIL: $2" >&2; fail=1; fi; }
@@ -21,6 +21,8 @@ check "grep -q 'int2 vs bf16 (omni, this run) | \*\*' '$out/REPORT.md'" "no rati
 check "grep -q 'paper (H20): INT2 / BF16 | 4.1x' '$out/REPORT.md'" "no paper row"
 check "grep -q '^| transformers generate' '$out/REPORT.md'" "no transformers row"
 check "grep -q '!\[omni bench chart\](bench.png)' '$out/REPORT.md'" "chart not linked"
+check "grep -q 'Contexts above 64 tokens are not prefilled' '$out/REPORT.md'" "no word on the filled contexts"
+check "grep -q '^| int2  *|  *2 |  *128 | .* | *filled | *- |' '$out/bench.txt'" "the 128-token points are not filled"
 check "head -1 '$out/bench.csv' | grep -q '^kind,model,device,kv,batch,ctx,steps,decode_tok_s'" "CSV header"
 check "[ \$(grep -c '^point,' '$out/bench.csv') -eq 8 ]" "CSV points: $(grep -c '^point,' "$out/bench.csv")"
 check "[ \$(head -c 8 '$out/bench.png' | od -An -tx1 | tr -d ' \n') = 89504e470d0a1a0a ]" "bench.png is not a PNG"
