@@ -13,9 +13,11 @@
 # memcheck and racecheck on the --tiny cases; bench = omni_bench_attn (validates, then times ours: bf16 / int2 /
 # int4 / kivi2 under every configuration of CFGS, with a device copy), bench/sdpa_bench.py (torch SDPA, same
 # shapes) and the tables (bench/attn_table.py: configuration matrix + winner, the issue-10 table, targets);
-# ncu = hardware counters of the int2 split kernel at bs1/128K and bs48/4K for each configuration of NCU_CFGS.
-# Environment: CFGS (default below), NCU_CFGS (default "base"), TABLE_CFG (the table's configuration; default
-# the int2 winner), SDPA=0 (no torch run), DECODE_ONLY=1 (tests / sanitize: the decode kernel's only).
+# ncu = hardware counters of the int2 split kernel at bs1/128K and bs48/4K for each configuration of NCU_CFGS
+# (default "base,x2b3").
+# Environment: CFGS (default below), NCU_CFGS, TABLE_CFG (the table's configuration; default
+# the int2 winner), SDPA=0 (no torch run), DECODE_ONLY=1 (tests / sanitize: the decode kernel's only), NCU_SHAPES
+# (default "1x131072 48x4096").
 set -u
 mode=${1:?pack|run}
 B=${2:?build dir}
@@ -57,8 +59,8 @@ step() { # name timeout command...: runs, logs to $OUT/name.log, records rc (ski
 }
 parts=${*:3}
 [ -z "$parts" ] && parts="tests sanitize bench"
-CFGS=${CFGS:-base,base:w2,q4r1,q4r1:w2,q3r2,q2r1,q6r3,q4r1:c3,base:m}
-NCU_CFGS=${NCU_CFGS:-base}
+CFGS=${CFGS:-base,base:w2,q4r1,q4r1:w2,q3r2,q2r1,q6r3,q4r1:c3,x2,x2b3,x2b3:w2,base:m}
+NCU_CFGS=${NCU_CFGS:-base,x2b3}
 DECODE_ONLY=${DECODE_ONLY:-0} # 1: the decode kernel's tests and sanitizer runs only (prefill / quantizer unchanged)
 if [[ " $parts " == *" tests "* ]]; then
     step test_decode 300 $D/test_gpu_kv_attn --full
@@ -92,7 +94,7 @@ if [[ " $parts " == *" ncu "* ]]; then
     METRICS=$METRICS,launch__shared_mem_per_block_dynamic,launch__grid_size,smsp__inst_executed.sum
     METRICS=$METRICS,sm__cycles_elapsed.avg.per_second,lts__t_sector_hit_rate.pct
     for cfg in ${NCU_CFGS//,/ }; do
-        for shape in 1x131072 48x4096; do
+        for shape in ${NCU_SHAPES:-1x131072 48x4096}; do
             OMNI_KVC_CONFIGS=$cfg OMNI_BENCH_ONLY=int2 OMNI_BENCH_SHAPE=$shape step ncu_${cfg//:/_}_$shape 150 \
                 ncu --clock-control none --kernel-name regex:kvc_split --launch-skip 5 --launch-count 1 \
                 --section WarpStateStats --metrics $METRICS $D/omni_bench_attn

@@ -87,7 +87,8 @@ typedef struct {
 kvc_attn_params kvc_attn_default_params(void); /* variant 0 "base", 1 wave, no cap, subnormal codes */
 omni_status kvc_attn_init_ex(int max_seqs, int n_q_heads, int n_kv_heads, int head_dim, const kvc_attn_params *p,
                              kvc_attn **out);
-/* Name of a variant (NULL past the last): "base", "q2r1", ... (qN: N quantized stages, rN: N raw stages). */
+/* Name of a variant (NULL past the last): "base", "q2r1", ... (qN: N quantized stages, rN: N raw stages; x2: two
+ * quantized blocks per warp step). */
 const char *kvc_attn_variant_name(int variant);
 /* "variant[:wN][:cN][:m]" (e.g. "base:w2", "q3r2:c3") -> params (defaults for what is not given). */
 omni_status kvc_attn_parse_config(const char *s, kvc_attn_params *p);

@@ -55,12 +55,14 @@ extern "C" {
 /* Compiled variants of the split kernel, for A/B timing in one run (kvc_attn_params.variant; head_dim 128 with
  * subnormal codes only: head_dim 64 and OMNI_KVC_MAGIC use variant 0): quantized ring stages per warp (0: the
  * format's default), raw stages at least (0: the default, 3 for bf16 layers, 1 for quantized ones) and the minimum
- * resident CTAs per SM that the register allocation must allow (__launch_bounds__). */
-#define KVC_NVAR 5
-static constexpr int KVC_VAR_NSQ[KVC_NVAR] = {0, 2, 3, 6, 0};
-static constexpr int KVC_VAR_NSR[KVC_NVAR] = {0, 1, 2, 3, 1};
-static constexpr int KVC_VAR_MINB[KVC_NVAR] = {1, 4, 4, 1, 4};
-static const char *const kvc_var_names[KVC_NVAR] = {"base", "q2r1", "q3r2", "q6r3", "q4r1"};
+ * resident CTAs per SM that the register allocation must allow (__launch_bounds__); x2*: a warp takes two
+ * quantized blocks per step (two independent score chains, one softmax update). */
+#define KVC_NVAR 7
+static constexpr int KVC_VAR_NSQ[KVC_NVAR] = {0, 2, 3, 6, 0, 0, 0};
+static constexpr int KVC_VAR_NSR[KVC_NVAR] = {0, 1, 2, 3, 1, 0, 0};
+static constexpr int KVC_VAR_MINB[KVC_NVAR] = {1, 4, 4, 1, 4, 2, 3};
+static constexpr int KVC_VAR_NB[KVC_NVAR] = {1, 1, 1, 1, 1, 2, 2}; /* quantized blocks per step of a warp */
+static const char *const kvc_var_names[KVC_NVAR] = {"base", "q2r1", "q3r2", "q6r3", "q4r1", "x2", "x2b3"};
 
 /* D head dim; KB / VB key / value bits (2, 4) or both 16 (bf16 layer); V variant. Shared memory per warp: a ring
  * of NSQ quantized stages or NSR raw stages (the same bytes). */
@@ -412,13 +414,12 @@ __device__ __forceinline__ void kvc_raw_item(uint8_t *st, int n, const kvc_qraw<
 
 /* ---------------------------------------------------------------- quantized block: 32 tokens */
 
-/* Scores and values of one staged quantized block (key block at st, value block at st + KMAX); tokens < s0 are
- * masked (sinks, read from their raw rows instead). */
+/* Scores of one staged quantized block (key block at st) in the log2 domain, rows (mt, u) = token 16 mt + ktok
+ * + 8 u, heads 2t, 2t+1; tokens < s0 are masked (sinks, read from their raw rows instead). */
 template <int D, int KB, int VB, int MG>
-__device__ __forceinline__ void kvc_quant_item(const uint8_t *st, int s0, int use_norm, const kvc_qq<D> &q,
-                                               const kvc_lane &c, kvc_wst<D> &w) {
+__device__ __forceinline__ void kvc_quant_scores(const uint8_t *st, int s0, int use_norm, const kvc_qq<D> &q,
+                                                 const kvc_lane &c, float (&s)[4][2]) {
     using F = kvc_fmt<D, KB, VB>;
-    constexpr int NG = F::NG;
     const uint8_t *kc = st;
     const uint16_t *ksc = (const uint16_t *)(st + F::KCODE), *kmn = ksc + D, *knorm = kmn + D;
     /* ---- scores S^T[token][head] (2 M tiles) and bias[head] = sum_c min_c q~_c */
@@ -463,7 +464,6 @@ __device__ __forceinline__ void kvc_quant_item(const uint8_t *st, int s0, int us
     }
     /* s = (acc 2^24 / 4^f + bias) 2^e_h norm_token; rows (mt, u) = token 16 mt + ktok + 8 u */
     const float bb0 = bacc[0] * q.bf[0], bb1 = bacc[1] * q.bf[1];
-    float s[4][2];
 #pragma unroll
     for (int mt = 0; mt < 2; mt++)
 #pragma unroll
@@ -474,7 +474,14 @@ __device__ __forceinline__ void kvc_quant_item(const uint8_t *st, int s0, int us
             s[2 * mt + u][0] = ok ? fmaf(sacc[mt][2 * u], q.kf[0], bb0) * nr : -INFINITY;
             s[2 * mt + u][1] = ok ? fmaf(sacc[mt][2 * u + 1], q.kf[1], bb1) * nr : -INFINITY;
         }
-    kvc_softmax<D, 4>(s, w);
+}
+
+/* Values of one staged quantized block (value block at st + KMAX) weighted by p (the scores after the softmax). */
+template <int D, int KB, int VB, int MG>
+__device__ __forceinline__ void kvc_quant_values(const uint8_t *st, const float (&s)[4][2], const kvc_lane &c,
+                                                 kvc_wst<D> &w) {
+    using F = kvc_fmt<D, KB, VB>;
+    constexpr int NG = F::NG;
     /* ---- values: P (C layout, f16) per k-step ks = M tile of the scores, rows u */
     const uint8_t *vb = st + F::KMAX;
     const uint8_t *vcode = vb;
@@ -539,6 +546,36 @@ __device__ __forceinline__ void kvc_quant_item(const uint8_t *st, int s0, int us
     }
 }
 
+/* One staged quantized block (key block at st, value block at st + KMAX): scores, online softmax, values. */
+template <int D, int KB, int VB, int MG>
+__device__ __forceinline__ void kvc_quant_item(const uint8_t *st, int s0, int use_norm, const kvc_qq<D> &q,
+                                               const kvc_lane &c, kvc_wst<D> &w) {
+    float s[4][2];
+    kvc_quant_scores<D, KB, VB, MG>(st, s0, use_norm, q, c, s);
+    kvc_softmax<D, 4>(s, w);
+    kvc_quant_values<D, KB, VB, MG>(st, s, c, w);
+}
+
+/* Two staged blocks at once (two independent score chains for the scheduler, one softmax update). */
+template <int D, int KB, int VB, int MG>
+__device__ __forceinline__ void kvc_quant_item2(const uint8_t *st0, int s00, const uint8_t *st1, int s01,
+                                                int use_norm, const kvc_qq<D> &q, const kvc_lane &c, kvc_wst<D> &w) {
+    float s0[4][2], s1[4][2], s8[8][2];
+    kvc_quant_scores<D, KB, VB, MG>(st0, s00, use_norm, q, c, s0);
+    kvc_quant_scores<D, KB, VB, MG>(st1, s01, use_norm, q, c, s1);
+#pragma unroll
+    for (int r = 0; r < 4; r++)
+#pragma unroll
+        for (int e = 0; e < 2; e++) s8[r][e] = s0[r][e], s8[4 + r][e] = s1[r][e];
+    kvc_softmax<D, 8>(s8, w);
+#pragma unroll
+    for (int r = 0; r < 4; r++)
+#pragma unroll
+        for (int e = 0; e < 2; e++) s0[r][e] = s8[r][e], s1[r][e] = s8[4 + r][e];
+    kvc_quant_values<D, KB, VB, MG>(st0, s0, c, w);
+    kvc_quant_values<D, KB, VB, MG>(st1, s1, c, w);
+}
+
 /* ---------------------------------------------------------------- the split kernel */
 
 /* Byte layout of the dynamic shared memory of a split CTA. */
@@ -558,28 +595,37 @@ struct kvc_item_src {
     int s0; /* quantized: tokens < s0 masked (sinks) */
 };
 
+/* First token of raw item i (a half-block of sinks or of the window). */
+__device__ __forceinline__ int64_t kvc_raw_tok0(const kvc_role &r, int i) {
+    return i < r.it.nsink ? 16 * i : (int64_t)KVC_G * r.it.nq + 16 * (i - r.it.nsink);
+}
+
+/* The page of item i (one table read: the warps read it an item ahead so that its latency hides behind work). */
+template <bool Q> __device__ __forceinline__ int32_t kvc_item_page(const kv_layer_view &v, const kvc_role &r, int i) {
+    if (i >= r.it.nraw) return kv_view_quant_page(&v, r.slot, i - r.it.nraw);
+    const int b = (int)(kvc_raw_tok0(r, i) / KVC_G);
+    return !Q && b < kvc_nq(v, r.L) ? kv_view_quant_page(&v, r.slot, b) : kv_view_raw_page(&v, r.slot, b);
+}
+
+/* Where item i lives, p = kvc_item_page(i). */
 template <int D, bool Q>
-__device__ __forceinline__ kvc_item_src kvc_locate(const kv_layer_view &v, const kvc_role &r, int kvh, int i) {
+__device__ __forceinline__ kvc_item_src kvc_locate(const kv_layer_view &v, const kvc_role &r, int kvh, int i,
+                                                   int32_t p) {
     kvc_item_src s;
     s.s0 = 0;
     if (i < r.it.nraw) {
-        int64_t tok0; /* first token of the half-block */
-        int n;
-        if (i < r.it.nsink) tok0 = 16 * i, n = min(16, v.n_sink - 16 * i);
-        else tok0 = (int64_t)KVC_G * r.it.nq + 16 * (i - r.it.nsink), n = (int)min((int64_t)16, r.L - tok0);
+        const int64_t tok0 = kvc_raw_tok0(r, i);
+        const int n = i < r.it.nsink ? min(16, v.n_sink - 16 * i) : (int)min((int64_t)16, r.L - tok0);
         const int b = (int)(tok0 / KVC_G);
         const int64_t row = (tok0 % KVC_G) * D * 2;
         if (!Q && b < kvc_nq(v, r.L)) { /* bf16 layer of a quantizing cache: raw layout in the quant page */
-            const int32_t p = kv_view_quant_page(&v, r.slot, b);
             s.k = kv_view_quant_block(&v, p, kvh, 0) + row, s.v = kv_view_quant_block(&v, p, kvh, 1) + row;
         } else {
-            const int32_t p = kv_view_raw_page(&v, r.slot, b);
             s.k = kv_view_raw_rows(&v, p, kvh, 0) + row, s.v = kv_view_raw_rows(&v, p, kvh, 1) + row;
         }
         s.n = n;
     } else {
         const int b = i - r.it.nraw;
-        const int32_t p = kv_view_quant_page(&v, r.slot, b);
         s.k = kv_view_quant_block(&v, p, kvh, 0), s.v = kv_view_quant_block(&v, p, kvh, 1), s.n = 0;
         s.s0 = b == 0 ? v.n_sink : 0;
     }
@@ -650,15 +696,16 @@ __device__ __forceinline__ void kvc_raw_items(const kv_layer_view &v, const kvc_
         kvc_bf16x2_split(qh[0], qh[1], q.b[ks][0], q.lo[ks][0]);
         kvc_bf16x2_split(qh[8], qh[9], q.b[ks][1], q.lo[ks][1]);
     }
-    auto issue = [&](int k, int st) {
-        const kvc_item_src s = kvc_locate<D, F::Q>(v, r, kvh, first + KVC_NW * k);
+    auto issue = [&](int k, int st, int32_t p) {
+        const kvc_item_src s = kvc_locate<D, F::Q>(v, r, kvh, first + KVC_NW * k, p);
         if (lane == 0) kvc_mbar_arrive_tx(&bars[st], (uint32_t)(s.n * 4 * D));
         __syncwarp();
         const int row = lane & 15;
         uint8_t *dst = ring + st * F::RSTAGE + (lane < 16 ? 0 : 16 * F::RS) + row * F::RS;
         if (row < s.n) kvc_bulk_g2s(dst, (lane < 16 ? s.k : s.v) + row * 2 * D, 2 * D, &bars[st], pol);
     };
-    for (int k = 0; k < NS && k < n; k++) issue(k, k);
+    for (int k = 0; k < NS && k < n; k++) issue(k, k, kvc_item_page<F::Q>(v, r, first + KVC_NW * k));
+    int32_t pn = NS < n ? kvc_item_page<F::Q>(v, r, first + KVC_NW * NS) : 0; /* page of the next issue */
     for (int k = 0; k < n; k++) {
         const int st = k % NS;
         kvc_mbar_wait(&bars[st], (k / NS) & 1);
@@ -667,7 +714,10 @@ __device__ __forceinline__ void kvc_raw_items(const kv_layer_view &v, const kvc_
                                       : (int)min((int64_t)16, r.L - (int64_t)KVC_G * r.it.nq - 16 * (i - r.it.nsink));
         kvc_raw_item<D, KB, VB>(ring + st * F::RSTAGE, nv, q, w, lane);
         __syncwarp();
-        if (k + NS < n) issue(k + NS, st);
+        if (k + NS < n) {
+            issue(k + NS, st, pn);
+            if (k + NS + 1 < n) pn = kvc_item_page<F::Q>(v, r, first + KVC_NW * (k + NS + 1));
+        }
     }
 }
 
@@ -693,22 +743,38 @@ __device__ __forceinline__ void kvc_quant_items(const kv_layer_view &v, const kv
         q.kf[e] = c.kinv * q.bf[e];
     }
     const int kbytes = F::KCODE + 4 * D + (v.scale ? 2 * KVC_G : 0);
-    auto issue = [&](int k, int st) {
+    auto issue = [&](int k, int st, int32_t p) {
         if (lane == 0) {
-            const kvc_item_src s = kvc_locate<D, true>(v, r, kvh, first + KVC_NW * k);
+            const kvc_item_src s = kvc_locate<D, true>(v, r, kvh, first + KVC_NW * k, p);
             kvc_mbar_arrive_tx(&bars[st], (uint32_t)(kbytes + F::VBYTES));
             kvc_bulk_g2s(ring + st * F::QSTAGE, s.k, (uint32_t)kbytes, &bars[st], pol);
             kvc_bulk_g2s(ring + st * F::QSTAGE + F::KMAX, s.v, (uint32_t)F::VBYTES, &bars[st], pol);
         }
     };
-    for (int k = 0; k < NS && k < n; k++) issue(k, k);
-    for (int k = 0; k < n; k++) {
-        const int st = k % NS;
+    constexpr int NB = KVC_VAR_NB[V]; /* blocks per step */
+    static_assert(NS >= NB, "a step's blocks need distinct stages");
+    for (int k = 0; k < NS && k < n; k++) issue(k, k, kvc_item_page<true>(v, r, first + KVC_NW * k));
+    int32_t pn[NB]; /* pages of the next step's issues (items k + NS + j), read a step ahead */
+#pragma unroll
+    for (int j = 0; j < NB; j++) pn[j] = NS + j < n ? kvc_item_page<true>(v, r, first + KVC_NW * (NS + j)) : 0;
+    for (int k = 0; k < n; k += NB) {
+        const int st = k % NS, b = first + KVC_NW * k - r.it.nraw;
         kvc_mbar_wait(&bars[st], (k / NS) & 1);
-        const int b = first + KVC_NW * k - r.it.nraw;
-        kvc_quant_item<D, KB, VB, MG>(ring + st * F::QSTAGE, b == 0 ? v.n_sink : 0, v.scale, q, c, w);
+        if (NB == 2 && k + 1 < n) {
+            const int st1 = (k + 1) % NS;
+            kvc_mbar_wait(&bars[st1], ((k + 1) / NS) & 1);
+            kvc_quant_item2<D, KB, VB, MG>(ring + st * F::QSTAGE, b == 0 ? v.n_sink : 0, ring + st1 * F::QSTAGE,
+                                           0, v.scale, q, c, w);
+        } else {
+            kvc_quant_item<D, KB, VB, MG>(ring + st * F::QSTAGE, b == 0 ? v.n_sink : 0, v.scale, q, c, w);
+        }
         __syncwarp();
-        if (k + NS < n) issue(k + NS, st);
+#pragma unroll
+        for (int j = 0; j < NB; j++) {
+            if (k + j < n && k + j + NS < n) issue(k + j + NS, (k + j) % NS, pn[j]);
+            const int nx = k + NB + NS + j;
+            if (nx < n) pn[j] = kvc_item_page<true>(v, r, first + KVC_NW * nx);
+        }
     }
 }
 
@@ -806,23 +872,41 @@ __global__ void __launch_bounds__(KVC_NT, KVC_VAR_MINB[V]) kvc_split_kernel(cons
 /* ---------------------------------------------------------------- combine */
 
 template <int D> __global__ void __launch_bounds__(D) kvc_combine_kernel(const __grid_constant__ kvc_combine_args a) {
-    KVC_DYN_SMEM(float, x); /* [D] */
-    const int h = blockIdx.x, s = blockIdx.y, ch = threadIdx.x;
+    KVC_DYN_SMEM(float, x); /* [D] exchange, [32] reduction, then the splits' weights [B] */
+    float *red = x + D, *wt = x + D + 32;
+    const int h = blockIdx.x, s = blockIdx.y, ch = threadIdx.x, lane = ch & 31;
     const int kvh = h / a.gs, hi = h % a.gs, hr = kvh * a.n_pass + hi / KVC_NCOL, col = hi % KVC_NCOL;
     kvc_pdl_wait(); /* the split kernel's partials and sequence table */
     const int2 info = a.seqinfo[s];
     const size_t base = (size_t)hr * a.B + info.x;
+    /* the splits' (m, l) in one round of loads: max, then weights 2^(m_k - M) */
     float M = -INFINITY;
-    for (int k = 0; k < info.y; k++) M = fmaxf(M, a.ml[(base + k) * KVC_NCOL + col].x);
-    float L = 0.0f, A = 0.0f;
+    for (int k = ch; k < info.y; k += D) {
+        const float m = a.ml[(base + k) * KVC_NCOL + col].x;
+        wt[k] = m, M = fmaxf(M, m);
+    }
+    M = kvc_warp_max(M);
+    if (lane == 0) red[ch >> 5] = M;
+    __syncthreads();
+    M = red[0];
+#pragma unroll
+    for (int w = 1; w < D / 32; w++) M = fmaxf(M, red[w]);
+    float L = 0.0f;
+    for (int k = ch; k < info.y; k += D) {
+        const float f = wt[k] == -INFINITY ? 0.0f : kvc_ex2(wt[k] - M);
+        wt[k] = f, L += f * a.ml[(base + k) * KVC_NCOL + col].y;
+    }
+    L = kvc_warp_sum(L);
+    __syncthreads(); /* red read, wt written */
+    if (lane == 0) red[ch >> 5] = L;
+    __syncthreads();
+    L = 0.0f;
+#pragma unroll
+    for (int w = 0; w < D / 32; w++) L += red[w];
+    float A = 0.0f;
     if (M != -INFINITY) {
-#pragma unroll 4
-        for (int k = 0; k < info.y; k++) {
-            const float2 ml = a.ml[(base + k) * KVC_NCOL + col];
-            const float f = ml.x == -INFINITY ? 0.0f : kvc_ex2(ml.x - M);
-            L += f * ml.y;
-            A += f * a.part[((base + k) * KVC_NCOL + col) * D + ch];
-        }
+#pragma unroll 8
+        for (int k = 0; k < info.y; k++) A += wt[k] * a.part[((base + k) * KVC_NCOL + col) * D + ch];
     }
     float y = L > 0.0f ? A / L : 0.0f;
     if (a.rotate) { /* kvc_fwht_rows' butterflies: lane bits by shuffles, warp bits through shared memory */
@@ -942,6 +1026,8 @@ static omni_status kvc_setup(kvc_attn *a, int dev) {
     else if (v == 2) kvc_kernels<128, 0, 2>(a->fn, a->bytes);
     else if (v == 3) kvc_kernels<128, 0, 3>(a->fn, a->bytes);
     else if (v == 4) kvc_kernels<128, 0, 4>(a->fn, a->bytes);
+    else if (v == 5) kvc_kernels<128, 0, 5>(a->fn, a->bytes);
+    else if (v == 6) kvc_kernels<128, 0, 6>(a->fn, a->bytes);
     else kvc_kernels<128, 0, 0>(a->fn, a->bytes);
     int per_sm = 0, reserved = 0, per_block = 0;
     omni_status st = kvc_cuda_check(cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev),
@@ -1024,7 +1110,7 @@ extern "C" omni_status kvc_attn_parse_config(const char *s, kvc_attn_params *p) 
     if (s && kvc_parse(s, p)) return OMNI_OK;
     *p = kvc_attn_default_params();
     return omni_fail(OMNI_ERR_USAGE, "kv cuda attn: bad kernel configuration '%s' (variant[:wN][:cN][:m]; variants "
-                     "base q2r1 q3r2 q6r3 q4r1, waves 1-4, CTAs per SM 1-32, m: magic codes)", s ? s : "(null)");
+                     "base q2r1 q3r2 q6r3 q4r1 x2 x2b3, waves 1-4, CTAs per SM 1-32, m: magic codes)", s ? s : "(null)");
 }
 
 extern "C" omni_status kvc_attn_init_ex(int max_seqs, int n_q_heads, int n_kv_heads, int head_dim,
@@ -1139,8 +1225,9 @@ extern "C" omni_status kvc_decode(kvc_attn *a, const kv_layer_view *v, int n_seq
     ca.part = a->part, ca.ml = a->ml, ca.seqinfo = a->seqinfo, ca.out = out;
     ca.Hq = a->Hq, ca.gs = gs, ca.n_pass = a->n_pass, ca.B = B, ca.rotate = v->rotate;
     const dim3 grid(a->Hq, n_seq);
-    e = a->D == 64 ? kvc_launch(kvc_combine_kernel<64>, grid, dim3(64), 64 * sizeof(float), cs, 1, ca)
-                   : kvc_launch(kvc_combine_kernel<128>, grid, dim3(128), 128 * sizeof(float), cs, 1, ca);
+    const size_t csm = (size_t)(a->D + 32 + B) * sizeof(float); /* exchange, reduction, a weight per split */
+    e = a->D == 64 ? kvc_launch(kvc_combine_kernel<64>, grid, dim3(64), csm, cs, 1, ca)
+                   : kvc_launch(kvc_combine_kernel<128>, grid, dim3(128), csm, cs, 1, ca);
     return kvc_cuda_check(e, "decode attention combine launch");
 }
 
