@@ -59,7 +59,7 @@ step() { # name timeout command...: runs, logs to $OUT/name.log, records rc (ski
 }
 parts=${*:3}
 [ -z "$parts" ] && parts="tests sanitize bench"
-CFGS=${CFGS:-base,base:w2,q4r1,q4r1:w2,q3r2,q2r1,q6r3,q4r1:c3,x2,x2b3,x2b3:w2,base:m}
+CFGS=${CFGS:-base,base:w2,q4r1,q4r1:w2,q3r2,q2r1,q6r3,q4r1:c3,x2,x2b3,x2b3:w2,p1,base:m}
 NCU_CFGS=${NCU_CFGS:-base,x2b3}
 DECODE_ONLY=${DECODE_ONLY:-0} # 1: the decode kernel's tests and sanitizer runs only (prefill / quantizer unchanged)
 if [[ " $parts " == *" tests "* ]]; then

@@ -56,13 +56,15 @@ extern "C" {
  * subnormal codes only: head_dim 64 and OMNI_KVC_MAGIC use variant 0): quantized ring stages per warp (0: the
  * format's default), raw stages at least (0: the default, 3 for bf16 layers, 1 for quantized ones) and the minimum
  * resident CTAs per SM that the register allocation must allow (__launch_bounds__); x2*: a warp takes two
- * quantized blocks per step (two independent score chains, one softmax update). */
-#define KVC_NVAR 7
-static constexpr int KVC_VAR_NSQ[KVC_NVAR] = {0, 2, 3, 6, 0, 0, 0};
-static constexpr int KVC_VAR_NSR[KVC_NVAR] = {0, 1, 2, 3, 1, 0, 0};
-static constexpr int KVC_VAR_MINB[KVC_NVAR] = {1, 4, 4, 1, 4, 2, 3};
-static constexpr int KVC_VAR_NB[KVC_NVAR] = {1, 1, 1, 1, 1, 2, 2}; /* quantized blocks per step of a warp */
-static const char *const kvc_var_names[KVC_NVAR] = {"base", "q2r1", "q3r2", "q6r3", "q4r1", "x2", "x2b3"};
+ * quantized blocks per step (two independent score chains, one softmax update); p1: raw (bf16) items weight the
+ * values with P rounded once to bf16 (one MMA instead of hi + lo). */
+#define KVC_NVAR 8
+static constexpr int KVC_VAR_NSQ[KVC_NVAR] = {0, 2, 3, 6, 0, 0, 0, 0};
+static constexpr int KVC_VAR_NSR[KVC_NVAR] = {0, 1, 2, 3, 1, 0, 0, 0};
+static constexpr int KVC_VAR_MINB[KVC_NVAR] = {1, 4, 4, 1, 4, 2, 3, 1};
+static constexpr int KVC_VAR_NB[KVC_NVAR] = {1, 1, 1, 1, 1, 2, 2, 1}; /* quantized blocks per step of a warp */
+static constexpr int KVC_VAR_P1[KVC_NVAR] = {0, 0, 0, 0, 0, 0, 0, 1}; /* raw values: P without its lo part */
+static const char *const kvc_var_names[KVC_NVAR] = {"base", "q2r1", "q3r2", "q6r3", "q4r1", "x2", "x2b3", "p1"};
 
 /* D head dim; KB / VB key / value bits (2, 4) or both 16 (bf16 layer); V variant. Shared memory per warp: a ring
  * of NSQ quantized stages or NSR raw stages (the same bytes). */
@@ -371,8 +373,9 @@ template <int D> struct kvc_qq {
     float kf[2], bf[2];
 };
 
-/* Scores and values of one staged raw half-block (K rows [16][RS] at st, V rows after; rows >= n invalid). */
-template <int D, int KB, int VB>
+/* Scores and values of one staged raw half-block (K rows [16][RS] at st, V rows after; rows >= n invalid).
+ * P1: P as one bf16 MMA operand (no lo part) for the values. */
+template <int D, int KB, int VB, int P1>
 __device__ __forceinline__ void kvc_raw_item(uint8_t *st, int n, const kvc_qraw<D> &q, kvc_wst<D> &w, int lane) {
     using F = kvc_fmt<D, KB, VB>;
     const int g = lane >> 2;
@@ -383,32 +386,33 @@ __device__ __forceinline__ void kvc_raw_item(uint8_t *st, int n, const kvc_qraw<
         kvc_fence_proxy_async(); /* the stage is refilled by bulk copies later */
         __syncwarp();
     }
-    float sacc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    float sacc[4] = {0.0f, 0.0f, 0.0f, 0.0f}, slo[4] = {0.0f, 0.0f, 0.0f, 0.0f}; /* two MMA chains */
     const int lrow = (lane & 7) + 8 * ((lane >> 3) & 1), lcol = 8 * (lane >> 4);
 #pragma unroll
     for (int ks = 0; ks < D / 16; ks++) {
         uint32_t a[4];
         kvc_ldsm4(a, kr + lrow * F::RS + (16 * ks + lcol) * 2);
         kvc_mma_bf16(sacc, a, q.b[ks][0], q.b[ks][1]);
-        kvc_mma_bf16(sacc, a, q.lo[ks][0], q.lo[ks][1]);
+        kvc_mma_bf16(slo, a, q.lo[ks][0], q.lo[ks][1]);
     }
     float s[2][2];
 #pragma unroll
     for (int u = 0; u < 2; u++)
 #pragma unroll
-        for (int e = 0; e < 2; e++) s[u][e] = g + 8 * u < n ? sacc[2 * u + e] : -INFINITY;
+        for (int e = 0; e < 2; e++) s[u][e] = g + 8 * u < n ? sacc[2 * u + e] + slo[2 * u + e] : -INFINITY;
     kvc_softmax<D, 2>(s, w);
     uint32_t ph[2], pl[2]; /* P = hi + lo in bf16, C layout rows u */
     kvc_bf16x2_split(s[0][0], s[0][1], ph[0], pl[0]);
     kvc_bf16x2_split(s[1][0], s[1][1], ph[1], pl[1]);
-    const uint32_t b0 = kvc_movm(ph[0]), b1 = kvc_movm(ph[1]), l0 = kvc_movm(pl[0]), l1 = kvc_movm(pl[1]);
+    const uint32_t b0 = kvc_movm(ph[0]), b1 = kvc_movm(ph[1]);
+    const uint32_t l0 = P1 ? 0u : kvc_movm(pl[0]), l1 = P1 ? 0u : kvc_movm(pl[1]);
     const int vtok = (lane & 7) + 8 * (lane >> 4), vcol = 8 * ((lane >> 3) & 1);
 #pragma unroll
     for (int mt = 0; mt < D / 16; mt++) {
         uint32_t a[4];
         kvc_ldsm4_t(a, vr + vtok * F::RS + (16 * mt + vcol) * 2);
         kvc_mma_bf16(w.o[mt], a, b0, b1);
-        kvc_mma_bf16(w.o[mt], a, l0, l1);
+        if (!P1) kvc_mma_bf16(w.o[mt], a, l0, l1);
     }
 }
 
@@ -712,7 +716,7 @@ __device__ __forceinline__ void kvc_raw_items(const kv_layer_view &v, const kvc_
         const int i = first + KVC_NW * k;
         const int nv = i < r.it.nsink ? min(16, v.n_sink - 16 * i)
                                       : (int)min((int64_t)16, r.L - (int64_t)KVC_G * r.it.nq - 16 * (i - r.it.nsink));
-        kvc_raw_item<D, KB, VB>(ring + st * F::RSTAGE, nv, q, w, lane);
+        kvc_raw_item<D, KB, VB, KVC_VAR_P1[V]>(ring + st * F::RSTAGE, nv, q, w, lane);
         __syncwarp();
         if (k + NS < n) {
             issue(k + NS, st, pn);
@@ -1028,6 +1032,7 @@ static omni_status kvc_setup(kvc_attn *a, int dev) {
     else if (v == 4) kvc_kernels<128, 0, 4>(a->fn, a->bytes);
     else if (v == 5) kvc_kernels<128, 0, 5>(a->fn, a->bytes);
     else if (v == 6) kvc_kernels<128, 0, 6>(a->fn, a->bytes);
+    else if (v == 7) kvc_kernels<128, 0, 7>(a->fn, a->bytes);
     else kvc_kernels<128, 0, 0>(a->fn, a->bytes);
     int per_sm = 0, reserved = 0, per_block = 0;
     omni_status st = kvc_cuda_check(cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev),
@@ -1110,7 +1115,7 @@ extern "C" omni_status kvc_attn_parse_config(const char *s, kvc_attn_params *p) 
     if (s && kvc_parse(s, p)) return OMNI_OK;
     *p = kvc_attn_default_params();
     return omni_fail(OMNI_ERR_USAGE, "kv cuda attn: bad kernel configuration '%s' (variant[:wN][:cN][:m]; variants "
-                     "base q2r1 q3r2 q6r3 q4r1 x2 x2b3, waves 1-4, CTAs per SM 1-32, m: magic codes)", s ? s : "(null)");
+                     "base q2r1 q3r2 q6r3 q4r1 x2 x2b3 p1, waves 1-4, CTAs per SM 1-32, m: magic codes)", s ? s : "(null)");
 }
 
 extern "C" omni_status kvc_attn_init_ex(int max_seqs, int n_q_heads, int n_kv_heads, int head_dim,

@@ -38,7 +38,7 @@ static int g_short = 0, g_keep_len = 0; /* g_keep_len: lengths as given under --
 /* Kernel configurations (kvc_attn_parse_config) run on each case besides the default, same inputs and checks:
  * every compiled variant and the run-time split / residency options (OMNI_KVC_CONFIGS: a comma-separated list
  * instead; the emulator run takes them on the first cases only). */
-static char g_cfgs[512] = "q2r1,q3r2,q6r3,q4r1,x2,x2b3,base:w2,q4r1:c3,x2b3:w2:c2";
+static char g_cfgs[512] = "q2r1,q3r2,q6r3,q4r1,x2,x2b3,p1,base:w2,q4r1:c3,x2b3:w2:c2";
 static int g_cfg_cases = 1 << 30; /* cases that run them */
 
 /* kv_forward of the last token of each sequence over its first L - 1 tokens (CPU cache, same format). */
@@ -476,7 +476,7 @@ int main(int argc, char **argv) {
     const char *cfgs = getenv("OMNI_KVC_CONFIGS");
     if (cfgs) snprintf(g_cfgs, sizeof g_cfgs, "%s", cfgs);
 #ifdef ATTN_TEST_EMU
-    g_cfg_cases = 9; /* emulated kernels are slow: the configurations on the format cases and the long one only */
+    g_cfg_cases = 8; /* emulated kernels are slow: the configurations on the format cases (and the long one) */
 #endif
     if (tiny) g_cfg_cases = 0;
     bad_args();
@@ -511,12 +511,20 @@ int main(int argc, char **argv) {
         dcase t = {"bf16", 128, 0, 32, 8, 128, 1, g_short ? 4 : 19, awk, na, 0, 0};
         run_case(&t, seed++);
     }
-    { /* one sequence long enough for several blocks per warp (two-block steps of the x2 variants) everywhere */
+    { /* one sequence long enough for several blocks per warp (two-block steps of the x2 variants) everywhere;
+       * the emulator runs only the x2 configurations on it */
         static const int64_t len2k[] = {2500};
         dcase t = {"int2", 32, 4, 32, 8, 128, 0, 1, len2k, 1, 1, 0};
+        char keep[sizeof g_cfgs];
+        memcpy(keep, g_cfgs, sizeof keep);
+#ifdef ATTN_TEST_EMU
+        if (!getenv("OMNI_KVC_CONFIGS")) snprintf(g_cfgs, sizeof g_cfgs, "x2,x2b3:w2");
+        g_cfg_cases++;
+#endif
         g_keep_len = 1;
         run_case(&t, seed++);
         g_keep_len = 0;
+        memcpy(g_cfgs, keep, sizeof keep);
     }
     /* windows and sinks */
     const int win[] = {0, 32, 128};
