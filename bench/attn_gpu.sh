@@ -5,11 +5,12 @@
 #   here:    cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DOMNI_CUDA=ON && cmake --build build -j2 \
 #              --target test_gpu_kv_attn test_gpu_kv_quant test_gpu_kv_prefill omni_bench_attn
 #            bench/attn_gpu.sh pack build            -> build/dev-attn/ (~10 MB; carry it)
-#   device:  bench/attn_gpu.sh run build [tests] [sanitize] [bench] [ncu]   (repo root; logs + CSVs in $OUT/attn_logs.tgz;
+#   device:  bench/attn_gpu.sh run build [tests] [quick] [sanitize] [bench] [ncu]   (repo root; logs + CSVs in $OUT/attn_logs.tgz;
 #            no part named = all three, ~10 min: split into "tests sanitize" (~6 min) and "bench" (~4 min) calls
 #            to stay inside one call's 10-minute limit)
 # parts: tests = decode (--full: every case also under each kernel configuration of OMNI_KVC_CONFIGS or the
-# test's default list; --short with OMNI_KVC_MAGIC=1), prefill/segments, quantizer; sanitize = compute-sanitizer
+# test's default list; --short with OMNI_KVC_MAGIC=1), prefill/segments, quantizer; quick = the decode test's
+# short cases under every configuration; sanitize = compute-sanitizer
 # memcheck and racecheck on the --tiny cases; bench = omni_bench_attn (validates, then times ours: bf16 / int2 /
 # int4 / kivi2 under every configuration of CFGS, with a device copy), bench/sdpa_bench.py (torch SDPA, same
 # shapes) and the tables (bench/attn_table.py: configuration matrix + winner, the issue-10 table, targets);
@@ -67,6 +68,9 @@ if [[ " $parts " == *" tests "* ]]; then
     OMNI_KVC_MAGIC=1 OMNI_KVC_CONFIGS= step test_decode_magic 120 $D/test_gpu_kv_attn --short
     [ "$DECODE_ONLY" = 1 ] || step test_prefill 200 $D/test_gpu_kv_prefill
     [ "$DECODE_ONLY" = 1 ] || step test_quant 60 $D/test_gpu_kv_quant
+fi
+if [[ " $parts " == *" quick "* ]]; then # the decode test's short cases under every configuration (~20 s)
+    step test_decode_short 120 $D/test_gpu_kv_attn --short
 fi
 if [[ " $parts " == *" sanitize "* ]]; then
     SAN="compute-sanitizer --report-api-errors no --error-exitcode 1"
