@@ -471,7 +471,7 @@ omni_status omni_args_parse(omni_args *a, const char *cmd, int argc, char **argv
             st = parse_one(a, c, argc, argv, &i);
         } else st = positional(a, c, arg, words, &n_words, argc);
     }
-    if (!st && c) st = image_budget(a, min_given, max_given);
+    if (!st) st = image_budget(a, min_given, max_given); /* also for a command outside the table */
     if (!st && c) st = check_combination(a, c, words, n_words);
     if (!st && !c) /* unknown to the table: keep words as positionals */
         for (int k = 0; !st && k < n_words; k++) st = add_item(a->positional, &a->n_positional, words[k], "arguments");

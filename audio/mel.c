@@ -32,27 +32,26 @@ static double mel_to_hz(double m) {
 }
 
 /* transformers.audio_utils.mel_filter_bank(norm="slaney", mel_scale="slaney"), fb[k * n_mels + m]. */
+/* Corner frequency i of the bank (0 .. n_mels + 1), evenly spaced on the mel scale. */
+static double mel_corner(int i, int n_mels, double mmin, double mmax) {
+    return mel_to_hz(i == n_mels + 1 ? mmax : mmin + i * ((mmax - mmin) / (n_mels + 1)));
+}
+
+/* No allocation: a failed one used to leave an all-zero bank (a silently wrong spectrogram). */
 void audio_mel_filters(double *fb, int n_freq, int n_mels, double sr, double fmin, double fmax) {
     double mmin = hz_to_mel(fmin), mmax = hz_to_mel(fmax);
-    double *ff = malloc((size_t)(n_mels + 2) * sizeof(double));
-    if (!ff) { /* out of memory: an all-zero bank (callers check their own allocations first) */
-        memset(fb, 0, sizeof(double) * n_freq * n_mels);
-        return;
-    }
-    double mstep = (mmax - mmin) / (n_mels + 1);
-    for (int i = 0; i < n_mels + 2; i++) ff[i] = mel_to_hz(i == n_mels + 1 ? mmax : mmin + i * mstep);
     double fstep = (double)((int)sr / 2) / (n_freq - 1);
-    for (int k = 0; k < n_freq; k++) {
-        double f = k == n_freq - 1 ? (double)((int)sr / 2) : k * fstep;
-        for (int m = 0; m < n_mels; m++) {
-            double down = -(ff[m] - f) / (ff[m + 1] - ff[m]);
-            double up = (ff[m + 2] - f) / (ff[m + 2] - ff[m + 1]);
+    for (int m = 0; m < n_mels; m++) {
+        double f0 = mel_corner(m, n_mels, mmin, mmax), f1 = mel_corner(m + 1, n_mels, mmin, mmax);
+        double f2 = mel_corner(m + 2, n_mels, mmin, mmax);
+        for (int k = 0; k < n_freq; k++) {
+            double f = k == n_freq - 1 ? (double)((int)sr / 2) : k * fstep;
+            double down = -(f0 - f) / (f1 - f0), up = (f2 - f) / (f2 - f1);
             double v = down < up ? down : up;
             if (v < 0.0) v = 0.0;
-            fb[(size_t)k * n_mels + m] = v * (2.0 / (ff[m + 2] - ff[m]));
+            fb[(size_t)k * n_mels + m] = v * (2.0 / (f2 - f0));
         }
     }
-    free(ff);
 }
 
 /* Sample j of the reflect-padded signal (pad = n_fft/2 on both sides, no edge repeat). */

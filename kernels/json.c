@@ -2,14 +2,44 @@
 #include "kernels/json.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+/* cJSON gives NULL both for bad syntax and for a failed allocation. Its allocator hooks (process-wide, installed
+ * once; plain malloc/free underneath) note a failed allocation for the calling thread, so running out of memory
+ * is reported as such (OMNI_ERR_NOMEM), not as "invalid JSON". */
+static __thread int t_json_nomem;
+static pthread_once_t g_json_hooks = PTHREAD_ONCE_INIT;
+
+static void *json_malloc(size_t n) {
+    void *p = malloc(n);
+    if (!p) t_json_nomem = 1;
+    return p;
+}
+
+static void json_free(void *p) { free(p); }
+
+static void json_install_hooks(void) {
+    cJSON_Hooks h = {json_malloc, json_free};
+    cJSON_InitHooks(&h);
+}
+
+void omni_json_watch_memory(void) {
+    pthread_once(&g_json_hooks, json_install_hooks);
+    t_json_nomem = 0;
+}
+
+int omni_json_out_of_memory(void) { return t_json_nomem; }
+
 omni_status omni_json_parse(const char *text, size_t len, const char *name, omni_status kind, cJSON **out) {
     *out = NULL;
     const char *end = NULL;
+    omni_json_watch_memory();
     cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
+    if (!root && omni_json_out_of_memory())
+        return omni_fail(OMNI_ERR_NOMEM, "%s: out of memory parsing %zu bytes of JSON", name, len);
     if (!root) {
         size_t at = end && end >= text && end <= text + len ? (size_t)(end - text) : 0;
         int line = 1;

@@ -26,6 +26,12 @@ omni_status omni_json_load(const char *path, omni_status kind, cJSON **out);
 /* Parse `len` bytes; `name` is used in messages ("x.json: invalid JSON near byte 120 (line 4)"). */
 omni_status omni_json_parse(const char *text, size_t len, const char *name, omni_status kind, cJSON **out);
 
+/* For cJSON calls made directly (a parse failing with NULL): omni_json_watch_memory() before the call, then
+ * omni_json_out_of_memory() says whether one of its allocations failed on this thread since (out of memory, not
+ * bad input). */
+void omni_json_watch_memory(void);
+int omni_json_out_of_memory(void);
+
 /* Where the values come from, for messages: file name, key path of the object read ("" or "text_config",
  * "thinker_config.audio_config"), status of a bad value. */
 typedef struct {

@@ -173,7 +173,11 @@ static omni_status load_shard(omni_ckpt *c, int s) {
     if (hlen > sh->size - 8 || hlen > MAX_HEADER)
         return omni_fail(OMNI_ERR_MODEL, "%s: header length %llu beyond the file (%zu bytes): truncated or corrupt",
                          sh->path, (unsigned long long)hlen, sh->size);
+    omni_json_watch_memory();
     cJSON *root = cJSON_ParseWithLength((const char *)p + 8, (size_t)hlen);
+    if (!root && omni_json_out_of_memory())
+        return omni_fail(OMNI_ERR_NOMEM, "%s: out of memory parsing the %llu-byte header", sh->path,
+                         (unsigned long long)hlen);
     if (!cJSON_IsObject(root)) {
         cJSON_Delete(root);
         return omni_fail(OMNI_ERR_MODEL, "%s: header is not valid JSON", sh->path);
@@ -255,19 +259,22 @@ static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *
 
 static omni_status shards_from_dir(omni_ckpt *c, const char *dir) {
     DIR *d = opendir(dir);
-    if (!d) return omni_fail(OMNI_ERR_MODEL, "cannot open model directory %s: %s", dir, strerror(errno));
+    if (!d)
+        return omni_fail(errno == ENOMEM ? OMNI_ERR_NOMEM : OMNI_ERR_MODEL, "cannot open model directory %s: %s", dir,
+                         strerror(errno));
     char *names[4096];
     int n = 0;
     struct dirent *de;
+    int nomem = 0;
     while ((de = readdir(d)) && n < 4096) {
         size_t l = strlen(de->d_name);
-        if (l > 12 && !strcmp(de->d_name + l - 12, ".safetensors")) names[n++] = strdup(de->d_name);
+        if (l > 12 && !strcmp(de->d_name + l - 12, ".safetensors") && !(names[n++] = strdup(de->d_name))) nomem = 1;
     }
     closedir(d);
-    qsort(names, n, sizeof *names, cmp_str);
-    omni_status st = OMNI_OK;
+    omni_status st = nomem ? omni_fail(OMNI_ERR_NOMEM, "out of memory listing %s", dir) : OMNI_OK;
+    if (!st) qsort(names, n, sizeof *names, cmp_str);
     for (int i = 0; i < n; i++) {
-        if (!st && names[i]) st = add_shard_path(c, dir, names[i]);
+        if (!st) st = add_shard_path(c, dir, names[i]);
         free(names[i]);
     }
     if (!st && n == 0) st = omni_fail(OMNI_ERR_MODEL, "no *.safetensors files in %s", dir);

@@ -312,6 +312,8 @@ static omni_status decode_image(const uint8_t *data, size_t size, const char *na
 #endif
     int w2, h2, c2;
     uint8_t *rgba = stbi_load_from_memory(data, (int)size, &w2, &h2, &c2, 4);
+    if (!rgba && !strcmp(stbi_failure_reason(), "outofmem"))
+        return omni_fail(OMNI_ERR_NOMEM, "image '%s': out of memory decoding %dx%d %s", name, w, h, format_name(fmt));
     if (!rgba)
         return omni_fail(OMNI_ERR_INPUT, "image '%s': cannot decode %s (%s)", name, format_name(fmt),
                          stbi_failure_reason());

@@ -69,6 +69,7 @@ run)
     mkdir -p "$out" && out=$(cd "$out" && pwd)
     # the work (corpus, logs, artifacts) stays outside $OUT: only three files go there (a device returns few)
     work=$(mktemp -d "${TMPDIR:-/tmp}/omni_fuzz.XXXXXX")
+    mkdir -p "$work/tmp" && export TMPDIR=$work/tmp # the targets' scratch files go with the rest
     if [ -f "$bin/lib.tar.xz" ]; then # a pack: its libraries, its tokenizer, its seeds
         tar -C "$work" -xJf "$bin/lib.tar.xz"
         export LD_LIBRARY_PATH=$work/lib:${LD_LIBRARY_PATH:-}
