@@ -107,6 +107,24 @@ static void rgba_to_rgb(const uint8_t *rgba, int64_t n, int has_alpha, uint8_t *
     }
 }
 
+/* A binary PNM header ("P5"/"P6", then width, height and maxval as decimal numbers separated by whitespace and
+ * '#' comments). Returns 0 when it cannot be parsed here. */
+static int pnm_header(const uint8_t *d, size_t n, int64_t v[3]) {
+    size_t i = 2;
+    for (int k = 0; k < 3; k++) {
+        for (;;) { /* whitespace and comments */
+            while (i < n && (d[i] == ' ' || (d[i] >= '\t' && d[i] <= '\r'))) i++;
+            if (i < n && d[i] == '#')
+                while (i < n && d[i] != '\n') i++;
+            else break;
+        }
+        if (i >= n || d[i] < '0' || d[i] > '9') return 0;
+        for (v[k] = 0; i < n && d[i] >= '0' && d[i] <= '9'; i++)
+            if ((v[k] = v[k] * 10 + (d[i] - '0')) > ((int64_t)1 << 40)) return 0;
+    }
+    return 1;
+}
+
 static omni_status check_container(const uint8_t *data, size_t size, const char *name, img_format *fmt) {
     if (size == 0) return omni_fail(OMNI_ERR_INPUT, "image '%s' is an empty file", name);
     *fmt = detect_format(data, size, name);
@@ -122,6 +140,10 @@ static omni_status check_container(const uint8_t *data, size_t size, const char 
         return omni_fail(OMNI_ERR_INPUT, "image '%s': truncated PNG (no IEND chunk)", name);
     if (*fmt == FMT_JPEG && !jpeg_complete(data, size))
         return omni_fail(OMNI_ERR_INPUT, "image '%s': truncated JPEG (no end-of-image marker after the scan)", name);
+    int64_t v[3];
+    if (*fmt == FMT_PNM && pnm_header(data, size, v) && v[2] > 255) /* stb reads past its buffer for these */
+        return omni_fail(OMNI_ERR_INPUT, "image '%s': unsupported 16-bit PNM (maxval %lld; use 8-bit or PNG)", name,
+                         (long long)v[2]);
     return OMNI_OK;
 }
 
@@ -201,6 +223,11 @@ static int header_dims(const uint8_t *d, size_t n, img_format f, int64_t *w, int
     }
     if (f == FMT_TGA && n >= 16) {
         *w = le16(d + 12), *h = le16(d + 14);
+        return 1;
+    }
+    int64_t v[3];
+    if (f == FMT_PNM && pnm_header(d, n, v)) {
+        *w = v[0], *h = v[1];
         return 1;
     }
     if (f == FMT_JPEG) {
@@ -285,10 +312,10 @@ static omni_status read_header(const uint8_t *data, size_t size, const char *nam
     omni_status st = check_container(data, size, name, fmt);
     if (st != OMNI_OK) return st;
     if (size > (size_t)0x7fffffff) return omni_fail(OMNI_ERR_INPUT, "image '%s' is too large (%zu bytes)", name, size);
-    int64_t hw, hh;
-    if (header_dims(data, size, *fmt, &hw, &hh) && hw * hh > max_pixels)
-        return omni_fail(OMNI_ERR_INPUT, "image '%s' is %lldx%lld = %lld pixels, over the limit of %lld", name,
-                         (long long)hw, (long long)hh, (long long)(hw * hh), (long long)max_pixels);
+    int64_t hw, hh; /* up to 2^40 each: compared by division, never multiplied */
+    if (header_dims(data, size, *fmt, &hw, &hh) && hw > 0 && hh > max_pixels / hw)
+        return omni_fail(OMNI_ERR_INPUT, "image '%s' is %lldx%lld = %.0f pixels, over the limit of %lld", name,
+                         (long long)hw, (long long)hh, (double)hw * (double)hh, (long long)max_pixels);
     if (!stbi_info_from_memory(data, (int)size, w, h, comp))
         return omni_fail(OMNI_ERR_INPUT, "image '%s': cannot read the %s header (%s)", name, format_name(*fmt),
                          stbi_failure_reason());

@@ -92,12 +92,12 @@ fail:
 
 /* ---- small JSON helpers ------------------------------------------------------------------------------------ */
 
-/* A JSON number that is an integer in [lo, hi]. */
+/* A JSON number that is an integer in [lo, hi] (hi < 2^64; one at or above 2^63, a seed, keeps its 64 bits). */
 static int get_int(const cJSON *v, double lo, double hi, long long *out) {
     if (!cJSON_IsNumber(v)) return 0;
     double d = v->valuedouble;
     if (!(d >= lo && d <= hi) || floor(d) != d) return 0;
-    *out = (long long)d;
+    *out = d >= 9223372036854775808.0 ? (long long)(unsigned long long)d : (long long)d;
     return 1;
 }
 

@@ -1,7 +1,8 @@
 /* test_cli_session.c - what a session does with the context and with Ctrl+C (issue 15 items 1, 2, 3, 6, 7, 10,
  * and ocr from item 15): -c is a hard cap decided before any encoder or prefill; Ctrl+C during prefill stops
- * within a chunk with the perf block and exit 130; Ctrl+C in chat stops the answer and keeps the REPL and its
- * history; one chat line is one message however long (or one clear error); a failed first turn keeps --system;
+ * within a chunk with the perf block and exit 130, a second one leaves at once saying so; Ctrl+C in chat stops
+ * the answer and keeps the REPL and its history; one chat line is one message however long (or one clear error);
+ * a failed first turn keeps --system;
  * /image checks its file when given and keeps the other attachments; ocr reads every good image of a list, with
  * "==> FILE <==" headers on stdout, and exits with the first failure's code. */
 #define _DEFAULT_SOURCE
@@ -135,6 +136,23 @@ static void interrupt_prefill(void) {
           p.ebuf);
 }
 
+/* Item 3: a second Ctrl+C before the first has taken effect leaves at once and says so (it used to exit with no
+ * message). */
+static void interrupt_twice(void) {
+    char *argv[] = {"omni", "generate", "-m", TEXT_MODEL, "-f", (char *)words_file("long2.txt", 2000), "-c", "8192",
+                    "-n", "4", "--raw", NULL};
+    proc p;
+    spawn(&p, argv);
+    pump(&p, 2500, 0, 0);
+    CHECK(waitpid(p.pid, NULL, WNOHANG) == 0, "finished before the interrupt (prefill too short?)");
+    kill(p.pid, SIGINT);
+    usleep(50000); /* two pending SIGINTs would be delivered as one */
+    kill(p.pid, SIGINT);
+    int code = finish(&p, 60000);
+    CHECK(code == 130 && strstr(p.ebuf, "Interrupted by user (second Ctrl+C)"), "two Ctrl+C: exit %d:\n%s", code,
+          p.ebuf);
+}
+
 /* Item 2: Ctrl+C in chat stops the answer; the REPL goes on with its history. */
 static void interrupt_chat(void) {
     char *argv[] = {"omni", "chat", "-m", TEXT_MODEL, "-n", "-1", "-c", "4096", "--temp", "1", "--top-k", "0",
@@ -254,6 +272,7 @@ int main(void) {
     chat_attach();
     ocr_list();
     interrupt_prefill();
+    interrupt_twice();
     interrupt_chat();
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_tmp);
     if (system(cmd)) {}

@@ -16,6 +16,8 @@
 #                                                         target executions, exec/s, findings; EXECS lines),
 #                                                         fuzz-corpus.tar.xz (the new corpus inputs, <= 15 MiB),
 #                                                         fuzz-found.tar.xz (crash/timeout/OOM inputs, reports)
+#                                                         FUZZ_WORKERS="image=4 config=2": only those targets, with
+#                                                         those worker counts
 # DIR for run: a build dir (tests/fuzz/fuzz_* inside) or a pack (fuzz_* at its top). The summary gives, per
 # target: workers, total executions, exec/s, new corpus files, crashes/timeouts/OOMs/leaks. Exit status 1 when
 # anything was found: copy those files into tests/fuzz/regress/TARGET/ (fix first) so CTest replays them.
@@ -81,11 +83,17 @@ run)
     export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1}
     sum=0
     for x in $TARGETS; do sum=$((sum + $(weight $x))); done
+    # FUZZ_WORKERS="safetensors=3 image=2 ...": only these targets, with these worker counts (JOBS is then unused)
+    if [ -n "${FUZZ_WORKERS:-}" ]; then
+        TARGETS=$(for kv in $FUZZ_WORKERS; do echo -n "${kv%%=*} "; done)
+        jobs=0; for kv in $FUZZ_WORKERS; do jobs=$((jobs + ${kv#*=})); done
+    fi
     echo "fuzz: $secs s, $jobs workers, $(nproc) cores, $(uname -n), $(date -u +%FT%TZ)" | tee "$out/summary.txt"
     pids=""
     t0=$(date +%s)
     for x in $TARGETS; do
         w=$(( jobs * $(weight $x) / sum )); [ $w -lt 1 ] && w=1
+        for kv in ${FUZZ_WORKERS:-}; do [ "${kv%%=*}" = "$x" ] && w=${kv#*=}; done
         echo "$x $w" >> "$work/workers.txt"
         mkdir -p "$work/$x/corpus" "$work/$x/artifacts"
         # fork mode: w child processes; timeout stops the whole process group (children too) when the last

@@ -197,6 +197,13 @@ int main(int argc, char **argv) {
         expect_refused(tmp_write("img.tif", tiff, sizeof tiff), "TIFF", "unsupported format TIFF");
         const char *psd = "8BPS\0\1\0\0\0\0\0\0\0\3";
         expect_refused(tmp_write("img.psd", psd, 14), "PSD", "unsupported format PSD");
+        /* 16-bit PNM: stb_image reads past its buffer converting it (found by fuzz_image) */
+        const char *pnm16 = "P6 # comment\n2 2\n65535\n0123456789abcdef0123456789";
+        expect_refused(tmp_write("img.ppm", pnm16, strlen(pnm16)), "16-bit PPM", "unsupported 16-bit PNM (maxval 65535");
+        /* a PNG header of 2^32-1 x 2^32-1: the pixel count overflowed int64 (UBSan, found by fuzz_image) */
+        uint8_t buf[128];
+        size_t n = fake_png(buf, 0xffffffffu, 0xffffffffu);
+        expect_refused(tmp_write("huge2.png", buf, n), "4294967295x4294967295 header", "over the limit");
     } else {
         fprintf(stderr, "unknown mode %s\n", mode);
         return 2;
