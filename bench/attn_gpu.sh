@@ -101,7 +101,7 @@ if [[ " $parts " == *" ncu "* ]]; then
         for shape in ${NCU_SHAPES:-1x131072 48x4096}; do
             OMNI_KVC_CONFIGS=$cfg OMNI_BENCH_ONLY=int2 OMNI_BENCH_SHAPE=$shape step ncu_${cfg//:/_}_$shape 150 \
                 ncu --clock-control none --kernel-name regex:kvc_split --launch-skip 5 --launch-count 1 \
-                --section WarpStateStats --metrics $METRICS $D/omni_bench_attn
+                --section WarpStateStats --section SchedulerStats --metrics $METRICS $D/omni_bench_attn
         done
     done
 fi
@@ -109,7 +109,7 @@ printf "$status"
 for f in $OUT/ncu_*.log; do
     [ -f "$f" ] || continue
     echo "== $(basename $f .log)"
-    grep -E "^ +(gpu__time|dram__|sm__inst_issued|smsp__issue_active|sm__warps_active|sm__maximum_warps|launch__reg|launch__occupancy|launch__shared|launch__grid|smsp__inst_executed|sm__cycles_elapsed|lts__t_sector_hit)|Stall|Warp Cycles Per Issued" "$f" | sed 's/  */ /g' | head -30
+    grep -E "^ +(gpu__time|dram__|sm__inst_issued|smsp__issue_active|sm__warps_active|sm__maximum_warps|launch__reg|launch__occupancy|launch__shared|launch__grid|smsp__inst_executed|sm__cycles_elapsed|lts__t_sector_hit)|Stall|Warp Cycles Per Issued|Eligible|Active Warps Per|Issued Warp" "$f" | sed 's/  */ /g' | head -30
 done
 [ -f $OUT/bench.csv ] && python3 bench/attn_table.py $OUT/bench.csv $OUT/sdpa.csv ${TABLE_CFG:-}
 [ -f $OUT/bench.log ] && grep -h "^prefill\|^segments" $OUT/bench.log
