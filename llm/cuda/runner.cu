@@ -135,7 +135,7 @@ static int64_t ints_per_step(const llm_cuda *r) { return (10 + MAX_DS) * (int64_
 /* One walk assigns every workspace pointer (base NULL: size only). */
 static size_t carve_ws(llm_cuda *r, char *base) {
     carver c = {base, 0};
-    const size_t T = r->T_max, H = r->H, O = r->O, TK = (size_t)r->T_max * (r->E ? r->K : 1);
+    const size_t T = r->T_max, H = r->H, O = r->O;
     r->x = (uint16_t *)carve(&c, 2 * T * H);
     r->ha = (uint16_t *)carve(&c, 2 * T * H);
     r->hb = (uint16_t *)carve(&c, 2 * T * H);
