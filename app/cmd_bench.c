@@ -539,14 +539,21 @@ static omni_status run_context(bench_run *b, const char *kv, int ctx, int points
  * budget-arithmetic fits rows. */
 static omni_status run_points(bench_run *b) {
     int ran = 0;
+    omni_status first = OMNI_OK;
+    char why[512] = "";
     for (int f = 0; f < b->n_kv + b->n_fit_kv; f++) {
         omni_status st = OMNI_OK;
         int runs = 1, points = f < b->n_kv;
         const char *kv = points ? b->kv[f] : b->fit_kv[f - b->n_kv];
         for (int c = 0; c < b->n_ctx && !st; c++) st = run_context(b, kv, b->ctx[c], points, &runs);
-        if (st) return st;
+        if (st) { /* the other formats go on (one long run keeps what it can measure); the exit says it failed */
+            omni_log(0, "bench: error with %s (going on with the other formats): %s\n", kv, omni_last_error());
+            if (!first) first = st, snprintf(why, sizeof why, "%s: %s", kv, omni_last_error());
+            continue;
+        }
         ran += runs && points;
     }
+    if (first) return omni_fail(first, "bench: %s", why);
     return ran ? OMNI_OK : omni_fail(OMNI_ERR_UNSUPPORTED, "bench: no KV format of --kv runs on %s", b->res.device);
 }
 
@@ -622,7 +629,14 @@ omni_status cmd_bench(const omni_args *a, volatile int *intr) {
                  weights_read_mib(b.model, 1), b.res.bw_gb_s);
         st = run_points(&b);
     }
-    if (!st) st = write_outputs(&b); /* after Ctrl+C (exit 130): what was measured until then */
+    /* also after Ctrl+C (exit 130) or a failed format: the outputs of what was measured until then */
+    if (!st || b.res.n_points + b.res.n_fits > 0) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", omni_last_error());
+        omni_status wst = write_outputs(&b);
+        if (st) omni_fail(st, "%s", why); /* the run's error stays the one reported */
+        else st = wst;
+    }
     bench_results_free(&b.res);
     llm_model_free(b.model);
     return st;

@@ -22,6 +22,7 @@
 #   HF_LIMIT  150, OMNI_LIMIT 360: seconds each part may take (then it stops, keeping what it measured: omni bench
 #             is sent SIGINT and writes its outputs from the points done, exit 130; hf_generate keeps its rows)
 #   EXTRA     more omni bench options (e.g. "-t 16")
+#   REPORT_NOTE a paragraph appended to REPORT.md's "This run" section (e.g. what was cut to fit a time budget)
 # Output under $OUT (default /tmp/omni_report): REPORT.md, bench.png, bench.csv, bench.txt (the table), bench.log
 # (omni's stderr), transformers.csv + transformers.log, env.txt (incl. the seconds each part took). Exit status:
 # omni bench's.
@@ -109,6 +110,17 @@ timeout -s INT -k 30 "$OMNI_LIMIT" $OMNI bench --random "$CONFIG" --device "$DEV
     > "$OUT/bench.txt" 2> "$OUT/bench.log"
 rc=$?
 echo "omni bench: exit $rc, $((SECONDS - t0)) s (limit $OMNI_LIMIT)" >> "$OUT/env.txt"
+if [ -s "$OUT/REPORT.md" ]; then # what this run measured and cut, from the same run (appended to the report)
+    {
+        echo
+        echo "## This run"
+        echo
+        echo "Settings (bench/report.sh): KV=$KV, FITS_KV=$FITS_KV, BATCH=$BATCH, CTX=$CTX, STEPS=$STEPS decode steps per"
+        echo "point, FILL_ABOVE=$FILL_ABOVE, KV_MEM=$KV_MEM GiB, transformers points $HF_POINTS (limit $HF_LIMIT s),"
+        echo "omni bench limit $OMNI_LIMIT s. Parts: $(grep -E '^(transformers|omni bench):' "$OUT/env.txt" | tr '\n' ';' | sed 's/;$//')."
+        [ -n "${REPORT_NOTE:-}" ] && echo && echo "$REPORT_NOTE"
+    } >> "$OUT/REPORT.md"
+fi
 cat "$OUT/bench.txt"
 tail -3 "$OUT/bench.log"
 echo "report.sh: omni bench exit $rc; wrote $(ls "$OUT" | tr '\n' ' ')"
