@@ -520,6 +520,11 @@ static omni_status load_source(src_t *src, const char *path, const audio_load_pa
     int64_t ny = 0;
     if (!st) st = audio_resample(b.x, b.n, rate, &y, &ny);
     free(b.x);
+    if (!st && ny == 0) { /* a few samples at a high rate resample to none (found by fuzz_audio) */
+        free(y);
+        st = omni_fail(OMNI_ERR_INPUT, "audio '%s': too short (%lld samples at %d Hz, none at 16 kHz)", path,
+                       (long long)b.n, rate);
+    }
     if (st) return st;
     info.samples = y;
     info.n = ny;
