@@ -127,14 +127,22 @@ static void test_run(const char *dir) {
     cli_free(&r);
 }
 
+/* A finished run's CSV into res (0 when the run failed or the CSV is unreadable; res is then empty). */
+static int run_csv(const cli_result *r, const char *what, const char *csv, bench_results *res) {
+    char err[512] = "";
+    CHECK(r->code == 0, "%s: exit %d: %s", what, r->code, r->err);
+    int ok = bench_csv_read(csv, res, err, sizeof err) == 0;
+    CHECK(ok, "%s: csv: %s", what, err);
+    return ok;
+}
+
 static void test_random(const char *dir) {
-    char csv[512], err[512];
+    char csv[512];
     snprintf(csv, sizeof csv, "%s/r.csv", dir);
     cli_result r = cli_run("bench --random %s/config.json --kv int2 --batch 2 --ctx 40 -n 2 --kv-mem 0.01 --bw-mib 4 "
                            "--csv %s", g_model, csv);
-    CHECK(r.code == 0, "--random: exit %d: %s", r.code, r.err);
     bench_results res;
-    CHECK(bench_csv_read(csv, &res, err, sizeof err) == 0, "csv: %s", err);
+    run_csv(&r, "--random", csv, &res);
     CHECK(res.n_points == 1 && strstr(res.model, "random:") == res.model, "random run: %d points, model %s",
           res.n_points, res.model);
     bench_results_free(&res);
@@ -143,13 +151,12 @@ static void test_random(const char *dir) {
 
 /* --fits-kv: fits rows only (engine count == allocator arithmetic), a format's own window. */
 static void test_fits_only(const char *dir) {
-    char csv[512], err[512];
+    char csv[512];
     snprintf(csv, sizeof csv, "%s/f.csv", dir);
     cli_result r = cli_run("bench -m %s --kv bf16 --fits-kv int2,int2:w0 --batch 1 --ctx 160 -n 2 --kv-mem %g "
                            "--bw-mib 4 -t 2 --csv %s", g_model, KV_MEM_GIB, csv);
-    CHECK(r.code == 0, "--fits-kv: exit %d: %s", r.code, r.err);
     bench_results res;
-    CHECK(bench_csv_read(csv, &res, err, sizeof err) == 0, "csv: %s", err);
+    run_csv(&r, "--fits-kv", csv, &res);
     CHECK(res.n_points == 1 && res.n_fits == 3 && !strcmp(res.fits[2].kv, "int2:w0"), "%d points, %d fits",
           res.n_points, res.n_fits);
     check_fits(&res, -1);
@@ -164,13 +171,12 @@ static void test_fits_only(const char *dir) {
 /* --fill-above: contexts above it are random K/V appended through the runner's cache (no prefill numbers); the KV
  * they hold is exactly what the allocator says such sequences commit, quantized beyond the window. */
 static void test_filled(const char *dir) {
-    char csv[512], err[512];
+    char csv[512];
     snprintf(csv, sizeof csv, "%s/fill.csv", dir);
     cli_result r = cli_run("bench -m %s --kv bf16,int2 --batch 1,2 --ctx 48,200 --fill-above 64 --kv-window 32 -n 3 "
                            "--kv-mem %g --bw-mib 4 -t 2 --csv %s", g_model, KV_MEM_GIB, csv);
-    CHECK(r.code == 0, "--fill-above: exit %d: %s", r.code, r.err);
     bench_results res;
-    CHECK(bench_csv_read(csv, &res, err, sizeof err) == 0, "csv: %s", err);
+    run_csv(&r, "--fill-above", csv, &res);
     CHECK(res.n_points == 8, "%d points", res.n_points);
     check_points(&res, 3, 64);
     llm_model *m = NULL;
