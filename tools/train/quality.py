@@ -475,8 +475,8 @@ def main():
                                                   "not measured now (--only)")
     args = ap.parse_args()
     q = args.quick
-    args.ocr_n = 6 if q else 200
-    args.speech_n = 6 if q else 150
+    args.ocr_n = 6 if q else 120
+    args.speech_n = 6 if q else 100
     args.kl_texts = 1
     args.depths = [0.1, 0.5, 0.9] if not q else [0.5]
     args.keys = 1 if q else 2
