@@ -471,7 +471,8 @@ def main():
     ap.add_argument("--kl-chunk", type=int, default=32, help="tokens per step of `omni eval kl` (1: token by token)")
     ap.add_argument("--quick", action="store_true", help="small sets (a smoke test of this script)")
     ap.add_argument("--only", nargs="*", default=["ocr", "speech", "text", "stats"])
-    ap.add_argument("--merge", default=None, help="a QUALITY.json of an earlier run: keep its numbers for the parts "
+    ap.add_argument("--modes", nargs="*", default=None, help="only these KV-mode labels (e.g. 'bf16' 'int2 R=0')")
+    ap.add_argument("--merge", nargs="*", default=[], help="a QUALITY.json of an earlier run: keep its numbers for the parts "
                                                   "not measured now (--only)")
     args = ap.parse_args()
     q = args.quick
@@ -479,31 +480,34 @@ def main():
     args.speech_n = 6 if q else 100
     args.kl_texts = 1
     args.depths = [0.1, 0.5, 0.9] if not q else [0.5]
-    args.keys = 1 if q else 2
+    args.keys = 1
     os.makedirs(args.work, exist_ok=True)
     omni = Omni(args.omni, args.threads, args.jobs)
     res = {"command": "python3 tools/train/quality.py" + (" --quick" if q else ""),
            "date": time.strftime("%Y-%m-%d"), "modes": [m for m, _ in mode_runs()]}
-    if args.merge:
-        old = util.read_json(args.merge)
-        res.update({k: v for k, v in old.items() if k not in res and k not in ("omni_calls", "omni_seconds")})
-        res["merged"] = [args.merge] + old.get("merged", [])
+    for m in args.merge:
+        old = util.read_json(m)
+        for k, v in old.items():
+            if k in ("command", "date", "modes", "omni_calls", "omni_seconds", "merged"):
+                continue
+            res[k] = dict(res.get(k, {}), **v) if isinstance(v, dict) else v
+        res["merged"] = res.get("merged", []) + [m]
     recipes = {}
     for name in ("ocr", "speech", "text"):
         p = os.path.join(args.models, name, "training_recipe.json")
         recipes[name] = util.read_json(p) if os.path.exists(p) else None
-    runs = mode_runs()
+    runs = [r for r in mode_runs() if args.modes is None or r[0] in args.modes]
     short = [r for r in runs if not r[0].endswith("R=128") or r[0] == "int2 R=128"]  # see SHORT_NOTE
     md = lambda n: os.path.join(args.models, n)  # noqa: E731
     if "ocr" in args.only and recipes["ocr"]:
         items = ocr_set(args.work, args.ocr_n)
-        res["ocr"] = {}
+        res.setdefault("ocr", {})
         for label, flags in short:
             res["ocr"][label], _ = run_ocr(omni, md("ocr"), items, flags)
             log("ocr", label, res["ocr"][label])
     if "speech" in args.only and recipes["speech"]:
         items = speech_set(args.work, args.speech_n, args.espeak)
-        res["speech"] = {}
+        res.setdefault("speech", {})
         for label, flags in short:
             res["speech"][label], _ = run_speech(omni, md("speech"), items, flags)
             log("speech", label, {k: v for k, v in res["speech"][label].items() if k != "questions"})
@@ -515,7 +519,8 @@ def main():
         kl_items, pk_items = text_set(args.work, md("text"), lengths, args.kl_texts,
                                       [L for L in (1024, 2048, 4096) if L <= seq][:1 if q else 3] or [seq],
                                       args.depths, args.keys)
-        res["kl"], res["passkey"] = {}, {}
+        res.setdefault("kl", {})
+        res.setdefault("passkey", {})
         for label, flags in runs:
             res["kl"][label] = run_kl(omni, md("text"), kl_items, flags, args.kl_chunk)
             res["passkey"][label] = run_passkey(omni, md("text"), pk_items, flags)
@@ -529,9 +534,16 @@ def main():
                                                  n_tokens=256 if q else 2048)
                 res["plots"][name] = os.path.relpath(plot, os.path.dirname(args.out))
     res["omni_calls"], res["omni_seconds"] = omni.calls, omni.seconds
+    order = [m for m, _ in mode_runs()]
+    for k in ("ocr", "speech", "kl", "passkey"):
+        if k in res:
+            res[k] = {m: res[k][m] for m in order if m in res[k]}
+    util.write_json(args.json or os.path.splitext(args.out)[0] + ".json", res)
+    if args.modes is not None:  # a partial run: its numbers go into a later --merge
+        log("wrote", args.json or os.path.splitext(args.out)[0] + ".json")
+        return
     with open(args.out, "w", encoding="utf-8") as f:
         f.write(report(res, args, recipes))
-    util.write_json(args.json or os.path.splitext(args.out)[0] + ".json", res)
     log("wrote", args.out)
 
 
