@@ -479,7 +479,7 @@ def main():
     args.ocr_n = 6 if q else 120
     args.speech_n = 6 if q else 100
     args.kl_texts = 1
-    args.depths = [0.1, 0.5, 0.9] if not q else [0.5]
+    args.depths = [0.5]
     args.keys = 1
     os.makedirs(args.work, exist_ok=True)
     omni = Omni(args.omni, args.threads, args.jobs)
