@@ -468,6 +468,8 @@ def main():
     ap.add_argument("--espeak", default=os.path.join(util.ROOT, ".train", "espeak"))
     ap.add_argument("--threads", type=int, default=1, help="threads per omni process")
     ap.add_argument("--jobs", type=int, default=2, help="omni processes at a time")
+    ap.add_argument("--ocr-n", type=int, default=0, help="held-out OCR images per KV mode (default 120)")
+    ap.add_argument("--speech-n", type=int, default=0, help="held-out clips per KV mode (default 100)")
     ap.add_argument("--kl-chunk", type=int, default=32, help="tokens per step of `omni eval kl` (1: token by token)")
     ap.add_argument("--quick", action="store_true", help="small sets (a smoke test of this script)")
     ap.add_argument("--only", nargs="*", default=["ocr", "speech", "text", "stats"])
@@ -476,8 +478,8 @@ def main():
                                                   "not measured now (--only)")
     args = ap.parse_args()
     q = args.quick
-    args.ocr_n = 6 if q else 120
-    args.speech_n = 6 if q else 100
+    args.ocr_n = args.ocr_n or (6 if q else 120)
+    args.speech_n = args.speech_n or (6 if q else 100)
     args.kl_texts = 1
     args.depths = [0.5]
     args.keys = 1

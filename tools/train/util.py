@@ -253,7 +253,9 @@ def train_loop(name, model, batches, dev, peak_lr, minutes, max_steps, warmup, t
     budget = Budget(minutes, max_steps)
     step, curve, t_last, n_tok, n_items, acc, acc_aux, n_acc = 0, [], time.time(), 0, 0, 0.0, 0.0, 0
     model.train()
+    prof = StepProfiler(name, int(os.environ.get("OMNI_TRAIN_PROFILE", "0")))
     while not budget.done(step):
+        prof.at(step)
         kw, nt, ni = to_kwargs(next(batches))
         lr = lr_at(budget.frac(step), step, peak_lr, warmup)
         for g in opt.param_groups:
@@ -281,6 +283,39 @@ def train_loop(name, model, batches, dev, peak_lr, minutes, max_steps, warmup, t
                 n_tok / dt, getattr(batches, "status", lambda: "")()))
             t_last, n_tok, n_items, acc, acc_aux, n_acc = time.time(), 0, 0, 0.0, 0.0, 0
     return step, budget.elapsed(), curve
+
+
+class StepProfiler:
+    """OMNI_TRAIN_PROFILE=N: torch.profiler over training steps 20..20+N (CPU + CUDA), then the top operators by
+    self CPU and by self CUDA time in the log: where a training step's time goes on the GPU host."""
+
+    def __init__(self, name, n, start=20):
+        self.name, self.n, self.start, self.p = name, n, start, None
+
+    def at(self, step):
+        if not self.n:
+            return
+        import torch
+        if step == self.start:
+            acts = [torch.profiler.ProfilerActivity.CPU]
+            if torch.cuda.is_available():
+                acts.append(torch.profiler.ProfilerActivity.CUDA)
+            self.p = torch.profiler.profile(activities=acts)
+            self.p.__enter__()
+            self.t0 = time.time()
+        elif step == self.start + self.n and self.p is not None:
+            if torch.cuda.is_available():
+                torch.cuda.synchronize()
+            dt = (time.time() - self.t0) / self.n
+            self.p.__exit__(None, None, None)
+            ka = self.p.key_averages()
+            log("%s profile: %.1f ms per step over %d steps" % (self.name, dt * 1e3, self.n))
+            for key in ("self_cpu_time_total", "self_device_time_total"):
+                try:
+                    log("%s profile by %s:\n%s" % (self.name, key, ka.table(sort_by=key, row_limit=25)))
+                except Exception as e:  # noqa: BLE001 - a profiler without that column (e.g. no CUDA)
+                    log("%s profile by %s: %s" % (self.name, key, e))
+            self.p, self.n = None, 0
 
 
 class Feeder:
