@@ -147,7 +147,7 @@ def text_set(work, model_dir, lengths, per_length, passkey_lengths, depths, keys
 # ---- measurements --------------------------------------------------------------------------------------------------
 
 def run_ocr(omni, model, items, flags):
-    """One omni process per `omni.jobs` share of the images; the answers of a process follow `==> FILE <==` lines
+    """One omni process per 16 images, `omni.jobs` at a time; the answers of a process follow `==> FILE <==` lines
     (several images) and contain no blank lines."""
     def one(part):
         out = omni(["ocr"] + [it["file"] for it in part] + ["-m", model, "-n", "200"] + flags)
@@ -155,9 +155,8 @@ def run_ocr(omni, model, items, flags):
         if len(h) != len(part):
             raise RuntimeError("ocr: %d answers for %d images" % (len(h), len(part)))
         return h
-    k = omni.jobs
-    parts = [items[i * len(items) // k:(i + 1) * len(items) // k] for i in range(k)]
-    hyps = [h for hs in omni.map(one, [p for p in parts if p]) for h in hs]
+    parts = [items[i:i + 16] for i in range(0, len(items), 16)]  # omni takes at most 16 file arguments
+    hyps = [h for hs in omni.map(one, parts) for h in hs]
     res = {}
     for name in ("single_line_le40",):
         pairs = [(h, it["text"]) for h, it in zip(hyps, items) if it["set"] == name]
