@@ -152,6 +152,8 @@ def run_ocr(omni, model, items, flags):
     def one(part):
         out = omni(["ocr"] + [it["file"] for it in part] + ["-m", model, "-n", "200"] + flags)
         h = out[:-1].split("\n\n") if out.endswith("\n") else out.split("\n\n")
+        if len(part) > 1:  # "==> FILE <==\nANSWER" per image
+            h = [x.split("\n", 1)[1] if x.startswith("==> ") and "\n" in x else "" for x in h]
         if len(h) != len(part):
             raise RuntimeError("ocr: %d answers for %d images" % (len(h), len(part)))
         return h
