@@ -325,6 +325,8 @@ def report(res, args, recipes):
       "tools/train/gpu_train.sh; recipes in each folder's training_recipe.json). Every number below is omni's own "
       "output on the CPU; `R` is the recent window kept in BF16 (`--kv-window`).\n" % (
           res["command"], res["date"], res["omni_calls"], res["omni_seconds"], args.models))
+    if args.note:
+        w("**Note:** %s\n" % args.note)
     if res.get("merged"):
         w("(This file joins runs of the same command with `--only PARTS --merge EARLIER.json`, which measure the "
           "parts separately; the plain command measures everything in one run.)\n")
@@ -469,6 +471,7 @@ def main():
     ap.add_argument("--espeak", default=os.path.join(util.ROOT, ".train", "espeak"))
     ap.add_argument("--threads", type=int, default=1, help="threads per omni process")
     ap.add_argument("--jobs", type=int, default=2, help="omni processes at a time")
+    ap.add_argument("--note", default="", help="a paragraph printed under the title (e.g. which models these are)")
     ap.add_argument("--ocr-n", type=int, default=0, help="held-out OCR images per KV mode (default 120)")
     ap.add_argument("--speech-n", type=int, default=0, help="held-out clips per KV mode (default 100)")
     ap.add_argument("--kl-chunk", type=int, default=32, help="tokens per step of `omni eval kl` (1: token by token)")
