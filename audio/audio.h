@@ -143,6 +143,27 @@ omni_status audio_tower_config_from_json(const cJSON *ac, const char *where, aud
 
 typedef struct audio_tower audio_tower;
 
+/* The tower's tensors as bound in the checkpoint (views into the mmap; any float dtype), for device upload.
+ * d = d_model, f = ffn, C = conv_ch, F3 = frequency rows after the third conv (16 for 128 mel bins). */
+typedef struct {
+    omni_tensor ln1_w, ln1_b, q_w, q_b, k_w, k_b, v_w, v_b, o_w, o_b; /* [d], [d, d], [d] */
+    omni_tensor ln2_w, ln2_b, fc1_w, fc1_b, fc2_w, fc2_b;             /* fc1 [f, d], fc2 [d, f] */
+} audio_layer_weights;
+
+typedef struct {
+    omni_tensor c1_w, c1_b, c2_w, c2_b, c3_w, c3_b; /* [C, 1, 3, 3] / [C, C, 3, 3], [C] */
+    omni_tensor conv_out;                           /* [d, C·F3], column c·F3 + f */
+    omni_tensor lnp_w, lnp_b, p1_w, p1_b, p2_w, p2_b; /* ln_post [d]; proj1 [d, d]; proj2 [out_dim, d] */
+    const audio_layer_weights *layers;              /* [n_layers] */
+} audio_weights;
+
+/* Frequency rows after the conv stem (3 convs of stride 2): 128 -> 64 -> 32 -> 16. */
+int audio_stem_rows(int n_mels);
+
+/* The sinusoidal position table (SinusoidsPositionEmbedding, f32 as torch computes it): pos[p] = [sin(p·inv),
+ * cos(p·inv)], inv[i] = exp(-(ln 1e4 / (d/2 - 1)) · i), i < d/2. pos: [rows, d]. */
+void audio_sinusoid_table(float *pos, int rows, int d);
+
 /* Bind the tower's tensors in `ckpt` (not copied: keep ckpt open while the tower lives). */
 omni_status audio_tower_load(const omni_ckpt *ckpt, const audio_tower_config *cfg, audio_tower **out);
 void audio_tower_free(audio_tower *t); /* NULL is a no-op */
@@ -150,6 +171,8 @@ const audio_tower_config *audio_tower_get_config(const audio_tower *t);
 /* While *flag is non-zero (Ctrl+C), audio_tower_encode stops before its next layer with OMNI_ERR_RUNTIME
  * "interrupted". NULL: never. */
 void audio_tower_set_interrupt(audio_tower *t, volatile const int *flag);
+/* The tower's weights (valid while the tower and its checkpoint live). */
+void audio_tower_weights(const audio_tower *t, audio_weights *w);
 
 /* Encode mel [n_mels, T] (row stride T) to out [audio_token_count(T), out_dim]. */
 omni_status audio_tower_encode(audio_tower *t, const float *mel, int64_t T, float *out);

@@ -20,10 +20,7 @@
 
 #define GROUP_TOKENS 1024 /* tokens per group of windows (at least one window) */
 
-typedef struct {
-    omni_tensor ln1_w, ln1_b, q_w, q_b, k_w, k_b, v_w, v_b, o_w, o_b; /* [d], [d,d], [d] */
-    omni_tensor ln2_w, ln2_b, fc1_w, fc1_b, fc2_w, fc2_b;             /* fc1 [ffn,d], fc2 [d,ffn] */
-} aut_layer;
+typedef audio_layer_weights aut_layer;
 
 struct audio_tower {
     audio_tower_config cfg;
@@ -49,6 +46,8 @@ int64_t audio_token_count(int64_t frames, int n_window) {
 }
 
 static int conv_len(int n) { return (n - 1) / 2 + 1; } /* k3 s2 p1, n >= 1 */
+
+int audio_stem_rows(int n_mels) { return conv_len(conv_len(conv_len(n_mels))); }
 
 audio_tower_config audio_tower_default_config(void) {
     audio_tower_config c = {.n_mels = 128, .d_model = 1280, .n_layers = 32, .n_heads = 20, .ffn = 5120,
@@ -149,7 +148,7 @@ static omni_status load_stem(audio_tower *t, const omni_ckpt *ck) {
 }
 
 /* SinusoidsPositionEmbedding in f32 as torch computes it: inv[i] = exp(-(f32)(ln 1e4 / (half-1)) · i). */
-static void make_positions(float *pos, int rows, int d) {
+void audio_sinusoid_table(float *pos, int rows, int d) {
     int half = d / 2;
     float inc = (float)(log(10000.0) / (half - 1));
     for (int p = 0; p < rows; p++)
@@ -179,7 +178,7 @@ omni_status audio_tower_load(const omni_ckpt *ckpt, const audio_tower_config *cf
         audio_tower_free(t);
         return st;
     }
-    make_positions(t->pos, cfg->max_source_positions, cfg->d_model);
+    audio_sinusoid_table(t->pos, cfg->max_source_positions, cfg->d_model);
     *out = t;
     return OMNI_OK;
 }
@@ -194,6 +193,13 @@ void audio_tower_free(audio_tower *t) {
 void audio_tower_set_interrupt(audio_tower *t, volatile const int *flag) { t->interrupt = flag; }
 
 const audio_tower_config *audio_tower_get_config(const audio_tower *t) { return &t->cfg; }
+
+void audio_tower_weights(const audio_tower *t, audio_weights *w) {
+    w->c1_w = t->c1_w, w->c1_b = t->c1_b, w->c2_w = t->c2_w, w->c2_b = t->c2_b, w->c3_w = t->c3_w, w->c3_b = t->c3_b;
+    w->conv_out = t->conv_out;
+    w->lnp_w = t->lnp_w, w->lnp_b = t->lnp_b, w->p1_w = t->p1_w, w->p1_b = t->p1_b, w->p2_w = t->p2_w, w->p2_b = t->p2_b;
+    w->layers = t->layers;
+}
 
 /* ---- encode -------------------------------------------------------------------------------------------- */
 

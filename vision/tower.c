@@ -23,17 +23,13 @@
 
 #define LN_EPS 1e-6f
 
-typedef struct {
-    omni_tensor n1w, n1b, n2w, n2b, qkv_w, qkv_b, proj_w, proj_b, fc1_w, fc1_b, fc2_w, fc2_b;
-} vis_block;
-
-typedef struct {
-    omni_tensor nw, nb, fc1_w, fc1_b, fc2_w, fc2_b;
-} vis_merger;
+typedef vision_block_weights vis_block;
+typedef vision_merger_weights vis_merger;
 
 struct vision_tower {
     vision_config cfg;
     omni_tensor patch_w, patch_b; /* [D, 3, 2, 16, 16], [D] */
+    omni_tensor pos_embed_t;      /* [num_position_embeddings, D] as stored */
     float *pos_embed;             /* [num_position_embeddings, D] f32 copy */
     int side;                     /* sqrt(num_position_embeddings) */
     vis_block *blocks;            /* [depth] */
@@ -91,7 +87,7 @@ omni_status vision_config_from_json(const cJSON *vc, const char *where, vision_c
     return OMNI_OK;
 }
 
-static omni_status read_config(const char *model_dir, vision_config *c) {
+omni_status vision_config_read(const char *model_dir, vision_config *c) {
     char path[4096];
     snprintf(path, sizeof path, "%s/config.json", model_dir);
     cJSON *root = NULL;
@@ -179,15 +175,15 @@ static omni_status load_weights(vision_tower *t, const omni_ckpt *ck) {
     if ((st = omni_ckpt_getf(ck, &t->patch_w, 5, pw, "%spatch_embed.proj.weight", vp)) ||
         (st = get1(ck, &t->patch_b, D, vp, "patch_embed.proj.bias")))
         return st;
-    omni_tensor pe;
-    if ((st = get2(ck, &pe, c->num_position_embeddings, D, vp, "pos_embed.weight"))) return st;
+    omni_tensor *pe = &t->pos_embed_t;
+    if ((st = get2(ck, pe, c->num_position_embeddings, D, vp, "pos_embed.weight"))) return st;
     t->side = (int)lround(sqrt((double)c->num_position_embeddings));
     if (t->side * t->side != c->num_position_embeddings)
         return omni_fail(OMNI_ERR_MODEL, "num_position_embeddings %d is not a square", c->num_position_embeddings);
     t->pos_embed = malloc(sizeof(float) * (size_t)c->num_position_embeddings * D);
     t->blocks = calloc((size_t)c->depth, sizeof(vis_block));
     if (!t->pos_embed || !t->blocks) return omni_fail(OMNI_ERR_NOMEM, "out of memory loading the vision tower");
-    omni_to_f32(t->pos_embed, pe.data, pe.dtype, (int64_t)c->num_position_embeddings * D);
+    omni_to_f32(t->pos_embed, pe->data, pe->dtype, (int64_t)c->num_position_embeddings * D);
     for (int i = 0; i < c->depth; i++)
         if ((st = load_block(ck, vp, i, c, &t->blocks[i]))) return st;
     snprintf(p, sizeof p, "%smerger.", vp);
@@ -200,18 +196,22 @@ static omni_status load_weights(vision_tower *t, const omni_ckpt *ck) {
 }
 
 /* inv_freq[k] = 1 / theta^(2k / (hd/2)), k < hd/4, computed in float as torch does. */
+void vision_rope_inv_freq(const vision_config *c, float *inv_freq) {
+    const int sd = c->head_dim / 2, nf = sd / 2;
+    for (int k = 0; k < nf; k++) inv_freq[k] = 1.0f / powf(c->rope_theta, (float)(2 * k) / (float)sd);
+}
+
 static omni_status make_inv_freq(vision_tower *t) {
-    const int sd = t->cfg.head_dim / 2, nf = sd / 2;
-    t->inv_freq = malloc(sizeof(float) * nf);
+    t->inv_freq = malloc(sizeof(float) * (t->cfg.head_dim / 4));
     if (!t->inv_freq) return omni_fail(OMNI_ERR_NOMEM, "out of memory");
-    for (int k = 0; k < nf; k++) t->inv_freq[k] = 1.0f / powf(t->cfg.rope_theta, (float)(2 * k) / (float)sd);
+    vision_rope_inv_freq(&t->cfg, t->inv_freq);
     return OMNI_OK;
 }
 
 omni_status vision_tower_load(const char *model_dir, const omni_ckpt *ckpt, vision_tower **out) {
     *out = NULL;
     vision_config c;
-    omni_status st = read_config(model_dir, &c);
+    omni_status st = vision_config_read(model_dir, &c);
     return st ? st : vision_tower_load_config(&c, ckpt, out);
 }
 
@@ -242,11 +242,19 @@ const vision_config *vision_tower_config(const vision_tower *t) { return &t->cfg
 
 void vision_tower_set_interrupt(vision_tower *t, volatile const int *flag) { t->interrupt = flag; }
 
+void vision_tower_weights(const vision_tower *t, vision_weights *w) {
+    memset(w, 0, sizeof *w);
+    w->patch_w = t->patch_w, w->patch_b = t->patch_b, w->pos_embed = t->pos_embed_t;
+    w->blocks = t->blocks;
+    w->merger = t->merger;
+    for (int k = 0; k < t->cfg.n_deepstack; k++) w->deepstack[k] = t->ds[k];
+}
+
 /* ---- encode ------------------------------------------------------------------------------------------------ */
 
 typedef struct {
     float *x, *xn, *qkv, *att, *tmp, *mlp, *cos, *sin; /* [N,D] [N,D] [N,3D] [N,D] [N,D] [N,max(I,M)] [N,hd] [N,hd] */
-    int *row, *col;                                     /* [N] full-resolution patch coordinates */
+    int32_t *row, *col;                                  /* [N] full-resolution patch coordinates */
 } work;
 
 static void work_free(work *w) {
@@ -261,7 +269,7 @@ static omni_status work_alloc(work *w, const vision_config *c, int N) {
     w->qkv = malloc(sizeof(float) * n * 3 * D), w->att = malloc(sizeof(float) * n * D);
     w->tmp = malloc(sizeof(float) * n * D), w->mlp = malloc(sizeof(float) * n * (I > M ? I : M));
     w->cos = malloc(sizeof(float) * n * hd), w->sin = malloc(sizeof(float) * n * hd);
-    w->row = malloc(sizeof(int) * n), w->col = malloc(sizeof(int) * n);
+    w->row = malloc(sizeof(int32_t) * n), w->col = malloc(sizeof(int32_t) * n);
     if (!w->x || !w->xn || !w->qkv || !w->att || !w->tmp || !w->mlp || !w->cos || !w->sin || !w->row || !w->col) {
         work_free(w);
         return omni_fail(OMNI_ERR_NOMEM, "out of memory encoding %d patches", N);
@@ -270,7 +278,7 @@ static omni_status work_alloc(work *w, const vision_config *c, int N) {
 }
 
 /* Patch coordinates in merge-block order, repeated per frame. */
-static void patch_coords(int gt, int gh, int gw, int *row, int *col) {
+void vision_patch_coords(int gt, int gh, int gw, int32_t *row, int32_t *col) {
     int n = 0;
     for (int t = 0; t < gt; t++)
         for (int R = 0; R < gh / 2; R++)
@@ -281,12 +289,13 @@ static void patch_coords(int gt, int gh, int gw, int *row, int *col) {
 
 /* x[n] += the bilinear (align_corners=True) resampling of pos_embed at the patch's coordinates (fp32 weights,
  * the 4 taps summed in fp32 first, as transformers v5 does). */
-static void add_pos_embed(const vision_tower *t, float *x, const int *row, const int *col, int N, int gh, int gw) {
+static void add_pos_embed(const vision_tower *t, float *x, const int32_t *row, const int32_t *col, int N, int gh,
+                          int gw) {
     op_pos_embed_bilinear(x, t->pos_embed, t->side, row, col, N, t->cfg.hidden, gh, gw);
 }
 
 /* cos/sin [N, hd]: angles [row·inv_freq, col·inv_freq] (hd/2), duplicated. */
-static void rope_tables(const vision_tower *t, const int *row, const int *col, int N, float *cs, float *sn) {
+static void rope_tables(const vision_tower *t, const int32_t *row, const int32_t *col, int N, float *cs, float *sn) {
     op_rope2d_tables(cs, sn, row, col, N, t->cfg.head_dim, t->inv_freq);
 }
 
@@ -363,7 +372,7 @@ omni_status vision_tower_encode(vision_tower *t, const vision_patches *pp, visio
         work_free(&w);
         return st;
     }
-    patch_coords(pp->grid_t, pp->grid_h, pp->grid_w, w.row, w.col);
+    vision_patch_coords(pp->grid_t, pp->grid_h, pp->grid_w, w.row, w.col);
     op_linear(w.x, pp->pixels, N, &t->patch_w, &t->patch_b);
     add_pos_embed(t, w.x, w.row, w.col, N, pp->grid_h, pp->grid_w);
     rope_tables(t, w.row, w.col, N, w.cos, w.sin);

@@ -120,7 +120,41 @@ typedef struct {
     int gelu_tanh;           /* block MLP activation: 1 gelu_pytorch_tanh, 0 exact gelu */
 } vision_config;
 
+/* Read the vision config from <model_dir>/config.json (vision_config, or thinker_config.vision_config) without
+ * loading weights (what vision_tower_load uses; random-weight GPU towers start from it). */
+omni_status vision_config_read(const char *model_dir, vision_config *c);
+
+/* The 2D RoPE frequencies as transformers computes them in fp32: inv_freq[k] = 1 / theta^(2k / (hd/2)),
+ * k < head_dim / 4. */
+void vision_rope_inv_freq(const vision_config *c, float *inv_freq);
+
+/* Full-resolution (row, col) of every patch in merge-block order (merge 2), frames repeated: [gt·gh·gw] each. */
+void vision_patch_coords(int gt, int gh, int gw, int32_t *row, int32_t *col);
+
 typedef struct vision_tower vision_tower;
+
+/* The tower's tensors as bound in the checkpoint (views into the mmap; any float dtype), for device upload.
+ * D = hidden, I = intermediate, M = 4·D, O = out_hidden. */
+typedef struct {
+    omni_tensor n1w, n1b, n2w, n2b;  /* LayerNorms [D] */
+    omni_tensor qkv_w, qkv_b;        /* [3D, D], [3D] */
+    omni_tensor proj_w, proj_b;      /* [D, D], [D] */
+    omni_tensor fc1_w, fc1_b;        /* [I, D], [I] */
+    omni_tensor fc2_w, fc2_b;        /* [D, I], [D] */
+} vision_block_weights;
+
+typedef struct {
+    omni_tensor nw, nb;              /* [D] (main merger) or [M] (deepstack mergers) */
+    omni_tensor fc1_w, fc1_b;        /* [M, M], [M] */
+    omni_tensor fc2_w, fc2_b;        /* [O, M], [O] */
+} vision_merger_weights;
+
+typedef struct {
+    omni_tensor patch_w, patch_b;    /* [D, 3, 2, P, P], [D] */
+    omni_tensor pos_embed;           /* [num_position_embeddings, D] */
+    const vision_block_weights *blocks;                 /* [depth] */
+    vision_merger_weights merger, deepstack[VISION_MAX_DEEPSTACK];
+} vision_weights;
 
 /* Build the tower from <model_dir>/config.json (vision_config, or thinker_config.vision_config for Qwen3-Omni)
  * and the tensors of `ckpt` under `model.visual.` (Qwen3-VL) or `thinker.visual.` (Qwen3-Omni). The tower
@@ -137,6 +171,8 @@ const vision_config *vision_tower_config(const vision_tower *t);
 /* While *flag is non-zero (Ctrl+C), vision_tower_encode stops before its next block with OMNI_ERR_RUNTIME
  * "interrupted" and no output. NULL: never. */
 void vision_tower_set_interrupt(vision_tower *t, volatile const int *flag);
+/* The tower's weights (valid while the tower and its checkpoint live). */
+void vision_tower_weights(const vision_tower *t, vision_weights *w);
 
 typedef struct {
     int grid_t, grid_h, grid_w; /* patch units */
