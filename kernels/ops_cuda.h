@@ -245,6 +245,55 @@ typedef struct {
 omni_status omni_cuda_sample(int32_t *out, const float *logits, int64_t ld, int rows, int vocab,
                              const omni_cuda_sample_params *params, const double *u, void *stream);
 
+/* ---- vision / audio towers (kernels/cuda/ops_towers.cu) -------------------------------------------------- */
+
+/* Weights to the device: dst[i] = bf16(src[i]) for the numel(src) values of a host tensor (bf16 copied as is, f16 /
+ * f32 converted on the host in bounded chunks). Returns once the copy is complete. */
+omni_status omni_cuda_upload_bf16(uint16_t *dst, const omni_tensor *src, void *stream);
+/* Free and total memory of the current device (for "needs X, Y free" messages before large allocations). */
+omni_status omni_cuda_mem_info(size_t *free_bytes, size_t *total_bytes);
+/* Strided device-to-device copy of `height` rows of `width` bytes (row pitches in bytes), ordered on `stream`,
+ * asynchronous (padding heads to the widths the attention kernels take, and back). */
+omni_status omni_cuda_copy2d(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height,
+                             void *stream);
+
+/* Learned position embedding resampled bilinearly (align_corners=True) and added, as the Qwen3-VL vision tower
+ * does in bf16 (transformers v5): p = the fp32 sum of op_pos_embed_bilinear's 4 weighted taps (same taps,
+ * weights and order, no fused multiply-add), x[n, :] = bf16(x[n, :] + bf16(p)). x: [N, D] bf16 (one image, patch
+ * n at full-grid coordinates (row[n], col[n]) of a gh x gw grid); table: [side², D] bf16; row, col: device [N]. */
+omni_status omni_cuda_pos_embed_bilinear_bf16(uint16_t *x, const uint16_t *table, int side, const int32_t *row,
+                                              const int32_t *col, int N, int D, int gh, int gw, void *stream);
+
+/* op_rope2d_tables on the device: cos, sin [T, D] f32 (duplicated halves), angle (float)row[t]·inv_freq[k]
+ * (slots k < D/4) or (float)col[t]·inv_freq[k - D/4], cosf/sinf (CUDA's, within 2 ulp of the C library's).
+ * row, col: device [T]; inv_freq: device [D/4]. D % 4 == 0. */
+omni_status omni_cuda_rope2d_tables_f32(float *cos, float *sin, const int32_t *row, const int32_t *col, int T, int D,
+                                        const float *inv_freq, void *stream);
+
+/* NeoX (rotate-half) RoPE computed in fp32, as the vision towers do (transformers upcasts q, k and the tables):
+ * x'_d = bf16(x_d·c_d - x_{d+D/2}·s_d), x'_{d+D/2} = bf16(x_{d+D/2}·c_{d+D/2} + x_d·s_{d+D/2}), each product and
+ * the sum rounded to fp32 separately (op_rope_neox's arithmetic, then one bf16 rounding). In place; x: T tokens of
+ * H heads of D dims with token stride ld elements (q and k heads adjacent in a fused qkv row: H = 2·heads);
+ * cos, sin: [T, D] f32 device tables. */
+omni_status omni_cuda_rope_neox_f32_bf16(uint16_t *x, int T, int H, int D, int64_t ld, const float *cos,
+                                         const float *sin, void *stream);
+
+/* op_im2col_3x3s2 on bf16: nb channel-last images x [nb][H, W, C] -> col rows of ldc elements, column
+ * c·9 + kh·3 + kw (zero outside the image), columns [9C, ldc) zero (a K padded for aligned GEMMs). Row order
+ * (b, ho, wo) or, with wmajor, (b, wo, ho) (the transposed spatial order the audio stem feeds to conv_out).
+ * Ho = (H-1)/2+1, Wo = (W-1)/2+1; ldc >= 9C. */
+omni_status omni_cuda_im2col_3x3s2_bf16(uint16_t *col, int64_t ldc, const uint16_t *x, int nb, int H, int W, int C,
+                                        int wmajor, void *stream);
+
+/* y[r, :] = bf16(y[r, :] + table[r % period, :]) for r < rows (positions that restart every `period` rows).
+ * y: [rows, dim], table: [period, dim] bf16. */
+omni_status omni_cuda_add_periodic_bf16(uint16_t *y, const uint16_t *table, int period, int rows, int dim,
+                                        void *stream);
+
+/* Deterministic uniform fill (random weights made on the device): y[i] = bf16(lo + (hi - lo)·u_i) with
+ * u_i = (h >> 40) · 2^-24, h = splitmix64(seed ^ (i · 0x9e3779b97f4a7c15)) (the plain-C formula in the test). */
+omni_status omni_cuda_fill_uniform_bf16(uint16_t *y, int64_t n, uint64_t seed, float lo, float hi, void *stream);
+
 /* ---- linear (cuBLAS) ------------------------------------------------------------------------------------- */
 
 /* y[M, N] = x[M, K] · W[N, K]ᵀ (+ b[N]) on the context's stream: bf16 x, W, b; fp32 accumulation (reductions in
