@@ -8,6 +8,10 @@
 #include "audio/audio.h"
 #include "llm/positions.h"
 #include "vision/vision.h"
+#ifdef OMNI_HAVE_CUDA_TOWERS
+#include "audio/cuda/audio_cuda.h"
+#include "vision/cuda/vision_cuda.h"
+#endif
 
 #define MEDIA_MAX_ITEMS 64
 
@@ -20,11 +24,16 @@ struct media_encoder {
     vision_prep_params prep;
     audio_tower *at;        /* loaded on the first audio file */
     volatile const int *interrupt; /* Ctrl+C: the towers stop within one block / layer */
+#ifdef OMNI_HAVE_CUDA_TOWERS
+    vision_tower_cuda *vg;  /* the GPU towers (params.gpu), made from the CPU towers' weights */
+    audio_tower_cuda *ag;
+    int max_patches;        /* vg's workspace */
+#endif
     double ms;
 };
 
 media_params media_default_params(void) {
-    media_params p = {0, 0, 0, 0, 0};
+    media_params p = {0};
     return p;
 }
 
@@ -44,6 +53,10 @@ void media_encoder_free(media_encoder *e) {
     if (!e) return;
     vision_tower_free(e->vt);
     audio_tower_free(e->at);
+#ifdef OMNI_HAVE_CUDA_TOWERS
+    vision_tower_cuda_free(e->vg);
+    audio_tower_cuda_free(e->ag);
+#endif
     free(e);
 }
 
@@ -90,11 +103,32 @@ static omni_status ensure_vision(media_encoder *e) {
     if (!st && vision_tower_config(e->vt)->out_hidden != e->cfg->hidden)
         st = omni_fail(OMNI_ERR_MODEL, "vision out_hidden_size %d != text hidden %d",
                        vision_tower_config(e->vt)->out_hidden, e->cfg->hidden);
+#ifdef OMNI_HAVE_CUDA_TOWERS
+    if (!st && e->p.gpu) { /* workspace for the largest image the pixel limits allow (a multiple of 4 patches) */
+        vision_cuda_params vp = vision_cuda_default_params();
+        const int64_t pp = e->prep.max_pixels / ((int64_t)e->prep.patch_size * e->prep.patch_size) / 4 * 4;
+        vp.max_patches = e->max_patches = (int)(pp < (1 << 30) ? pp : (1 << 30));
+        vp.max_images = 1;
+        st = vision_tower_cuda_init(e->vt, &vp, &e->vg);
+        if (!st)
+            omni_log(2, "image: vision tower on the GPU (%.1f MiB of weights, %.1f MiB of workspace)\n",
+                     vision_tower_cuda_weight_bytes(e->vg) / 1048576.0,
+                     vision_tower_cuda_workspace_bytes(e->vg) / 1048576.0);
+    }
+#endif
     if (st) {
         vision_tower_free(e->vt);
         e->vt = NULL;
     }
     return st;
+}
+
+/* The tower that encodes this image: the GPU's when it has one and the image fits its workspace. */
+static omni_status tower_encode(media_encoder *e, const vision_patches *pp, vision_output *vo) {
+#ifdef OMNI_HAVE_CUDA_TOWERS
+    if (e->vg && pp->n_patches <= e->max_patches) return vision_tower_cuda_encode(e->vg, pp, 1, vo);
+#endif
+    return vision_tower_encode(e->vt, pp, vo);
 }
 
 /* Preprocess and encode a loaded image. */
@@ -105,7 +139,7 @@ static omni_status encode_rgb(media_encoder *e, const vision_image *img, const c
     if (!st) {
         omni_log(1, "image: '%s' %dx%d -> %dx%d (%d visual tokens)\n", name, img->width, img->height, pp.resized_w,
                  pp.resized_h, pp.n_patches / (e->prep.merge_size * e->prep.merge_size));
-        st = vision_tower_encode(e->vt, &pp, &vo);
+        st = tower_encode(e, &pp, &vo);
     }
     if (!st) {
         omni_log(1, "image: encoded in %.2f ms\n", vo.encode_ms);
@@ -156,11 +190,21 @@ static omni_status ensure_audio(media_encoder *e) {
     if (!st) audio_tower_set_interrupt(e->at, e->interrupt);
     if (!st && ac.out_dim != e->cfg->hidden)
         st = omni_fail(OMNI_ERR_MODEL, "audio output_dim %d != text hidden %d", ac.out_dim, e->cfg->hidden);
+#ifdef OMNI_HAVE_CUDA_TOWERS
+    if (!st && e->p.gpu) st = audio_tower_cuda_init(e->at, NULL, &e->ag);
+#endif
     if (st) {
         audio_tower_free(e->at);
         e->at = NULL;
     }
     return st;
+}
+
+static omni_status audio_encode(media_encoder *e, const float *mel, int64_t T, float *emb) {
+#ifdef OMNI_HAVE_CUDA_TOWERS
+    if (e->ag) return audio_tower_cuda_encode(e->ag, mel, T, emb);
+#endif
+    return audio_tower_encode(e->at, mel, T, emb);
 }
 
 omni_status media_encode_pcm(media_encoder *e, const audio_pcm *pcm, const char *name, media_item *out) {
@@ -177,7 +221,7 @@ omni_status media_encode_pcm(media_encoder *e, const audio_pcm *pcm, const char 
     if (!st)
         omni_log(1, "audio: '%s' %d Hz %d ch %.2f s -> 16000 Hz mono (%lld samples)\n", name, pcm->orig_rate,
                  pcm->orig_channels, pcm->duration_s, (long long)pcm->n);
-    if (!st) st = audio_tower_encode(e->at, mel, T, emb);
+    if (!st) st = audio_encode(e, mel, T, emb);
     if (!st) {
         double ms = omni_time_ms() - t0;
         omni_log(1, "audio: %lld mel frames -> %lld audio tokens, encoded in %.2f ms\n", (long long)T,

@@ -26,6 +26,8 @@ typedef struct {
                            * (vision_prep_prefer_token_limits); 0: it overrides them (--image-*-tokens) */
     double max_audio_seconds;               /* audio longer than this refused from the header, before decoding
                                                (audio_load_params); 0: AUDIO_DEFAULT_MAX_SECONDS */
+    int gpu;              /* 1: run the towers on CUDA device 0 (builds with the CUDA towers; else the CPU); the
+                           * vision workspace is sized for the largest image the pixel limits allow */
 } media_params;
 
 media_params media_default_params(void);

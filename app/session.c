@@ -49,6 +49,7 @@ omni_status session_open(omni_session *s, const omni_args *a, int n_seqs, int ch
     mp.budget_preferred = a->image_budget_preferred;
     mp.max_image_pixels = (int64_t)(a->max_image_mpix * 1e6);
     mp.max_audio_seconds = a->max_audio_s;
+    mp.gpu = ep.runner.device == LLM_DEVICE_CUDA; /* the towers run where the decoder runs */
     if ((st = media_encoder_init(s->model, s->model_dir, &mp, &s->media))) return st;
     ep.runner.n_threads = a->threads;
     ep.runner.max_seqs = n_seqs;

@@ -17,7 +17,7 @@ OUT=${OUT:-/tmp}
 if [ "$mode" = pack ]; then
     rm -rf "$D" && mkdir -p "$D/lib"
     for f in "$B"/tests/gpu/test_gpu_* "$B"/kernels/cuda/omni_bench_gpu_ops "$B"/kernels/cuda/omni_bench_moe \
-        "$B"/llm/cuda/omni_bench_llm_cuda; do
+        "$B"/llm/cuda/omni_bench_llm_cuda "$B"/tests/gpu/omni_bench_towers; do
         [ -x "$f" ] && [ -f "$f" ] && cp "$f" "$D/"
     done
     # every library outside the C runtime and CUDA, for every binary (transitive: ldd resolves the closure)
