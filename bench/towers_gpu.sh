@@ -6,7 +6,10 @@
 # Omni-30B-A3B AuT on 30 s of audio, random weights made on the device, outputs validated before timing.
 #   here:    bash bench/towers_gpu.sh build [B]    (B = build-towers: CUDA build of the tower targets without
 #                                                   FFmpeg/UI, packed with its host libraries into B/dev)
-#   device:  bash bench/towers_gpu.sh run [B]      (carry B/dev; from the repository root; ~5 minutes)
+#            or take B = build after `kernels/cuda/h200_run.sh pack build` (it packs the tower binaries too)
+#   device:  bash bench/towers_gpu.sh run [B]      (carry B/dev; from the repository root; about 1.5 minutes,
+#                                                   each step under its own timeout, 3.5 minutes at most)
+# Runs only the tower binaries of B/dev (not the other test_gpu_* a shared pack holds).
 # Writes $OUT/tests.log (every test's output), $OUT/memcheck_towers.log, $OUT/bench_towers.log and
 # $OUT/towers.csv (rows "label,metric,value,unit"); prints the test lines, memcheck summaries and the bench table.
 # Exit status: failed tests + memcheck errors + (bench failed).
@@ -26,24 +29,40 @@ if [ "$mode" = build ]; then
     exec bash kernels/cuda/h200_run.sh pack "$B"
 fi
 export OMP_WAIT_POLICY=passive
-echo "== tests"
-bash kernels/cuda/h200_run.sh run "$B"
-failed=$?
+mkdir -p /tmp/omni_lib && tar -C /tmp/omni_lib -xJf "$D/lib.tar.xz" || exit 1
 CUDALIB=$(dirname "$(find /usr/local /usr/lib /opt -name 'libcublas.so.13' 2>/dev/null | head -1)")
-export LD_LIBRARY_PATH=/tmp/omni_lib/lib:$CUDALIB:${LD_LIBRARY_PATH:-} # unpacked by h200_run.sh run
+export LD_LIBRARY_PATH=/tmp/omni_lib/lib:$CUDALIB:${LD_LIBRARY_PATH:-}
 export OMNI_FIXTURES_DIR=${OMNI_FIXTURES_DIR:-$PWD/tests/fixtures}
-echo "== memcheck"
+nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,memory.used,memory.total --format=csv,noheader
+failed=0
+# step LIMIT_S LOG NAME ARGS...: one binary under a timeout; its output appended to $OUT/LOG; a line per step.
+step() {
+    local lim=$1 log=$2 name=$3
+    shift 3
+    local t0=$(date +%s%N)
+    timeout "$lim" "$@" > /tmp/omni_step.log 2>&1
+    local rc=$? ms=$((($(date +%s%N) - t0) / 1000000))
+    { echo "==== $name rc=$rc ${ms} ms"; cat /tmp/omni_step.log; } >> "$OUT/$log"
+    printf '%-34s rc=%-3d %-22s %6d ms %s\n' "$name" $rc "$(grep -E '^[0-9]+ passed' /tmp/omni_step.log | tail -1)" \
+        $ms "$(grep 'ERROR SUMMARY' /tmp/omni_step.log)"
+    [ $rc -ne 0 ] && [ $rc -ne 77 ] && failed=$((failed + 1)) && grep -E "FAIL|FATAL|Invalid|error" /tmp/omni_step.log |
+        head -20
+    return 0
+}
+: > "$OUT/tests.log"
 : > "$OUT/memcheck_towers.log"
-for t in "test_gpu_tower_ops" "test_gpu_towers --short"; do
-    timeout 400 compute-sanitizer --tool memcheck --report-api-errors no $D/$t > /tmp/omni_mc.log 2>&1
-    rc=$?
-    { echo "==== $t rc=$rc"; cat /tmp/omni_mc.log; } >> "$OUT/memcheck_towers.log"
-    echo "memcheck $t rc=$rc $(grep 'ERROR SUMMARY' /tmp/omni_mc.log) $(grep -E '^[0-9]+ passed' /tmp/omni_mc.log)"
-    [ $rc -ne 0 ] && failed=$((failed + 1))
-done
+echo "== tests"
+step 30 tests.log test_gpu_tower_ops "$D/test_gpu_tower_ops"
+step 75 tests.log test_gpu_towers "$D/test_gpu_towers"
+grep -E "^worst error" "$OUT/tests.log"
+echo "== memcheck"
+MC="compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 99"
+step 40 memcheck_towers.log "memcheck test_gpu_tower_ops" $MC "$D/test_gpu_tower_ops"
+step 60 memcheck_towers.log "memcheck test_gpu_towers --short" $MC "$D/test_gpu_towers" --short
 echo "== bench"
 : > "$OUT/towers.csv"
-timeout 300 "$D/omni_bench_towers" --csv "$OUT/towers.csv" > "$OUT/bench_towers.log" 2> "$OUT/bench_towers.err"
+timeout 60 "$D/omni_bench_towers" --iters 10 --csv "$OUT/towers.csv" > "$OUT/bench_towers.log" \
+    2> "$OUT/bench_towers.err"
 rc=$?
 cat "$OUT/bench_towers.err" "$OUT/bench_towers.log"
 echo "omni_bench_towers rc=$rc"

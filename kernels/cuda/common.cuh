@@ -31,6 +31,15 @@ static inline void omni_launch(void (*k)(KP...), dim3 grid, dim3 block, size_t s
 #endif
 }
 
+/* Dynamic shared memory of a kernel as a T * (extern __shared__ on the GPU, the emulator's per-CTA buffer). */
+#ifdef KVC_EMU
+#define OMNI_DYN_SMEM(T, name) T *name = (T *)emu::dyn_smem()
+#else
+#define OMNI_DYN_SMEM(T, name)                                                                                         \
+    extern __shared__ __align__(16) unsigned char omni_dyn_smem_[];                                                    \
+    T *name = (T *)omni_dyn_smem_
+#endif
+
 #define ROW_THREADS 256
 #define EW_THREADS 256
 #define EW_MAX_BLOCKS 8192

@@ -61,8 +61,8 @@ extern "C" omni_status omni_cuda_pos_embed_bilinear_bf16(uint16_t *x, const uint
         return omni_fail(OMNI_ERR_USAGE, "%s: N %d D %d side %d grid %dx%d", __func__, N, D, side, gh, gw);
     if (N == 0) return OMNI_OK;
     if (!x || !table || !row || !col) return omni_fail(OMNI_ERR_USAGE, "%s: NULL pointer", __func__);
-    pos_embed_kernel<<<N < 65535 ? N : 65535, row_threads(D), 0, (cudaStream_t)stream>>>(x, table, side, row, col, N,
-                                                                                          D, gh, gw);
+    omni_launch(pos_embed_kernel, N < 65535 ? N : 65535, row_threads(D), 0, (cudaStream_t)stream, x, table, side,
+                row, col, N, D, gh, gw);
     OMNI_CUDA_LAUNCHED();
     return OMNI_OK;
 }
@@ -89,7 +89,8 @@ extern "C" omni_status omni_cuda_rope2d_tables_f32(float *cos, float *sin, const
     if (T == 0) return OMNI_OK;
     if (!cos || !sin || !row || !col || !inv_freq) return omni_fail(OMNI_ERR_USAGE, "%s: NULL pointer", __func__);
     const int64_t n = (int64_t)T * (D / 2);
-    rope2d_tables_kernel<<<ew_blocks(n), EW_THREADS, 0, (cudaStream_t)stream>>>(cos, sin, row, col, T, D, inv_freq);
+    omni_launch(rope2d_tables_kernel, ew_blocks(n), EW_THREADS, 0, (cudaStream_t)stream, cos, sin, row, col, T, D,
+                inv_freq);
     OMNI_CUDA_LAUNCHED();
     return OMNI_OK;
 }
@@ -115,7 +116,7 @@ extern "C" omni_status omni_cuda_rope_neox_f32_bf16(uint16_t *x, int T, int H, i
     if (T == 0 || H == 0) return OMNI_OK;
     if (!x || !cos || !sin) return omni_fail(OMNI_ERR_USAGE, "%s: NULL pointer", __func__);
     const int64_t n = (int64_t)T * H * (D / 2);
-    rope_f32_kernel<<<ew_blocks(n), EW_THREADS, 0, (cudaStream_t)stream>>>(x, T, H, D, ld, cos, sin);
+    omni_launch(rope_f32_kernel, ew_blocks(n), EW_THREADS, 0, (cudaStream_t)stream, x, T, H, D, ld, cos, sin);
     OMNI_CUDA_LAUNCHED();
     return OMNI_OK;
 }
@@ -163,7 +164,7 @@ __global__ void im2col_small_kernel(uint16_t *col, const uint16_t *x, im2col_geo
 /* Many channels: a block per output row (grid-stride) gathers the 9 taps x C channels with reads along c into
  * shared memory in column order, then writes the row contiguously (4-byte stores when ldc is even). */
 __global__ void im2col_rows_kernel(uint16_t *col, const uint16_t *x, im2col_geom g, int64_t rows) {
-    extern __shared__ uint16_t srow[]; /* [ldc rounded up to even] */
+    OMNI_DYN_SMEM(uint16_t, srow); /* [ldc rounded up to even] */
     const int K = 9 * g.C;
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
         int64_t b;
@@ -197,11 +198,11 @@ extern "C" omni_status omni_cuda_im2col_3x3s2_bf16(uint16_t *col, int64_t ldc, c
     const int64_t rows = (int64_t)nb * g.Ho * g.Wo;
     cudaStream_t s = (cudaStream_t)stream;
     if (9 * C < 64) {
-        im2col_small_kernel<<<ew_blocks(rows * ldc), EW_THREADS, 0, s>>>(col, x, g, rows);
+        omni_launch(im2col_small_kernel, ew_blocks(rows * ldc), EW_THREADS, 0, s, col, x, g, rows);
     } else {
         const size_t smem = (size_t)(ldc + 1) / 2 * 2 * sizeof(uint16_t); /* <= 48 KB: no attribute needed */
         const int blocks = (int)(rows < 32768 ? rows : 32768);
-        im2col_rows_kernel<<<blocks, IM2COL_THREADS, smem, s>>>(col, x, g, rows);
+        omni_launch(im2col_rows_kernel, blocks, IM2COL_THREADS, smem, s, col, x, g, rows);
     }
     OMNI_CUDA_LAUNCHED();
     return OMNI_OK;
@@ -223,8 +224,8 @@ extern "C" omni_status omni_cuda_add_periodic_bf16(uint16_t *y, const uint16_t *
         return omni_fail(OMNI_ERR_USAGE, "%s: rows %d dim %d period %d", __func__, rows, dim, period);
     if (rows == 0) return OMNI_OK;
     if (!y || !table) return omni_fail(OMNI_ERR_USAGE, "%s: NULL pointer", __func__);
-    add_periodic_kernel<<<ew_blocks((int64_t)rows * dim), EW_THREADS, 0, (cudaStream_t)stream>>>(y, table, period,
-                                                                                                 rows, dim);
+    omni_launch(add_periodic_kernel, ew_blocks((int64_t)rows * dim), EW_THREADS, 0, (cudaStream_t)stream, y, table,
+                period, (int64_t)rows, dim);
     OMNI_CUDA_LAUNCHED();
     return OMNI_OK;
 }
@@ -245,10 +246,11 @@ __global__ void fill_uniform_kernel(uint16_t *y, int64_t n, uint64_t seed, float
 
 extern "C" omni_status omni_cuda_fill_uniform_bf16(uint16_t *y, int64_t n, uint64_t seed, float lo, float hi,
                                                    void *stream) {
-    if (n < 0 || !(hi >= lo)) return omni_fail(OMNI_ERR_USAGE, "%s: n %lld range [%g, %g]", __func__, (long long)n, lo, hi);
+    if (n < 0 || !(hi >= lo))
+        return omni_fail(OMNI_ERR_USAGE, "%s: n %lld range [%g, %g]", __func__, (long long)n, lo, hi);
     if (n == 0) return OMNI_OK;
     if (!y) return omni_fail(OMNI_ERR_USAGE, "%s: NULL pointer", __func__);
-    fill_uniform_kernel<<<ew_blocks(n), EW_THREADS, 0, (cudaStream_t)stream>>>(y, n, seed, lo, hi - lo);
+    omni_launch(fill_uniform_kernel, ew_blocks(n), EW_THREADS, 0, (cudaStream_t)stream, y, n, seed, lo, hi - lo);
     OMNI_CUDA_LAUNCHED();
     return OMNI_OK;
 }

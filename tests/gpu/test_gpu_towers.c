@@ -17,8 +17,9 @@
  *   vision: input, patch GEMM, bf16(pos), pos add (4) + 11 per block (LN, qkv, RoPE, attention, proj, add, LN,
  *           fc1, GELU, fc2, add) up to the block an output is taken after + merger (LN, fc1, GELU, fc2: 4);
  *   audio:  mel, 3 x (conv GEMM, GELU), conv_out, bf16(pos), pos add (10) + 10 per layer + head (4).
- * Every output is also checked for NaN/Inf. Exit 77 without a GPU. The same source runs on the host simulation of
- * the device ops (tests/towers) with --short in CI. */
+ * Every output is also checked for NaN/Inf. Exit 77 without a GPU. The same source runs with --short in CI twice:
+ * on the CPU emulator of the CUDA kernels (test_emu_towers) and on the host simulation of the device ops
+ * (test_sim_towers, tests/towers; also in the sanitizer build, which has no CUDA). */
 #define _GNU_SOURCE /* mkdtemp */
 #include <unistd.h>
 

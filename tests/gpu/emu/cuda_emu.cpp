@@ -392,6 +392,12 @@ cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t n, enum cudaMemcpyKin
     }
     return cudaMemcpy(d, s, n, k);
 }
+cudaError_t cudaMemcpy2DAsync(void *d, size_t dpitch, const void *s, size_t spitch, size_t width, size_t height,
+                              enum cudaMemcpyKind, cudaStream_t) {
+    if (width > dpitch || width > spitch) return ret(cudaErrorInvalidValue);
+    for (size_t r = 0; r < height; r++) memmove((char *)d + r * dpitch, (const char *)s + r * spitch, width);
+    return cudaSuccess;
+}
 cudaError_t cudaMemset(void *d, int v, size_t n) {
     memset(d, v, n);
     return cudaSuccess;

@@ -5,3 +5,4 @@
 #include "kernels/cuda/gemv.cu"
 #include "kernels/cuda/moe.cu"
 #include "kernels/cuda/sample.cu"
+#include "kernels/cuda/ops_towers.cu"
