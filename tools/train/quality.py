@@ -491,8 +491,11 @@ def main():
     omni = Omni(args.omni, args.threads, args.jobs)
     res = {"command": "python3 tools/train/quality.py" + (" --quick" if q else ""),
            "date": time.strftime("%Y-%m-%d"), "modes": [m for m, _ in mode_runs()]}
+    merged_calls, merged_seconds = 0, 0.0
     for m in args.merge:
         old = util.read_json(m)
+        merged_calls += old.get("omni_calls", 0)
+        merged_seconds += old.get("omni_seconds", 0.0)
         for k, v in old.items():
             if k in ("command", "date", "modes", "omni_calls", "omni_seconds", "merged"):
                 continue
@@ -539,7 +542,7 @@ def main():
                 res["kv_stats"][name] = kv_stats(md(name), name, args.work, plot_path=plot,
                                                  n_tokens=256 if q else 2048)
                 res["plots"][name] = os.path.relpath(plot, os.path.dirname(args.out))
-    res["omni_calls"], res["omni_seconds"] = omni.calls, omni.seconds
+    res["omni_calls"], res["omni_seconds"] = omni.calls + merged_calls, omni.seconds + merged_seconds
     order = [m for m, _ in mode_runs()]
     for k in ("ocr", "speech", "kl", "passkey"):
         if k in res:
