@@ -30,25 +30,6 @@ static omni_status host_storage_alloc(kv_cache *c) {
 
 /* ---------------------------------------------------------------- cache */
 
-omni_status kv_init(const kv_params *p, kv_cache **out) {
-    *out = NULL;
-    kv_pages *pages = NULL;
-    omni_status st = kv_pages_init(p, &pages);
-    if (st) return st;
-    kv_cache *c = calloc(1, sizeof *c);
-    if (!c) {
-        kv_pages_free(pages);
-        return omni_fail(OMNI_ERR_NOMEM, "kv: out of memory");
-    }
-    c->pages = pages;
-    if ((st = host_storage_alloc(c)) || (st = kv_cpu_init(p, &c->cpu))) {
-        kv_free(c);
-        return st;
-    }
-    *out = c;
-    return OMNI_OK;
-}
-
 omni_status kv_init_accounting(const kv_params *p, kv_cache **out) {
     *out = NULL;
     kv_pages *pages = NULL;
@@ -60,6 +41,19 @@ omni_status kv_init_accounting(const kv_params *p, kv_cache **out) {
         return omni_fail(OMNI_ERR_NOMEM, "kv: out of memory");
     }
     c->pages = pages;
+    *out = c;
+    return OMNI_OK;
+}
+
+omni_status kv_init(const kv_params *p, kv_cache **out) {
+    *out = NULL;
+    kv_cache *c = NULL;
+    omni_status st = kv_init_accounting(p, &c);
+    if (st) return st;
+    if ((st = host_storage_alloc(c)) || (st = kv_cpu_init(p, &c->cpu))) {
+        kv_free(c);
+        return st;
+    }
     *out = c;
     return OMNI_OK;
 }
