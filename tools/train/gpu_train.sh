@@ -41,6 +41,9 @@ LD_LIBRARY_PATH=$L ESPEAK_DATA_PATH=$L "$ES/usr/bin/espeak-ng" -w "$W/check.wav"
     echo "espeak-ng works: $(stat -c %s "$W/check.wav") bytes of speech"
 
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false OMP_NUM_THREADS=2 RAYON_NUM_THREADS=2
+# Every batch has other sequence lengths: without expandable segments the caching allocator keeps missing and
+# calls cudaMalloc/cudaFree (which synchronise the device) inside training steps.
+export PYTORCH_CUDA_ALLOC_CONF=${PYTORCH_CUDA_ALLOC_CONF:-expandable_segments:True}
 if [ "${TOY:-0}" = 1 ]; then
     common="--toy --device cpu --workers 1"
     ocr_x="--batch 8 --eval-n 3 --replay 8" speech_x="--batch 8 --eval-n 3 --replay 8" text_x="--batch 4"

@@ -79,8 +79,10 @@ def plural(w):
 class UtteranceGen:
     """Random utterances {text, kind, number} and (question, answer) pairs."""
 
-    def __init__(self, rng):
-        self.rng = rng
+    def __init__(self, rng, subset=None):
+        """subset "digits": only digit strings of 1..4 digits with the transcription question (a quick check that
+        a model learns to transcribe at all)."""
+        self.rng, self.subset = rng, subset
 
     def pick(self, xs):
         return xs[ri(self.rng, len(xs))]
@@ -91,6 +93,9 @@ class UtteranceGen:
 
     def utterance(self):
         r = self.rng
+        if self.subset == "digits":
+            ds = [str(ri(r, 10)) for _ in range(ri(r, 1, 5))]
+            return {"text": " ".join(ds), "kind": "digits", "number": "".join(ds)}
         u = r.random()
         if u < 0.22:
             n = self.number()
@@ -119,7 +124,7 @@ class UtteranceGen:
         r = self.rng
         u = r.random()
         words = utt["text"].split()
-        if u < 0.42:
+        if u < 0.42 or self.subset == "digits":
             return QUESTIONS_TRANSCRIBE[0], utt["text"]
         if u < 0.52:
             return self.pick(QUESTIONS_TRANSCRIBE[1:]), utt["text"]

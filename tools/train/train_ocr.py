@@ -23,8 +23,10 @@ import util  # noqa: E402
 from util import log  # noqa: E402
 
 NAME = "ocr"
-FULL = dict(hidden=256, layers=4, heads=4, kv=2, head_dim=128, inter=768,
-            v_depth=6, v_hidden=256, v_heads=4, v_inter=1024, v_pos=1024, v_deepstack=[2])
+# 3.38M parameters (6.8 MB bf16): small enough to travel to the GPU host for resuming and to commit (the OCR and
+# speech models share ~12 MB of the repository; the first, 12.2M-parameter layout of call B/C was 24.5 MB).
+FULL = dict(hidden=192, layers=3, heads=2, kv=1, head_dim=128, inter=512,
+            v_depth=4, v_hidden=128, v_heads=2, v_inter=512, v_pos=1024, v_deepstack=[2])
 TOY = dict(hidden=64, layers=2, heads=2, kv=1, head_dim=128, inter=128,
            v_depth=2, v_hidden=64, v_heads=2, v_inter=128, v_pos=64, v_deepstack=[0])
 EVAL_SEED = 900_001  # held-out sets: seeds never used by training workers (those are < 900_000)

@@ -25,8 +25,9 @@ import util  # noqa: E402
 from util import log  # noqa: E402
 
 NAME = "speech"
-FULL = dict(hidden=256, layers=4, heads=4, kv=2, head_dim=128, experts=8, top_k=2, moe_inter=128,
-            a_d=256, a_layers=4, a_heads=4, a_ffn=1024, a_conv=64)
+# 2.83M parameters (5.7 MB bf16; the first layout of call C had 8.98M): see train_ocr.FULL.
+FULL = dict(hidden=128, layers=3, heads=2, kv=1, head_dim=128, experts=4, top_k=2, moe_inter=96,
+            a_d=192, a_layers=4, a_heads=3, a_ffn=640, a_conv=32)
 TOY = dict(hidden=64, layers=2, heads=2, kv=1, head_dim=128, experts=4, top_k=2, moe_inter=32,
            a_d=64, a_layers=2, a_heads=2, a_ffn=128, a_conv=16)
 EVAL_SEED = 900_002
@@ -109,8 +110,8 @@ def collate(samples, prompt, pad_id, rate, tok, rope):
 class Stream(torch.utils.data.IterableDataset):
     """Endless batches of synthesized clips (int16 at espeak-ng's rate, silence padded) with their questions."""
 
-    def __init__(self, batch, seed, espeak_root, config):
-        self.batch, self.seed, self.root, self.config = batch, seed, espeak_root, config
+    def __init__(self, batch, seed, espeak_root, config, subset=None):
+        self.batch, self.seed, self.root, self.config, self.subset = batch, seed, espeak_root, config, subset
 
     def __iter__(self):
         torch.set_num_threads(1)
@@ -119,7 +120,7 @@ class Stream(torch.utils.data.IterableDataset):
         tok = util.load_tokenizer(NAME)
         prompt = Prompt(tok)
         pad = util.special_ids(tok)["<|endoftext|>"]
-        gen = speech_data.UtteranceGen(rng)
+        gen = speech_data.UtteranceGen(rng, self.subset)
         es = speech_data.Espeak(self.root)
         from transformers import Qwen3OmniMoeThinkerForConditionalGeneration
         rope = util.RopeIndex(Qwen3OmniMoeThinkerForConditionalGeneration, self.config)
@@ -139,10 +140,10 @@ class Stream(torch.utils.data.IterableDataset):
             pending = pending[self.batch:]
 
 
-def eval_set(n, espeak_root):
+def eval_set(n, espeak_root, subset=None):
     """Held-out (seed EVAL_SEED): n clips with one question each -> [(wave, question, answer, utterance)]."""
     rng = np.random.default_rng(EVAL_SEED)
-    gen = speech_data.UtteranceGen(rng)
+    gen = speech_data.UtteranceGen(rng, subset)
     syn = speech_data.Synth(espeak_root)
     out = []
     for _ in range(n):
@@ -212,9 +213,9 @@ def score(items, hyps):
             "examples": bad}
 
 
-def evaluate(model, tok, device, n, espeak_root):
+def evaluate(model, tok, device, n, espeak_root, subset=None):
     t = time.time()
-    items = eval_set(n, espeak_root)
+    items = eval_set(n, espeak_root, subset)
     hyps = answer(model, tok, [(w, q) for w, q, _, _ in items], device)
     res = score(items, hyps)
     res["seconds"] = round(time.time() - t, 1)
@@ -302,6 +303,8 @@ def main():
     ap.add_argument("--eval-n", type=int, default=400)
     ap.add_argument("--replay", type=int, default=300, help="batches kept on the device for reuse")
     ap.add_argument("--ctc-weight", type=float, default=CTC_WEIGHT, help="weight of the auxiliary CTC loss")
+    ap.add_argument("--subset", choices=["digits"], default=None,
+                    help="debug: train and evaluate on one easy subset (digits: 1..4 spoken digits, transcribed)")
     args = ap.parse_args()
     from transformers import Qwen3OmniMoeThinkerForConditionalGeneration
     tok = util.load_tokenizer(NAME)
@@ -312,7 +315,7 @@ def main():
     balance = BalanceLoss(model)
     util.use_varlen_attention(model.config.audio_config)
     util.use_sdpa_attention(model.config.text_config)
-    it = run.batches(Stream(args.batch, run.seed, args.espeak, model.config), replay=args.replay)
+    it = run.batches(Stream(args.batch, run.seed, args.espeak, model.config, args.subset), replay=args.replay)
     audio = speech_data.GpuAudio(speech_data.Espeak(args.espeak).rate, dev, args.seed * 1000 + run.round)
     ctc = util.CTCHead(model.audio_tower, lambda out: out.last_hidden_state, model.config.text_config.hidden_size,
                        util.n_regular_tokens(tok), CTC_UPSAMPLE, args.ctc_weight)
@@ -349,7 +352,7 @@ def main():
                        "eval_set": "%d held-out clips, one question each" % args.eval_n,
                        "tokenizer": "tools/train/tokenizers/speech"})
     run.finish(lambda recipe: save(model, args.out, recipe),
-               lambda: evaluate(model, tok, dev, args.eval_n, args.espeak))
+               lambda: evaluate(model, tok, dev, args.eval_n, args.espeak, args.subset))
 
 
 if __name__ == "__main__":

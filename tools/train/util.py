@@ -251,22 +251,29 @@ def train_loop(name, model, batches, dev, peak_lr, minutes, max_steps, warmup, t
     groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
     opt = torch.optim.AdamW(groups, lr=peak_lr, betas=(0.9, 0.95), fused=dev.type == "cuda")
     budget = Budget(minutes, max_steps)
-    step, curve, t_last, n_tok, n_items, acc, acc_aux, n_acc = 0, [], time.time(), 0, 0, 0.0, 0.0, 0
+    step, curve, t_last, n_tok, n_items, acc, acc_aux, n_acc, s_last = 0, [], time.time(), 0, 0, 0.0, 0.0, 0, 0
     model.train()
     prof = StepProfiler(name, int(os.environ.get("OMNI_TRAIN_PROFILE", "0")))
     while not budget.done(step):
         prof.at(step)
-        kw, nt, ni = to_kwargs(next(batches))
+        b = next(batches)
+        prof.mark("data")
+        kw, nt, ni = to_kwargs(b)
+        prof.mark("prepare")
         lr = lr_at(budget.frac(step), step, peak_lr, warmup)
         for g in opt.param_groups:
             g["lr"] = lr
         with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=dev.type == "cuda"):
             loss = model(**kw).loss
+            prof.mark("forward")
             aux = extra_loss(kw) if extra_loss is not None else torch.zeros((), device=dev)
+            prof.mark("aux_loss")
         opt.zero_grad(set_to_none=True)
         (loss + aux).backward()
+        prof.mark("backward")
         torch.nn.utils.clip_grad_norm_([p for _, p in params], 1.0)
         opt.step()
+        prof.mark("optimizer")
         step += 1
         n_tok += nt
         n_items += ni
@@ -278,41 +285,82 @@ def train_loop(name, model, batches, dev, peak_lr, minutes, max_steps, warmup, t
             dt = max(1e-6, time.time() - t_last)
             avg = acc / max(1, n_acc)
             curve.append([step, round(budget.elapsed(), 1), round(avg, 5), lr])
-            log("%s step %d loss %.4f%s lr %.2e %.1f items/s %.0f target tok/s%s" % (
+            log("%s step %d loss %.4f%s lr %.2e %.1f items/s %.0f target tok/s %.2f steps/s%s" % (
                 name, step, avg, " aux %.4f" % (acc_aux / max(1, n_acc)) if extra_loss else "", lr, n_items / dt,
-                n_tok / dt, getattr(batches, "status", lambda: "")()))
-            t_last, n_tok, n_items, acc, acc_aux, n_acc = time.time(), 0, 0, 0.0, 0.0, 0
+                n_tok / dt, (step - s_last) / dt,
+                getattr(batches, "status", lambda: "")()))
+            t_last, n_tok, n_items, acc, acc_aux, n_acc, s_last = time.time(), 0, 0, 0.0, 0.0, 0, step
+        prof.mark("log")
     return step, budget.elapsed(), curve
 
 
 class StepProfiler:
-    """OMNI_TRAIN_PROFILE=N: torch.profiler over training steps 20..20+N (CPU + CUDA), then the top operators by
-    self CPU and by self CUDA time in the log: where a training step's time goes on the GPU host."""
+    """OMNI_TRAIN_PROFILE=N: where a training step's time goes, in three windows of N steps from step 20:
+    1. plain steps: the wall time per step as training runs it (asynchronous launches);
+    2. the same steps with a device synchronisation after each phase (data = waiting for the next batch, prepare =
+       to_kwargs, forward, aux_loss, backward, optimizer = clip + AdamW, log): the per-phase time split;
+    3. torch.profiler: operators, kernel launches and host-device synchronisations per step, then the top
+       operators by self CPU and by self CUDA time."""
+
+    SYNC_OPS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpy", "cudaMalloc",
+                "cudaFree", "cudaHostAlloc")
+    LAUNCH_OPS = ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernelEx")
 
     def __init__(self, name, n, start=20):
-        self.name, self.n, self.start, self.p = name, n, start, None
+        import torch
+        self.torch, self.name, self.n, self.start, self.p = torch, name, n, start, None
+        self.cuda = torch.cuda.is_available()
+        self.timing, self.split, self.t_mark = False, {}, 0.0
+
+    def _sync(self):
+        if self.cuda:
+            self.torch.cuda.synchronize()
+
+    def mark(self, phase):
+        """End of a phase of the current step (only measured in window 2)."""
+        if self.timing:
+            self._sync()
+            t = time.perf_counter()
+            self.split[phase] = self.split.get(phase, 0.0) + t - self.t_mark
+            self.t_mark = t
 
     def at(self, step):
         if not self.n:
             return
-        import torch
-        if step == self.start:
-            acts = [torch.profiler.ProfilerActivity.CPU]
-            if torch.cuda.is_available():
-                acts.append(torch.profiler.ProfilerActivity.CUDA)
-            self.p = torch.profiler.profile(activities=acts)
+        s0, n = self.start, self.n
+        if step == s0:
+            self._sync()
+            self.t0 = time.perf_counter()
+        elif step == s0 + n:
+            self._sync()
+            self.plain = (time.perf_counter() - self.t0) / n
+            self.timing, self.t0 = True, time.perf_counter()
+            self.t_mark = self.t0
+        elif step == s0 + 2 * n:
+            self.timing = False
+            synced = (time.perf_counter() - self.t0) / n
+            parts = " ".join("%s %.1f" % (k, v / n * 1e3) for k, v in self.split.items())
+            log("%s profile: %.1f ms per step (%.2f steps/s) over %d steps; with a sync after each phase %.1f ms: %s "
+                "(ms per step)" % (self.name, self.plain * 1e3, 1 / self.plain, n, synced * 1e3, parts))
+            acts = [self.torch.profiler.ProfilerActivity.CPU]
+            if self.cuda:
+                acts.append(self.torch.profiler.ProfilerActivity.CUDA)
+            self.p = self.torch.profiler.profile(activities=acts)
             self.p.__enter__()
-            self.t0 = time.time()
-        elif step == self.start + self.n and self.p is not None:
-            if torch.cuda.is_available():
-                torch.cuda.synchronize()
-            dt = (time.time() - self.t0) / self.n
+        elif step == s0 + 3 * n and self.p is not None:
+            self._sync()
             self.p.__exit__(None, None, None)
             ka = self.p.key_averages()
-            log("%s profile: %.1f ms per step over %d steps" % (self.name, dt * 1e3, self.n))
-            for key in ("self_cpu_time_total", "self_device_time_total"):
+            ops = sum(e.count for e in ka if e.key.startswith("aten::"))
+            launches = sum(e.count for e in ka if e.key in self.LAUNCH_OPS)
+            syncs = {e.key: e.count / n for e in ka if e.key.startswith(self.SYNC_OPS)}
+            gpu = sum(e.self_device_time_total for e in ka if e.device_type != self.torch.autograd.DeviceType.CPU)
+            log("%s profile: per step %.0f aten operator calls, %.0f kernel launches, %.1f ms of kernel time (the "
+                "device is busy that long), syncs/allocations %s" % (
+                    self.name, ops / n, launches / n, gpu / n / 1e3, {k: round(v, 1) for k, v in syncs.items()}))
+            for key in ("count", "self_cpu_time_total", "self_device_time_total"):
                 try:
-                    log("%s profile by %s:\n%s" % (self.name, key, ka.table(sort_by=key, row_limit=25)))
+                    log("%s profile by %s:\n%s" % (self.name, key, ka.table(sort_by=key, row_limit=30)))
                 except Exception as e:  # noqa: BLE001 - a profiler without that column (e.g. no CUDA)
                     log("%s profile by %s: %s" % (self.name, key, e))
             self.p, self.n = None, 0
@@ -395,11 +443,12 @@ class CTCHead:
         """lengths [B] (python ints: tokens per item, in the tower's output order), targets [sum] (classes
         1..n_classes), target_lengths [B] -> weight * mean CTC loss per target symbol."""
         torch = self.torch
-        x = self.proj(self.feats.float()).reshape(-1, self.C)  # [tokens * up, C]
-        seqs = torch.split(x, [n * self.up for n in lengths])
-        lp = torch.nn.utils.rnn.pad_sequence(seqs).log_softmax(-1)  # [T, B, C]
-        il = torch.tensor([n * self.up for n in lengths], device=x.device)
-        with torch.autocast(x.device.type, enabled=False):
+        lp = self.proj(self.feats.float()).reshape(-1, self.C).log_softmax(-1)  # [tokens * up, C]
+        il = torch.tensor(lengths, device=lp.device) * self.up
+        t = torch.arange(max(lengths) * self.up, device=lp.device)
+        # [T, B, C] without a copy per item: frame t of item b, clamped (ctc_loss ignores frames past il[b])
+        lp = lp[(torch.cumsum(il, 0) - il + t[:, None]).clamp(max=lp.shape[0] - 1)]
+        with torch.autocast(lp.device.type, enabled=False):
             ctc = torch.nn.functional.ctc_loss(lp.float(), targets, il, target_lengths, blank=0, reduction="mean",
                                                zero_infinity=True)
         self.feats = None
