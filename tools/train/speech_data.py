@@ -344,6 +344,43 @@ def audio_tokens(T, n_window=50):
     return ((a - 1) // 2 + 1 - 1) // 2 + 1 + (T // (2 * n_window)) * 13
 
 
+def audio_tower_plan(frames, n_window=50, n_window_infer=800):
+    """The audio tower's chunking of a batch, computed on the host (Python ints) exactly as Qwen3-Omni's
+    chunk_and_pad_features / get_valid_indices / get_audio_cu_seqlens do it on the device, where they loop over the
+    clips with ~3 host syncs each. frames: mel frames per clip -> dict of tensors for the tower's precomputed
+    kwargs (chunk_lengths, valid_indices, cu_seqlens, max_seqlen) + chunk_src (index of each chunk in the
+    [clips * max_chunks] grid of CHUNK-frame chunks, to cut padded_feature on the device: chunk_features)."""
+    import torch
+    chunk = 2 * n_window
+    n_max = max(-(-f // chunk) for f in frames)
+    lens, src = [], []
+    for b, f in enumerate(frames):
+        nc = -(-f // chunk)
+        lens += [chunk] * (nc - 1) + [f - chunk * (nc - 1)]
+        src += [b * n_max + c for c in range(nc)]
+    per = audio_tokens(max(lens), n_window)  # conv output length of the padded chunk length
+    valid = [c * per + j for c, n in enumerate(lens) for j in range(audio_tokens(n, n_window))]
+    window = per * (n_window_infer // chunk)
+    cu = [0]
+    for f in frames:
+        n = audio_tokens(f, n_window)
+        for w in [window] * (n // window) + ([n % window] if n % window else []):
+            cu.append(cu[-1] + w)
+    return {"chunk_lengths": torch.tensor(lens), "valid_indices": torch.tensor(valid),
+            "cu_seqlens": torch.tensor(cu, dtype=torch.int32), "max_seqlen": max(b - a for a, b in zip(cu, cu[1:])),
+            "chunk_src": torch.tensor(src), "chunk_len": max(lens), "segments": [b - a for a, b in zip(cu, cu[1:])]}
+
+
+def chunk_features(feats, plan, chunk=100):
+    """features [B, 128, F] (zero after each clip) -> padded_feature [chunks, 128, max chunk length]: the chunks of
+    plan (audio_tower_plan), as chunk_and_pad_features cuts them from the packed valid frames."""
+    import torch
+    B, M, F = feats.shape
+    n = -(-F // chunk)
+    x = torch.nn.functional.pad(feats, (0, n * chunk - F)).reshape(B, M, n, chunk).transpose(1, 2)
+    return x.reshape(B * n, M, chunk)[plan["chunk_src"], :, :plan["chunk_len"]]
+
+
 def preprocessor_config():
     return {"chunk_length": 300, "dither": 0.0, "feature_extractor_type": "WhisperFeatureExtractor",
             "feature_size": 128, "hop_length": 160, "n_fft": 400, "n_samples": 4800000, "nb_max_frames": 30000,

@@ -10,6 +10,7 @@ tokenizer.json, tokenizer_config.json, training_recipe.json (seeds, sizes, data 
 """
 
 import copy
+import itertools
 import os
 import sys
 import time
@@ -207,6 +208,8 @@ def main():
     ap.add_argument("--eval-n", type=int, default=400)
     ap.add_argument("--replay", type=int, default=400, help="batches kept on the device for reuse")
     ap.add_argument("--ctc-weight", type=float, default=CTC_WEIGHT, help="weight of the auxiliary CTC loss")
+    ap.add_argument("--no-precompute", action="store_true",
+                    help="debug: let the vision tower compute its attention segments itself (with host syncs)")
     args = ap.parse_args()
     from transformers import Qwen3VLForConditionalGeneration
     tok = util.load_tokenizer(NAME)
@@ -230,6 +233,11 @@ def main():
         kw["pixel_values"] = ocr_data.patchify_batch(b["images"], w)
         kw["image_grid_thw"] = grid_thw(w)
         kw["mm_token_type_ids"] = (kw["input_ids"] == image_pad).int()
+        if not args.no_precompute:  # the tower's attention segments from the host: no device syncs for them
+            segs = [4 * n for n in b["vis_tokens"]]  # patches per image (one row of merged 2x2 blocks)
+            cu = torch.tensor([0] + list(itertools.accumulate(segs)), dtype=torch.int32).to(dev, non_blocking=True)
+            kw.update(cu_seqlens=cu, max_seqlen=max(segs))
+            util.known_segments(cu, segs)
         return kw, b["n_tokens"], len(b["vis_tokens"])
 
     def ctc_loss(kw):

@@ -103,6 +103,7 @@ def collate(samples, prompt, pad_id, rate, tok, rope):
     pos = rope(ids, attention_mask=mask, audio_seqlens=torch.tensor(frames))
     return {"input_ids": ids, "labels": labels, "attention_mask": mask, "position_ids": pos, "pcm": pcm,
             "lengths": torch.tensor([len(x) for x, _, _, _ in samples]), "frames": max(frames), "audio_tokens": ntok,
+            "plan": speech_data.audio_tower_plan(frames),
             "ctc_targets": torch.tensor([c for t in tg for c in t]), "ctc_lengths": torch.tensor([len(t) for t in tg]),
             "n_tokens": int(sum(len(a) for a in labs))}
 
@@ -303,6 +304,8 @@ def main():
     ap.add_argument("--eval-n", type=int, default=400)
     ap.add_argument("--replay", type=int, default=300, help="batches kept on the device for reuse")
     ap.add_argument("--ctc-weight", type=float, default=CTC_WEIGHT, help="weight of the auxiliary CTC loss")
+    ap.add_argument("--no-precompute", action="store_true",
+                    help="debug: let the audio tower chunk its input itself (the slow way: host syncs per clip)")
     ap.add_argument("--subset", choices=["digits"], default=None,
                     help="debug: train and evaluate on one easy subset (digits: 1..4 spoken digits, transcribed)")
     args = ap.parse_args()
@@ -321,6 +324,7 @@ def main():
                        util.n_regular_tokens(tok), CTC_UPSAMPLE, args.ctc_weight)
     ctc.proj.to(dev)
     cur = {}
+    precompute = not args.no_precompute
 
     def to_kwargs(b):
         balance.clear()
@@ -331,6 +335,11 @@ def main():
         kw = {k: b[k] for k in ("input_ids", "labels", "attention_mask", "position_ids")}
         kw["input_features"] = feats[:, :, :F]
         kw["feature_attention_mask"] = (torch.arange(F, device=dev)[None, :] < T[:, None]).long()
+        if precompute:  # the audio tower's chunking from the host (no per-clip loop with device syncs)
+            plan = b["plan"]
+            kw.update({k: plan[k] for k in ("chunk_lengths", "valid_indices", "cu_seqlens", "max_seqlen")})
+            kw["padded_feature"] = speech_data.chunk_features(kw["input_features"], plan)
+            util.known_segments(plan["cu_seqlens"], plan["segments"])
         return kw, b["n_tokens"], b["input_ids"].shape[0]
 
     def aux_loss(kw):

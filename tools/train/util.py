@@ -54,6 +54,15 @@ def lr_at(frac, step, peak, warmup_steps, floor=0.05):
     return peak * w * (floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * min(frac, 1.0))))
 
 
+_SEGMENTS = [None, None]  # [cu_seqlens tensor, its segment lengths as Python ints]
+
+
+def known_segments(cu, lens):
+    """Tell the varlen attention the segment lengths (host ints) of the cu_seqlens tensor cu (on the device) that
+    the next forward passes, so that it needs no host sync."""
+    _SEGMENTS[:] = [cu, list(lens)]
+
+
 def _varlen_sdpa(module, query, key, value, attention_mask=None, scaling=None, dropout=0.0, cu_seq_lens_q=None,
                  cu_seq_lens_k=None, is_causal=False, **kwargs):
     """Bidirectional attention inside each cu_seqlens segment of a packed sequence, as one batched SDPA call.
@@ -61,7 +70,10 @@ def _varlen_sdpa(module, query, key, value, attention_mask=None, scaling=None, d
     import torch
     import torch.nn.functional as F
     cu = cu_seq_lens_q
-    lens = (cu[1:] - cu[:-1]).tolist()
+    lens = _SEGMENTS[1] if _SEGMENTS[0] is cu else None
+    if lens is None:  # (one host sync; every layer of a forward passes the same cu tensor)
+        lens = (cu[1:] - cu[:-1]).tolist()
+        _SEGMENTS[:] = [cu, lens]
     lens_nz = [n for n in lens if n > 0]
     H, N, d = query.shape[1], query.shape[2], query.shape[3]
     q, k, v = query[0], key[0], value[0]  # [H, N, d]
@@ -366,6 +378,13 @@ class StepProfiler:
             self.p, self.n = None, 0
 
 
+def to_device(b, dev):
+    """A batch dict (tensors, nested dicts, other values) with its tensors on dev (asynchronous copies)."""
+    if isinstance(b, dict):
+        return {k: to_device(v, dev) for k, v in b.items()}
+    return b.to(dev, non_blocking=True) if hasattr(b, "to") else b
+
+
 class Feeder:
     """Training batches on the device: a fresh one from the DataLoader whenever one is ready (a thread waits for
     the CPU workers), else one of the last `keep` batches again, so the GPU never waits for the CPU. The first
@@ -389,7 +408,7 @@ class Feeder:
             self.q.put(e)
 
     def to_dev(self, b):
-        return {k: v.to(self.dev, non_blocking=True) if hasattr(v, "to") else v for k, v in b.items()}
+        return to_device(b, self.dev)
 
     def __iter__(self):
         return self
@@ -553,7 +572,7 @@ class Run:
         if self.args.overfit:
             self.model.to(self.dev)
             one = next(iter(stream))
-            one = {k: v.to(self.dev) if hasattr(v, "to") else v for k, v in one.items()}
+            one = to_device(one, self.dev)
             return iter(lambda: one, None)
         self.loader = torch.utils.data.DataLoader(
             stream, batch_size=None, num_workers=self.args.workers,
