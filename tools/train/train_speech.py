@@ -62,6 +62,20 @@ def thinker_config(tok, s):
         position_id_per_seconds=13, seconds_per_chunk=2, user_token_id=user, initializer_range=0.02)
 
 
+def init_audio_convs(tower):
+    """Fan-in initialisation of the audio tower's convolution stack (conv2d1..3 + conv_out). With the generic
+    normal(0, 0.02) init each of the 3x3 convolutions shrinks its input ~6x, so the stack's output (std ~2e-4) is
+    ~3000x smaller than the sinusoidal positions added to it: the encoder sees no audio at the start and learns it
+    extremely slowly (session 3: the CTC loss stuck at the label prior). Now its output std is ~0.5, as the positions'."""
+    import math
+    with torch.no_grad():
+        for conv in (tower.conv2d1, tower.conv2d2, tower.conv2d3):
+            fan_in = conv.weight[0].numel()
+            conv.weight.normal_(0.0, math.sqrt(2.0 / fan_in))  # GELU keeps about half the variance
+            conv.bias.zero_()
+        tower.conv_out.weight.normal_(0.0, math.sqrt(1.0 / tower.conv_out.in_features))
+
+
 class Prompt:
     def __init__(self, tok):
         self.tok = tok
@@ -314,6 +328,8 @@ def main():
     run = util.Run(NAME, args, load_thinker, lambda: Qwen3OmniMoeThinkerForConditionalGeneration(
         thinker_config(tok, TOY if args.toy else FULL)).float())
     model, dev = run.model, run.dev
+    if run.round == 0:
+        init_audio_convs(model.audio_tower)
     model.config.text_config.output_router_logits = False
     balance = BalanceLoss(model)
     util.use_varlen_attention(model.config.audio_config)
