@@ -255,6 +255,19 @@ const omni_ckpt *llm_model_ckpt(const llm_model *m) { return m->ckpt; }
 size_t llm_model_weight_bytes(const llm_model *m) { return m->weight_bytes; }
 const llm_weights *llm_model_weights(const llm_model *m) { return &m->w; }
 
+omni_status llm_model_trace_routing(llm_model *m, int32_t *sel, float *margin, int cap) {
+    const llm_config *c = &m->cfg;
+    if (c->n_experts <= 0) return omni_fail(OMNI_ERR_USAGE, "llm_model_trace_routing: not a MoE model");
+    if (sel && (!margin || cap <= 0)) return omni_fail(OMNI_ERR_USAGE, "llm_model_trace_routing: cap %d", cap);
+    for (int l = 0; l < c->n_layers; l++) {
+        llm_moe *moe = &m->layers[l].moe;
+        moe->trace_sel = sel ? sel + (size_t)l * cap * c->top_k : NULL;
+        moe->trace_margin = sel ? margin + (size_t)l * cap : NULL;
+        moe->trace_cap = sel ? cap : 0;
+    }
+    return OMNI_OK;
+}
+
 kv_params llm_model_kv_params(const llm_model *m) {
     kv_params p = kv_default_params();
     p.n_layers = m->cfg.n_layers;

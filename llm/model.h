@@ -83,6 +83,13 @@ const omni_ckpt *llm_model_ckpt(const llm_model *m);
 /* Bytes of decoder weights (mapped). */
 size_t llm_model_weight_bytes(const llm_model *m);
 
+/* Tests: record the MoE routing of every following forward on this model (llm_moe's trace fields, per layer):
+ * sel [n_layers][cap][top_k] and margin [n_layers][cap] receive, for the first cap tokens of each call, the
+ * experts chosen and the margin of the choice in log-probability (the k-th choice minus the best one not chosen).
+ * Each call overwrites them; meaningful for single-sequence calls (llm_forward). NULL sel stops. The model must
+ * not be used by other threads meanwhile. OMNI_ERR_USAGE on a dense model. */
+omni_status llm_model_trace_routing(llm_model *m, int32_t *sel, float *margin, int cap);
+
 /* kv_params matching this model (layers, kv heads, head_dim); the caller sets format and capacity. */
 kv_params llm_model_kv_params(const llm_model *m);
 

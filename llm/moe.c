@@ -17,6 +17,19 @@ size_t llm_moe_scratch_floats(const llm_moe *m, int T) {
     return t * m->n_experts + 2 * t * m->top_k + 2 * t + 2 * t * m->hidden + 2 * t * m->inter;
 }
 
+/* Record token t's choice and margin (moe.h, trace_sel): p [E] its probabilities, pk the k-th largest. */
+static void trace(const llm_moe *m, int t, const float *p, const int32_t *sel, float pk) {
+    const int E = m->n_experts, k = m->top_k;
+    float best = -1.f; /* the largest probability not chosen */
+    for (int e = 0; e < E; e++) {
+        int chosen = 0;
+        for (int j = 0; j < k && !chosen; j++) chosen = sel[j] == e;
+        if (!chosen && p[e] > best) best = p[e];
+    }
+    memcpy(m->trace_sel + (size_t)t * k, sel, sizeof(int32_t) * k);
+    m->trace_margin[t] = best < 0.f ? INFINITY : best > 0.f ? logf(pk) - logf(best) : INFINITY;
+}
+
 /* Router: softmax over experts in f32, top-k (lower index first on ties, as torch.topk), optional
  * renormalisation. Writes straight into the per-token selection arrays (no bound on k). */
 static void route(const llm_moe *m, const float *x, int T, float *probs, float *sel_w, int32_t *sel_e, float *ws,
@@ -27,6 +40,7 @@ static void route(const llm_moe *m, const float *x, int T, float *probs, float *
     for (int t = 0; t < T; t++) {
         float *w = sel_w + (size_t)t * k;
         op_topk(probs + (int64_t)t * E, E, k, (int *)(sel_e + (size_t)t * k), w);
+        if (m->trace_sel && t < m->trace_cap) trace(m, t, probs + (int64_t)t * E, sel_e + (size_t)t * k, w[k - 1]);
         if (!m->norm_topk_prob) continue;
         float sum = 0;
         for (int j = 0; j < k; j++) sum += w[j];

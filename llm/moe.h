@@ -4,6 +4,7 @@
 #define OMNI_LLM_MOE_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "kernels/tensor.h"
 
@@ -15,6 +16,13 @@ typedef struct {
     omni_tensor router;              /* [E, H] (mlp.gate.weight) */
     omni_tensor *gate, *up, *down;   /* arrays of E views: gate/up [I, H], down [H, I] */
     int n_experts, top_k, inter, hidden, norm_topk_prob;
+    /* Tests (llm_model_trace_routing): when trace_sel is set, every forward records for each of its first
+     * trace_cap tokens the chosen experts (trace_sel [cap][top_k], top-k order) and the routing margin
+     * (trace_margin [cap]: log p of the k-th choice minus log p of the best expert not chosen; INFINITY when
+     * top_k == n_experts). NULL (the default): nothing recorded. */
+    int32_t *trace_sel;
+    float *trace_margin;
+    int trace_cap;
 } llm_moe;
 
 /* Floats of scratch llm_moe_forward needs for T tokens (the caller allocates once and reuses). */

@@ -89,6 +89,12 @@ int llm_cuda_graphs(const llm_cuda *r);
  * of memory in the middle of a step would; 0 cancels. */
 void llm_cuda_inject_failure(llm_cuda *r, int n);
 
+/* Tests (MoE models): the following steps take their expert choice from sel [n_layers][T][top_k] (the experts of
+ * each of the step's T rows, e.g. the CPU's, llm_model_trace_routing) instead of the router's top-k; the routing
+ * weights are still the device's (its router softmax at those experts, renormalised as configured). Such a step
+ * runs eagerly, through the per-entry expert kernels, and must have exactly T rows. NULL sel stops. */
+omni_status llm_cuda_force_routing(llm_cuda *r, const int32_t *sel, int T);
+
 /* Benchmarks: append n_tokens positions of random bf16 K/V (values ~ N(0,1)-like) to sequence `seq` of a cache of
  * this runner, with the cache's bookkeeping (kv_reserve / kv_commit in max_tokens pieces) - a long context
  * without running its prefill. */

@@ -100,6 +100,10 @@ struct llm_cuda {
     int grp_maxq[MAX_CACHES + 1];
     size_t peak;
     int fail_in; /* llm_cuda_inject_failure: steps until an injected failure (0: none) */
+    /* llm_cuda_force_routing (tests): one device block [forced sel L·T·k | sel_e T·k | sel_w T·k | logits T·E |
+     * gu T·k·2I | act T·k·I | out T·k·H]; force_T 0: off */
+    void *force;
+    int force_T;
     /* profiling (params.profile): event pairs of the step in flight and the totals per kind */
     cudaEvent_t *ev;
     int prof_on, n_ev, ev_kind[PROF_EVENTS / 2];
@@ -328,6 +332,7 @@ void llm_cuda_free(llm_cuda *r) {
     kvc_attn_free(r->attn);
     lcw_free(&r->w);
     omni_cuda_free(r->ws);
+    omni_cuda_free(r->force);
     if (r->in_host) cudaFreeHost(r->in_host); /* the first carve of the pinned block */
     for (int i = 0; r->ev && i < PROF_EVENTS; i++)
         if (r->ev[i]) cudaEventDestroy(r->ev[i]);
@@ -589,8 +594,85 @@ static omni_status upload_inputs(llm_cuda *r, const step_shape *sh) {
         if (st_) return st_;                                                                                   \
     } while (0)
 
-static omni_status mlp_moe(llm_cuda *r, const lcw_layer *L, int T) {
+/* ---- forced routing (tests) ---------------------------------------------------------------------------------- */
+
+typedef struct {
+    int32_t *forced, *sel_e;
+    float *sel_w, *logits;
+    uint16_t *gu, *act, *out;
+} force_ws;
+
+static size_t force_carve(const llm_cuda *r, char *base, int T, force_ws *w) {
+    carver c = {base, 0};
+    const size_t n = (size_t)T * r->K;
+    w->forced = (int32_t *)carve(&c, 4 * n * r->L);
+    w->sel_e = (int32_t *)carve(&c, 4 * n);
+    w->sel_w = (float *)carve(&c, 4 * n);
+    w->logits = (float *)carve(&c, 4 * (size_t)T * r->E);
+    w->gu = (uint16_t *)carve(&c, 2 * n * 2 * r->I);
+    w->act = (uint16_t *)carve(&c, 2 * n * r->I);
+    w->out = (uint16_t *)carve(&c, 2 * n * r->H);
+    return c.off;
+}
+
+omni_status llm_cuda_force_routing(llm_cuda *r, const int32_t *sel, int T) {
+    if (!r->E) return omni_fail(OMNI_ERR_USAGE, "llm_cuda_force_routing: not a MoE model");
+    OMNI_CUDA_TRY(cudaStreamSynchronize(r->s));
+    omni_cuda_free(r->force);
+    r->force = NULL, r->force_T = 0;
+    if (!sel) return OMNI_OK;
+    if (T < 1 || T > r->T_max) return omni_fail(OMNI_ERR_USAGE, "llm_cuda_force_routing: T %d", T);
+    for (int64_t i = 0; i < (int64_t)r->L * T * r->K; i++)
+        if (sel[i] < 0 || sel[i] >= r->E)
+            return omni_fail(OMNI_ERR_USAGE, "llm_cuda_force_routing: expert %d (of %d)", sel[i], r->E);
+    force_ws w;
+    RUN(omni_cuda_malloc(&r->force, force_carve(r, NULL, T, &w)));
+    force_carve(r, (char *)r->force, T, &w);
+    OMNI_CUDA_TRY(cudaMemcpy(w.forced, sel, 4 * (size_t)r->L * T * r->K, cudaMemcpyHostToDevice));
+    r->force_T = T;
+    return OMNI_OK;
+}
+
+/* The routing weights of forced experts, one thread per token: p = softmax(logits[t]) in fp32 at forced[t, j],
+ * renormalised over the k (norm), rounded to bf16 (as omni_cuda_moe_route). */
+__global__ void forced_route_kernel(int32_t *sel_e, float *sel_w, const float *logits, const int32_t *forced, int T,
+                                    int E, int k, int norm) {
+    const int t = blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= T) return;
+    const float *l = logits + (int64_t)t * E;
+    float mx = -INFINITY, s = 0.f, sum = 0.f;
+    for (int e = 0; e < E; e++) mx = fmaxf(mx, l[e]);
+    for (int e = 0; e < E; e++) s += expf(l[e] - mx);
+    for (int j = 0; j < k; j++) sum += expf(l[forced[(int64_t)t * k + j]] - mx) / s;
+    for (int j = 0; j < k; j++) {
+        const int e = forced[(int64_t)t * k + j];
+        const float p = expf(l[e] - mx) / s;
+        sel_e[(int64_t)t * k + j] = e, sel_w[(int64_t)t * k + j] = bf(norm ? p / sum : p);
+    }
+}
+
+/* The MoE block of layer l with the forced experts: router logits, forced weights, per-entry gate/up, SwiGLU,
+ * per-entry down, combine. */
+static omni_status mlp_moe_forced(llm_cuda *r, int l, const lcw_layer *L, int T) {
+    const int H = r->H, I = r->I, E = r->E, K = r->K, n = T * K;
+    if (T != r->force_T)
+        return omni_fail(OMNI_ERR_USAGE, "llm_cuda: forced routing for %d rows, step of %d", r->force_T, T);
+    force_ws w;
+    force_carve(r, (char *)r->force, T, &w);
+    OP(r, P_ROUTE, omni_cuda_linear(r->ctx, w.logits, OMNI_F32, r->ha, L->router, NULL, T, E, H));
+    omni_launch(forced_route_kernel, (T + 127) / 128, 128, 0, r->s, w.sel_e, w.sel_w, w.logits,
+                w.forced + (size_t)l * n, T, E, K, r->norm_topk);
+    OMNI_CUDA_LAUNCHED();
+    OP(r, P_EXPERTS, omni_cuda_moe_entry_linear(w.gu, r->ha, H, K, L->gate_up, w.sel_e, n, 2 * I, H, r->s));
+    OP(r, P_EXPERTS, omni_cuda_swiglu_bf16(w.act, w.gu, n, I, r->s));
+    OP(r, P_EXPERTS, omni_cuda_moe_entry_linear(w.out, w.act, I, 1, L->down, w.sel_e, n, H, I, r->s));
+    OP(r, P_EXPERTS, omni_cuda_moe_combine(r->hb, w.out, NULL, w.sel_e, w.sel_w, T, K, H, r->s));
+    return OMNI_OK;
+}
+
+static omni_status mlp_moe(llm_cuda *r, int l, const lcw_layer *L, int T) {
     const int H = r->H, I = r->I, E = r->E, K = r->K;
+    if (r->force_T) return mlp_moe_forced(r, l, L, T);
     if (T * K <= ENTRY_MAX) /* router, gate/up + SwiGLU, down + combine: three kernels */
         OP(r, P_EXPERTS, omni_cuda_moe_decode(r->hb, r->ha, H, L->router, L->gate_up, L->down, T, E, K, H, I,
                                               r->norm_topk, &r->moe, r->s));
@@ -656,7 +738,7 @@ static omni_status layer(llm_cuda *r, int l, const step_in *in, const step_shape
     OP(r, P_O, omni_cuda_linear(r->ctx, r->hb, OMNI_BF16, r->att, L->o, NULL, T, H, qd));
     OP(r, P_RESID, omni_cuda_add_rmsnorm_bf16(r->ha, r->x, r->hb, L->post_norm, T, H, r->eps, r->s));
     if (r->E) {
-        RUN(mlp_moe(r, L, T));
+        RUN(mlp_moe(r, l, L, T));
     } else {
         OP(r, P_MLP, omni_cuda_linear(r->ctx, r->gu, OMNI_BF16, r->ha, L->gate_up, NULL, T, 2 * r->I, H));
         OP(r, P_SWIGLU, omni_cuda_swiglu_bf16(r->act, r->gu, T, r->I, r->s));
@@ -898,7 +980,7 @@ static omni_status step_run(llm_cuda *r, int n, llm_batch_entry *b) {
         return omni_fail(OMNI_ERR_NOMEM, "llm_cuda: step (%s:%d): out of memory (injected)", __FILE__, __LINE__);
     /* a graph: decode only (one token per entry), one cache, no spans, no logits_all, every history covered */
     const graph_slot *g = NULL;
-    if (r->p.graphs && rows == n && r->n_grp == 1 && !r->prof_on) {
+    if (r->p.graphs && rows == n && r->n_grp == 1 && !r->prof_on && !r->force_T) {
         const dev_cache *c = &r->caches[r->grp_c[0]];
         g = graph_of(c, bucket_of(c->slots < r->S ? c->slots : r->S, n));
         for (int i = 0; i < n && g; i++)

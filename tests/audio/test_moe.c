@@ -1,6 +1,6 @@
 /* test_moe.c - llm_moe_forward vs a naive per-token fp64 implementation (router softmax, top-k with lower index
  * first on ties, renormalisation, per-expert SwiGLU, weighted sum) on random data: f32 and bf16 weights,
- * T = 1..65, top-k 1..E, norm_topk_prob on/off; plus exact tie handling (equal router rows). */
+ * T = 1..65, top-k 1..E, norm_topk_prob on/off; plus exact tie handling (equal router rows) and the routing trace (chosen experts, margins).  */
 #include <stdlib.h>
 #include <string.h>
 
@@ -157,6 +157,48 @@ static void check_ties(void) {
     }
 }
 
+/* The routing trace (moe.h, trace_sel): the first cap tokens' top-k experts in order and the margin
+ * log p_k - log p_(k+1), which equals the gap of the router logits (recomputed here in double); INFINITY when
+ * every expert is chosen; 0 on exact ties. Tokens past cap are not recorded. */
+static void check_trace(int E, int k, int T, int cap) {
+    enum { H = 24, I = 8 };
+    moe_case c;
+    case_init(&c, E, k, H, I, 1, OMNI_F32);
+    float *x = malloc(sizeof(float) * T * H), *y = malloc(sizeof(float) * T * H);
+    for (int i = 0; i < T * H; i++) x[i] = frand();
+    int32_t *sel = malloc(sizeof(int32_t) * (cap + 1) * k);
+    float *margin = malloc(sizeof(float) * (cap + 1));
+    for (int i = 0; i < (cap + 1) * k; i++) sel[i] = -7;
+    margin[cap] = -7.f; /* canary past cap */
+    c.m.trace_sel = sel, c.m.trace_margin = margin, c.m.trace_cap = cap;
+    float *scratch = malloc(sizeof(float) * llm_moe_scratch_floats(&c.m, T));
+    llm_moe_forward(&c.m, y, x, T, scratch);
+    for (int t = 0; t < cap && t < T; t++) {
+        double l[64];
+        int ord[64];
+        for (int e = 0; e < E; e++) {
+            l[e] = 0;
+            for (int h = 0; h < H; h++) l[e] += (double)((float *)c.router)[e * H + h] * x[t * H + h];
+            int i = e; /* insertion into descending order */
+            while (i > 0 && l[ord[i - 1]] < l[e]) ord[i] = ord[i - 1], i--;
+            ord[i] = e;
+        }
+        for (int j = 0; j < k; j++)
+            CHECK(sel[t * k + j] == ord[j], "trace E %d k %d token %d choice %d: %d, expected %d", E, k, t, j,
+                  sel[t * k + j], ord[j]);
+        const double want = k == E ? INFINITY : l[ord[k - 1]] - l[ord[k]];
+        CHECK(k == E ? isinf(margin[t]) && margin[t] > 0 : fabs(margin[t] - want) <= 1e-4 * (1 + fabs(want)),
+              "trace E %d k %d token %d: margin %g, expected %g", E, k, t, margin[t], want);
+    }
+    CHECK(margin[cap] == -7.f && sel[cap * k] == -7, "trace wrote past its cap of %d tokens", cap);
+    /* exact ties: all router rows equal */
+    for (int e = 1; e < E; e++) memcpy((float *)c.router + e * H, c.router, sizeof(float) * H);
+    llm_moe_forward(&c.m, y, x, T, scratch);
+    if (k < E) CHECK(margin[0] == 0.f, "tied experts: margin %g", margin[0]);
+    free(x), free(y), free(sel), free(margin), free(scratch);
+    case_free(&c);
+}
+
 int main(void) {
     const int Ts[] = {1, 2, 7, 33, 65};
     for (size_t i = 0; i < sizeof Ts / sizeof Ts[0]; i++) {
@@ -167,5 +209,9 @@ int main(void) {
         check_random(8, 1, 32, 16, 0, OMNI_F32, Ts[i]);
     }
     check_ties();
+    check_trace(8, 2, 7, 7);
+    check_trace(16, 4, 33, 20); /* more tokens than the trace holds */
+    check_trace(5, 5, 3, 3);    /* every expert chosen */
+    check_trace(6, 1, 1, 4);
     return check_exit();
 }
