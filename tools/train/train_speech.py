@@ -32,7 +32,11 @@ TOY = dict(hidden=64, layers=2, heads=2, kv=1, head_dim=128, experts=4, top_k=2,
            a_d=64, a_layers=2, a_heads=2, a_ffn=128, a_conv=16)
 EVAL_SEED = 900_002
 REUSE = 2  # each synthesized clip is used REUSE times in a batch (other question; on the GPU: other gain and noise)
-CTC_UPSAMPLE, CTC_WEIGHT = 2, 0.3  # auxiliary CTC of the transcript's tokens on the audio tower's output
+# Auxiliary CTC on the audio tower's output: characters (default since session 4: with the transcript's ~1000 BPE
+# tokens as targets the CTC stayed at the label prior for 1900 steps in call A) or tokens (2 frames per token).
+CTC_UPSAMPLE, CTC_WEIGHT = 2, 0.5
+CTC_CHARS = " '0123456789abcdefghijklmnopqrstuvwxyz"  # --ctc-units chars: lower-cased characters (others skipped)
+CTC_CHAR_UPSAMPLE = 3  # ~39 frames/s: fast speech has ~15 characters/s plus the blanks between repeated ones
 
 
 def thinker_config(tok, s):
@@ -91,10 +95,10 @@ class Prompt:
         return self.tok.encode(text, add_special_tokens=False).ids + [self.ids["<|im_end|>"]]
 
 
-def collate(samples, prompt, pad_id, rate, tok, rope):
+def collate(samples, prompt, pad_id, rate, tok, rope, chars=False):
     """samples: list of (int16 clip at `rate` Hz, question, answer, transcript) -> right-padded batch: clips (made
     into features on the device: speech_data.GpuAudio), token rows and their MRoPE position ids (rope:
-    util.RopeIndex), CTC targets (transcript tokens + 1)."""
+    util.RopeIndex), CTC targets (transcript tokens + 1, or with chars the CTC_CHARS indices + 1)."""
     seqs, labs, ntok, frames = [], [], [], []
     for pcm, q, a, _ in samples:
         frames.append(speech_data.resampled_length(len(pcm), rate) // 160)
@@ -113,7 +117,10 @@ def collate(samples, prompt, pad_id, rate, tok, rope):
         labels[i, :len(s)] = torch.tensor(lb)
         mask[i, :len(s)] = 1
         pcm[i, :len(x)] = torch.from_numpy(x)
-    tg = [[t + 1 for t in tok.encode(tr, add_special_tokens=False).ids] for _, _, _, tr in samples]
+    if chars:
+        tg = [[CTC_CHARS.index(c) + 1 for c in tr.lower() if c in CTC_CHARS] for _, _, _, tr in samples]
+    else:
+        tg = [[t + 1 for t in tok.encode(tr, add_special_tokens=False).ids] for _, _, _, tr in samples]
     pos = rope(ids, attention_mask=mask, audio_seqlens=torch.tensor(frames))
     return {"input_ids": ids, "labels": labels, "attention_mask": mask, "position_ids": pos, "pcm": pcm,
             "lengths": torch.tensor([len(x) for x, _, _, _ in samples]), "frames": max(frames), "audio_tokens": ntok,
@@ -125,8 +132,9 @@ def collate(samples, prompt, pad_id, rate, tok, rope):
 class Stream(torch.utils.data.IterableDataset):
     """Endless batches of synthesized clips (int16 at espeak-ng's rate, silence padded) with their questions."""
 
-    def __init__(self, batch, seed, espeak_root, config, subset=None):
+    def __init__(self, batch, seed, espeak_root, config, subset=None, chars=False):
         self.batch, self.seed, self.root, self.config, self.subset = batch, seed, espeak_root, config, subset
+        self.chars = chars
 
     def __iter__(self):
         torch.set_num_threads(1)
@@ -151,7 +159,7 @@ class Stream(torch.utils.data.IterableDataset):
                     pending.append((pcm, q, a, u["text"]))
             order = rng.permutation(len(pending))
             pending = [pending[i] for i in order]
-            yield collate(pending[:self.batch], prompt, pad, es.rate, tok, rope)
+            yield collate(pending[:self.batch], prompt, pad, es.rate, tok, rope, self.chars)
             pending = pending[self.batch:]
 
 
@@ -318,6 +326,8 @@ def main():
     ap.add_argument("--eval-n", type=int, default=400)
     ap.add_argument("--replay", type=int, default=300, help="batches kept on the device for reuse")
     ap.add_argument("--ctc-weight", type=float, default=CTC_WEIGHT, help="weight of the auxiliary CTC loss")
+    ap.add_argument("--ctc-units", choices=["tokens", "chars"], default="chars",
+                    help="targets of the auxiliary CTC: the transcript's tokens or its characters")
     ap.add_argument("--no-precompute", action="store_true",
                     help="debug: let the audio tower chunk its input itself (the slow way: host syncs per clip)")
     ap.add_argument("--subset", choices=["digits"], default=None,
@@ -334,10 +344,13 @@ def main():
     balance = BalanceLoss(model)
     util.use_varlen_attention(model.config.audio_config)
     util.use_sdpa_attention(model.config.text_config)
-    it = run.batches(Stream(args.batch, run.seed, args.espeak, model.config, args.subset), replay=args.replay)
+    it = run.batches(Stream(args.batch, run.seed, args.espeak, model.config, args.subset,
+                                   args.ctc_units == "chars"), replay=args.replay)
     audio = speech_data.GpuAudio(speech_data.Espeak(args.espeak).rate, dev, args.seed * 1000 + run.round)
+    chars = args.ctc_units == "chars"
+    ctc_up = CTC_CHAR_UPSAMPLE if chars else CTC_UPSAMPLE
     ctc = util.CTCHead(model.audio_tower, lambda out: out.last_hidden_state, model.config.text_config.hidden_size,
-                       util.n_regular_tokens(tok), CTC_UPSAMPLE, args.ctc_weight)
+                       len(CTC_CHARS) if chars else util.n_regular_tokens(tok), ctc_up, args.ctc_weight)
     ctc.proj.to(dev)
     cur = {}
     precompute = not args.no_precompute
@@ -369,8 +382,8 @@ def main():
     balance.active = False
     run.record(step, secs, curve, warm, "AdamW(0.9, 0.95), wd 0.05, clip 1.0, bf16 autocast, balance loss 0.01",
                reuse_per_clip=REUSE,
-               aux_loss="CTC of the transcript's tokens on the audio tower's output (%d frames per token), weight "
-                        "%.2f; the head is not saved" % (CTC_UPSAMPLE, args.ctc_weight),
+               aux_loss="CTC of the transcript's %s on the audio tower's output (%d frames per token), weight "
+                        "%.2f; the head is not saved" % (args.ctc_units, ctc_up, args.ctc_weight),
                replay="%s (last %d batches)" % (" ".join(util.Feeder.__doc__.split()), args.replay))
     run.recipe.setdefault("sizes", TOY if args.toy else FULL)
     run.recipe.update({"parameters": run.n_params, "data": speech_data.__doc__.strip(), "eval_seed": EVAL_SEED,

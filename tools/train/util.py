@@ -54,47 +54,61 @@ def lr_at(frac, step, peak, warmup_steps, floor=0.05):
     return peak * w * (floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * min(frac, 1.0))))
 
 
-_SEGMENTS = [None, None]  # [cu_seqlens tensor, its segment lengths as Python ints]
+_SEGMENTS = [None, None, None]  # [cu_seqlens tensor, its segment lengths as Python ints, their gather layout]
 
 
 def known_segments(cu, lens):
     """Tell the varlen attention the segment lengths (host ints) of the cu_seqlens tensor cu (on the device) that
     the next forward passes, so that it needs no host sync."""
-    _SEGMENTS[:] = [cu, list(lens)]
+    _SEGMENTS[:] = [cu, list(lens), None]
+
+
+def _segment_layout(lens, dev):
+    """Segment lengths (host ints) -> (B, L, gather [B*L] (packed row of each padded slot, 0 for padding), scatter
+    [N] (padded slot of each packed row), key mask [B, 1, 1, L]), built on the host and copied asynchronously."""
+    import torch
+    lens_nz = [n for n in lens if n > 0]
+    B, L = len(lens_nz), max(lens_nz)
+    gather, scatter, start = [], [], 0
+    for b, n in enumerate(lens_nz):
+        gather += list(range(start, start + n)) + [0] * (L - n)
+        scatter += list(range(b * L, b * L + n))
+        start += n
+    mask = torch.tensor([[t < n for t in range(L)] for n in lens_nz])[:, None, None, :]
+
+    def put(x):
+        return (x.pin_memory() if dev.type == "cuda" else x).to(dev, non_blocking=True)
+    return B, L, put(torch.tensor(gather)), put(torch.tensor(scatter)), put(mask)
 
 
 def _varlen_sdpa(module, query, key, value, attention_mask=None, scaling=None, dropout=0.0, cu_seq_lens_q=None,
                  cu_seq_lens_k=None, is_causal=False, **kwargs):
     """Bidirectional attention inside each cu_seqlens segment of a packed sequence, as one batched SDPA call.
-    query/key/value [1, H, N, d]; returns ([1, N, H, d], None) like transformers' flash-attention functions."""
-    import torch
+    query/key/value [1, H, N, d]; returns ([1, N, H, d], None) like transformers' flash-attention functions.
+    Unequal segments are padded with index_select (its backward is an index_add: advanced indexing's backward, a
+    sorting index_put with a long run of duplicate padding indices, took 92% of the OCR step's GPU time)."""
     import torch.nn.functional as F
     cu = cu_seq_lens_q
-    lens = _SEGMENTS[1] if _SEGMENTS[0] is cu else None
-    if lens is None:  # (one host sync; every layer of a forward passes the same cu tensor)
-        lens = (cu[1:] - cu[:-1]).tolist()
-        _SEGMENTS[:] = [cu, lens]
-    lens_nz = [n for n in lens if n > 0]
+    if _SEGMENTS[0] is not cu:  # (one host sync; every layer of a forward passes the same cu tensor)
+        _SEGMENTS[:] = [cu, (cu[1:] - cu[:-1]).tolist(), None]
+    lens = _SEGMENTS[1]
     H, N, d = query.shape[1], query.shape[2], query.shape[3]
     q, k, v = query[0], key[0], value[0]  # [H, N, d]
+    lens_nz = [n for n in lens if n > 0]
     B, L = len(lens_nz), max(lens_nz)
     if all(n == L for n in lens_nz):  # equal segments: a plain reshape
         def split(x):
             return x.reshape(H, B, L, d).transpose(0, 1)
         o = F.scaled_dot_product_attention(split(q), split(k), split(v), scale=scaling, dropout_p=dropout)
         return o.permute(0, 2, 1, 3).reshape(1, N, H, d), None
-    dev = query.device
-    starts = torch.tensor([int(s) for s, n in zip(cu[:-1].tolist(), lens) if n > 0], device=dev)
-    lt = torch.tensor(lens_nz, device=dev)
-    ar = torch.arange(L, device=dev)
-    valid = ar[None, :] < lt[:, None]  # [B, L]
-    idx = torch.where(valid, starts[:, None] + ar[None, :], torch.zeros_like(ar)[None, :])
+    if _SEGMENTS[2] is None:
+        _SEGMENTS[2] = _segment_layout(lens, query.device)
+    B, L, gather, scatter, mask = _SEGMENTS[2]
 
-    def gather(x):
-        return x[:, idx].transpose(0, 1)  # [B, H, L, d]
-    o = F.scaled_dot_product_attention(gather(q), gather(k), gather(v), attn_mask=valid[:, None, None, :],
-                                       scale=scaling, dropout_p=dropout)
-    o = o.permute(0, 2, 1, 3)[valid]  # [N, H, d], segments in order
+    def pad(x):
+        return x.index_select(1, gather).reshape(H, B, L, d).transpose(0, 1)  # [B, H, L, d]
+    o = F.scaled_dot_product_attention(pad(q), pad(k), pad(v), attn_mask=mask, scale=scaling, dropout_p=dropout)
+    o = o.permute(0, 2, 1, 3).reshape(B * L, H, d).index_select(0, scatter)  # [N, H, d], segments in order
     return o.reshape(1, N, H, d), None
 
 
@@ -262,6 +276,8 @@ def train_loop(name, model, batches, dev, peak_lr, minutes, max_steps, warmup, t
     no_decay = [p for n, p in params if p.dim() < 2]
     groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
     opt = torch.optim.AdamW(groups, lr=peak_lr, betas=(0.9, 0.95), fused=dev.type == "cuda")
+    if dev.type == "cuda":  # cuDNN attention builds a plan for every new shape (every batch here): 6-7 ms of CPU
+        torch.backends.cuda.enable_cudnn_sdp(False)  # per call in call A's speech profile; flash/efficient have none
     budget = Budget(minutes, max_steps)
     step, curve, t_last, n_tok, n_items, acc, acc_aux, n_acc, s_last = 0, [], time.time(), 0, 0, 0.0, 0.0, 0, 0
     model.train()
@@ -466,7 +482,8 @@ class CTCHead:
         il = torch.tensor(lengths, device=lp.device) * self.up
         t = torch.arange(max(lengths) * self.up, device=lp.device)
         # [T, B, C] without a copy per item: frame t of item b, clamped (ctc_loss ignores frames past il[b])
-        lp = lp[(torch.cumsum(il, 0) - il + t[:, None]).clamp(max=lp.shape[0] - 1)]
+        rows = (torch.cumsum(il, 0) - il + t[:, None]).clamp(max=lp.shape[0] - 1)  # [T, B]
+        lp = lp.index_select(0, rows.reshape(-1)).reshape(*rows.shape, self.C)  # (index_add backward, see above)
         with torch.autocast(lp.device.type, enabled=False):
             ctc = torch.nn.functional.ctc_loss(lp.float(), targets, il, target_lengths, blank=0, reduction="mean",
                                                zero_infinity=True)
