@@ -191,7 +191,13 @@ static omni_status ensure_audio(media_encoder *e) {
     if (!st && ac.out_dim != e->cfg->hidden)
         st = omni_fail(OMNI_ERR_MODEL, "audio output_dim %d != text hidden %d", ac.out_dim, e->cfg->hidden);
 #ifdef OMNI_HAVE_CUDA_TOWERS
-    if (!st && e->p.gpu) st = audio_tower_cuda_init(e->at, NULL, &e->ag);
+    if (!st && e->p.gpu) {
+        st = audio_tower_cuda_init(e->at, NULL, &e->ag);
+        if (!st)
+            omni_log(2, "audio: audio tower on the GPU (%.1f MiB of weights, %.1f MiB of workspace)\n",
+                     audio_tower_cuda_weight_bytes(e->ag) / 1048576.0,
+                     audio_tower_cuda_workspace_bytes(e->ag) / 1048576.0);
+    }
 #endif
     if (st) {
         audio_tower_free(e->at);

@@ -7,8 +7,8 @@
  *
  * The conv stem runs as im2col + cuBLAS GEMMs on batches of chunks (the third conv's rows in (chunk, time, freq)
  * order, so that conv_out reads them directly with its weight columns permuted at upload), positions are a
- * periodic add, the encoder layers attend within windows through kvcache/cuda's segment attention (head_dim
- * padded through copies when the kernel lacks it). A clip runs in groups of whole attention windows of at most
+ * periodic add, the encoder layers attend within windows through kvcache/cuda's tower attention
+ * (kvcache/kv_towers.h: any even head_dim <= 128). A clip runs in groups of whole attention windows of at most
  * params.max_frames mel frames (windows never interact, so the result does not depend on the grouping).
  * Weights: one device allocation (bf16; q/k/v fused into one [3d, d] matrix; conv weights with their K padded to a
  * multiple of 8). Workspace: one device allocation sized at init, plus a host staging buffer for the chunked mel;

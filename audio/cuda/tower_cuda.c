@@ -1,5 +1,5 @@
 /* tower_cuda.c - the Qwen3-Omni AuT audio tower on the GPU in bf16 (audio_cuda.h), written against
- * kernels/ops_cuda.h and kvcache/kv_cuda.h only (no CUDA types here).
+ * kernels/ops_cuda.h, kernels/dev_layout.h and kvcache/kv_towers.h only (no CUDA types here).
  *
  * A clip of T mel frames: chunks of L = 2·n_window frames (the last holds T mod L, or L), each zero-padded to the
  * longest chunk Lc; t1, t2, t3 = time steps after each conv, t3 tokens per full chunk; windows of
@@ -21,11 +21,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/dev_layout.h"
 #include "kernels/ops_cuda.h"
 #include "kernels/tensor.h"
-#include "kvcache/kv_cuda.h"
+#include "kvcache/kv_towers.h"
 
-#define ALIGN 256
 #define LN_EPS 1e-5f
 #define RANDOM_STD 0.02f
 #define K1 16 /* conv2d1's K (1 channel x 9 taps) padded for aligned GEMM rows */
@@ -41,7 +41,6 @@ struct audio_tower_cuda {
     int ldc;                          /* K of conv2d2/3: 9C rounded up to a multiple of 8 */
     int cpw, max_chunks, nb;          /* chunks per window, per group, per conv batch */
     int max_tok;                      /* tokens per group */
-    int dpad;                         /* head_dim the attention runs at */
     omni_cuda_ctx *ctx;
     void *stream;
     void *wbase, *wsbase;
@@ -56,7 +55,6 @@ struct audio_tower_cuda {
     uint16_t *h, *a, *qkv, *o, *ff, *out_bf;  /* [max_tok, d] ..., [max_tok, 3d], [max_tok, ffn], [max_tok, out] */
     float *out_f32;                           /* [max_tok, out] */
     int32_t *cu;                              /* [windows per group + 1] */
-    uint16_t *qkv_pad, *o_pad;                /* [max_tok, 3H, dpad], [max_tok, H, dpad] when dpad != hd */
     uint16_t *in_h;                           /* host [max_chunks, F, L] bf16 */
     int32_t *cu_h;                            /* host */
 };
@@ -68,22 +66,11 @@ audio_cuda_params audio_cuda_default_params(void) {
 
 static int conv_len(int n) { return (n - 1) / 2 + 1; }
 
-/* ---- layout ----------------------------------------------------------------------------------------------- */
+/* ---- layout (kernels/dev_layout.h) ------------------------------------------------------------------------ */
 
-typedef struct {
-    char *base;
-    size_t off;
-} walker;
+#define TAKE16 OMNI_TAKE16
 
-static void *take(walker *k, size_t bytes) {
-    size_t o = (k->off + ALIGN - 1) / ALIGN * ALIGN;
-    k->off = o + bytes;
-    return k->base ? k->base + o : NULL;
-}
-
-#define TAKE16(k, n) ((uint16_t *)take(k, 2 * (size_t)(n)))
-
-static void walk_weights(audio_tower_cuda *t, walker *k) {
+static void walk_weights(audio_tower_cuda *t, omni_layout *k) {
     const audio_tower_config *c = &t->cfg;
     const size_t C = c->conv_ch, d = c->d_model, f = c->ffn;
     t->c1_w = TAKE16(k, C * K1), t->c1_b = TAKE16(k, C);
@@ -106,27 +93,17 @@ static void walk_weights(audio_tower_cuda *t, walker *k) {
 
 static size_t max3(size_t a, size_t b, size_t c) { return a > b ? (a > c ? a : c) : (b > c ? b : c); }
 
-static void walk_workspace(audio_tower_cuda *t, walker *k) {
+static void walk_workspace(audio_tower_cuda *t, omni_layout *k) {
     const audio_tower_config *c = &t->cfg;
-    const size_t C = c->conv_ch, d = c->d_model, nb = t->nb, G = t->max_tok, H = c->n_heads;
+    const size_t C = c->conv_ch, d = c->d_model, nb = t->nb, G = t->max_tok;
     const size_t r1 = nb * t->f1 * t->t1m, r2 = nb * t->f2 * t->t2m, r3 = nb * t->f3 * t->t3m;
     t->in = TAKE16(k, (size_t)t->max_chunks * c->n_mels * t->L);
     t->col = TAKE16(k, max3(r1 * K1, r2 * t->ldc, r3 * t->ldc));
     t->y1 = TAKE16(k, r1 * C), t->y2 = TAKE16(k, r2 * C), t->y3 = TAKE16(k, r3 * C);
     t->h = TAKE16(k, G * d), t->a = TAKE16(k, G * d), t->qkv = TAKE16(k, G * 3 * d), t->o = TAKE16(k, G * d);
     t->ff = TAKE16(k, G * (size_t)c->ffn), t->out_bf = TAKE16(k, G * (size_t)c->out_dim);
-    t->out_f32 = (float *)take(k, sizeof(float) * G * (size_t)c->out_dim);
-    t->cu = (int32_t *)take(k, 4 * (size_t)(t->max_chunks / t->cpw + 2));
-    if (t->dpad != c->d_model / c->n_heads) {
-        t->qkv_pad = TAKE16(k, G * 3 * H * t->dpad);
-        t->o_pad = TAKE16(k, G * H * t->dpad);
-    }
-}
-
-/* The head_dim the segment attention runs at (see vision/cuda/tower_cuda.c): hd itself or the next supported. */
-static int attn_head_dim(int hd) {
-    if (hd == 64 || hd == 72 || hd == 80 || hd == 128) return hd;
-    return hd < 64 ? 64 : hd < 80 ? 80 : hd < 128 ? 128 : 0;
+    t->out_f32 = (float *)omni_layout_take(k, sizeof(float) * G * (size_t)c->out_dim);
+    t->cu = (int32_t *)omni_layout_take(k, 4 * (size_t)(t->max_chunks / t->cpw + 2));
 }
 
 /* ---- init / free ------------------------------------------------------------------------------------------ */
@@ -149,23 +126,15 @@ static omni_status check_config(const audio_tower_config *c, const audio_cuda_pa
         c->ffn <= 0 || c->conv_ch <= 0 || c->out_dim <= 0 || c->n_window <= 0 || c->n_window_infer < L)
         return omni_fail(OMNI_ERR_MODEL, "audio tower (GPU): unsupported config (mels %d, d %d, heads %d, n_window %d, "
                          "n_window_infer %d)", c->n_mels, c->d_model, c->n_heads, c->n_window, c->n_window_infer);
-    if (!attn_head_dim(c->d_model / c->n_heads) || 9 * c->conv_ch > 24576)
-        return omni_fail(OMNI_ERR_UNSUPPORTED, "audio tower (GPU): head_dim %d (<= 128), conv channels %d (<= 2730)",
+    const int hd = c->d_model / c->n_heads;
+    if (hd > 128 || hd % 2 || 9 * c->conv_ch > 24576)
+        return omni_fail(OMNI_ERR_UNSUPPORTED,
+                         "audio tower (GPU): head_dim %d (even, <= 128), conv channels %d (<= 2730)",
                          c->d_model / c->n_heads, c->conv_ch);
     if (p->max_frames <= 0 || p->conv_batch <= 0)
         return omni_fail(OMNI_ERR_USAGE, "audio tower (GPU): max_frames %d, conv_batch %d", p->max_frames,
                          p->conv_batch);
     return OMNI_OK;
-}
-
-static omni_status dev_alloc(void **p, size_t bytes, const char *what) {
-    size_t free_b = 0, total = 0;
-    omni_status st = omni_cuda_mem_info(&free_b, &total);
-    if (st) return st;
-    if (bytes > free_b)
-        return omni_fail(OMNI_ERR_NOMEM, "audio tower (GPU): the %s need %.1f MiB, %.1f MiB of %.1f MiB are free",
-                         what, bytes / 1048576.0, free_b / 1048576.0, total / 1048576.0);
-    return omni_cuda_malloc(p, bytes);
 }
 
 /* Geometry of a full chunk and of a group. */
@@ -180,7 +149,6 @@ static void geometry(audio_tower_cuda *t) {
     t->max_chunks = (groups > 0 ? groups : 1) * t->cpw;
     t->nb = t->p.conv_batch < t->max_chunks ? t->p.conv_batch : t->max_chunks;
     t->max_tok = t->max_chunks * t->t3m;
-    t->dpad = attn_head_dim(c->d_model / c->n_heads);
 }
 
 static omni_status tower_alloc(const audio_tower_config *cfg, const audio_cuda_params *p, audio_tower_cuda **out) {
@@ -204,7 +172,7 @@ static omni_status tower_alloc(const audio_tower_config *cfg, const audio_cuda_p
         audio_tower_cuda_free(t);
         return omni_fail(OMNI_ERR_NOMEM, "audio tower (GPU): out of host memory");
     }
-    walker kw = {NULL, 0}, ks = {NULL, 0};
+    omni_layout kw = {NULL, 0}, ks = {NULL, 0};
     walk_weights(t, &kw);
     walk_workspace(t, &ks);
     t->wbytes = kw.off, t->wsbytes = ks.off;
@@ -213,16 +181,13 @@ static omni_status tower_alloc(const audio_tower_config *cfg, const audio_cuda_p
                                 G * (size_t)(3 * cfg->d_model > cfg->out_dim ? 3 * cfg->d_model : cfg->out_dim));
     if (!(st = omni_cuda_ctx_init(&t->ctx, p->device))) t->stream = omni_cuda_ctx_stream(t->ctx);
     if (!st) st = omni_cuda_ctx_reserve(t->ctx, (int64_t)scratch);
-    if (!st) st = dev_alloc(&t->wbase, t->wbytes, "weights");
-    if (!st) st = dev_alloc(&t->wsbase, t->wsbytes, "workspace");
+    if (!st) st = omni_cuda_malloc_fit(&t->wbase, t->wbytes, "audio tower (GPU)", "weights");
+    if (!st) st = omni_cuda_malloc_fit(&t->wsbase, t->wsbytes, "audio tower (GPU)", "workspace");
     if (!st) {
-        kw = (walker){(char *)t->wbase, 0}, ks = (walker){(char *)t->wsbase, 0};
+        kw = (omni_layout){(char *)t->wbase, 0}, ks = (omni_layout){(char *)t->wsbase, 0};
         walk_weights(t, &kw);
         walk_workspace(t, &ks);
-        if (t->qkv_pad) /* padding channels stay zero: only the first hd of each head are copied in */
-            st = omni_cuda_memset(t->qkv_pad, 0, 2 * G * 3 * cfg->n_heads * t->dpad, t->stream);
     }
-    if (!st) st = omni_cuda_sync(t->stream);
     if (st) {
         audio_tower_cuda_free(t);
         return st;
@@ -319,8 +284,7 @@ omni_status audio_tower_cuda_init(const audio_tower *cpu, const audio_cuda_param
 }
 
 static omni_status fill(audio_tower_cuda *t, uint16_t *p, size_t n, uint64_t seed, float mean, float std) {
-    const float a = std * 1.7320508f; /* uniform on [-a, a] has standard deviation a / sqrt(3) */
-    return omni_cuda_fill_uniform_bf16(p, (int64_t)n, seed, mean - a, mean + a, t->stream);
+    return omni_cuda_fill_std_bf16(p, n, seed, mean, std, t->stream);
 }
 
 static omni_status random_weights(audio_tower_cuda *t, uint64_t seed) {
@@ -424,21 +388,10 @@ static omni_status stem_batch(audio_tower_cuda *t, const clip *k, int64_t c0, in
 }
 
 /* o [n, d] = attention within the windows of t->cu over qkv rows. */
-static omni_status attention(audio_tower_cuda *t, int n, int n_win, int win) {
-    const int d = t->cfg.d_model, H = t->cfg.n_heads, hd = d / H, dp = t->dpad;
-    const float scale = 1.0f / sqrtf((float)hd);
-    if (dp == hd)
-        return kvc_attn_segments(H, hd, t->cu, n_win, win, t->qkv, t->qkv + d, t->qkv + 2 * d, 3 * d, t->o, scale,
-                                 t->stream);
-    omni_status st = omni_cuda_copy2d(t->qkv_pad, 2 * (size_t)dp, t->qkv, 2 * (size_t)hd, 2 * (size_t)hd,
-                                      (size_t)n * 3 * H, t->stream);
-    if (!st)
-        st = kvc_attn_segments(H, dp, t->cu, n_win, win, t->qkv_pad, t->qkv_pad + (size_t)H * dp,
-                               t->qkv_pad + (size_t)2 * H * dp, (int64_t)3 * H * dp, t->o_pad, scale, t->stream);
-    if (!st)
-        st = omni_cuda_copy2d(t->o, 2 * (size_t)hd, t->o_pad, 2 * (size_t)dp, 2 * (size_t)hd, (size_t)n * H,
-                              t->stream);
-    return st;
+static omni_status attention(audio_tower_cuda *t, int n_win, int win) {
+    const int d = t->cfg.d_model, H = t->cfg.n_heads, hd = d / H;
+    return kvc_tower_attn(H, hd, t->cu, n_win, win, t->qkv, t->qkv + d, t->qkv + 2 * d, 3 * d, t->o, d,
+                          1.0f / sqrtf((float)hd), t->stream);
 }
 
 static omni_status layer(audio_tower_cuda *t, const acl *L, int n, int n_win, int win) {
@@ -446,7 +399,7 @@ static omni_status layer(audio_tower_cuda *t, const acl *L, int n, int n_win, in
     void *s = t->stream;
     omni_status st;
     if ((st = omni_cuda_layernorm_bf16(t->a, t->h, L->ln1_w, L->ln1_b, n, d, LN_EPS, s)) ||
-        (st = lin(t, t->qkv, t->a, L->qkv_w, L->qkv_b, n, 3 * d, d)) || (st = attention(t, n, n_win, win)) ||
+        (st = lin(t, t->qkv, t->a, L->qkv_w, L->qkv_b, n, 3 * d, d)) || (st = attention(t, n_win, win)) ||
         (st = lin(t, t->a, t->o, L->o_w, L->o_b, n, d, d)) ||
         (st = omni_cuda_add_bf16(t->h, t->h, t->a, (int64_t)n * d, s)) ||
         (st = omni_cuda_layernorm_bf16(t->a, t->h, L->ln2_w, L->ln2_b, n, d, LN_EPS, s)) ||

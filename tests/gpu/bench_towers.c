@@ -21,6 +21,7 @@
 #include "audio/cuda/audio_cuda.h"
 #include "kernels/ops_cuda.h"
 #include "kvcache/kv_cuda.h"
+#include "kvcache/kv_towers.h"
 #include "vision/cuda/vision_cuda.h"
 
 typedef struct {
@@ -118,6 +119,7 @@ typedef struct {
     const vision_config *c;
     int N;
     uint16_t *x, *w, *y, *qkv, *att;
+    float *cos; /* [N, head_dim] RoPE table (zeros: the cost does not depend on the values) */
     int32_t *cu;
     void *stream;
 } split_args;
@@ -134,13 +136,37 @@ static void run_gemms(void *p) {
     }
 }
 
-/* The segment attention of the whole tower: depth x one N-token segment. */
+/* The segment attention of the whole tower: depth x one N-token segment (kvc_tower_attn, as the tower runs it). */
 static void run_attn(void *p) {
+    split_args *a = p;
+    const int D = a->c->hidden, hd = a->c->head_dim;
+    for (int l = 0; l < a->c->depth; l++)
+        OK(kvc_tower_attn(a->c->n_heads, hd, a->cu, 1, a->N, a->qkv, a->qkv + D, a->qkv + 2 * D, 3 * D, a->att, D,
+                          1.0f / sqrtf((float)hd), a->stream));
+}
+
+/* The same with the prefill kernel's segment path (kvc_attn_segments: P in two bf16 parts), for comparison. */
+static void run_attn_prefill(void *p) {
     split_args *a = p;
     const int D = a->c->hidden, hd = a->c->head_dim;
     for (int l = 0; l < a->c->depth; l++)
         OK(kvc_attn_segments(a->c->n_heads, hd, a->cu, 1, a->N, a->qkv, a->qkv + D, a->qkv + 2 * D, 3 * D, a->att,
                              1.0f / sqrtf((float)hd), a->stream));
+}
+
+/* The element-wise ops of the blocks: depth x (2 LayerNorms, RoPE, GELU, 2 residual adds) at N rows. */
+static void run_rest(void *p) {
+    split_args *a = p;
+    const int N = a->N, D = a->c->hidden, I = a->c->intermediate;
+    for (int l = 0; l < a->c->depth; l++) {
+        OK(omni_cuda_layernorm_bf16(a->y, a->x, a->w, a->w, N, D, 1e-6f, a->stream));
+        OK(omni_cuda_layernorm_bf16(a->y, a->x, a->w, a->w, N, D, 1e-6f, a->stream));
+        OK(omni_cuda_rope_neox_f32_bf16(a->qkv, N, 2 * a->c->n_heads, a->c->head_dim, 3 * D, a->cos, a->cos,
+                                        a->stream));
+        OK(omni_cuda_gelu_tanh_bf16(a->y, a->y, (int64_t)N * I, a->stream));
+        OK(omni_cuda_add_bf16(a->x, a->x, a->y, (int64_t)N * D, a->stream));
+        OK(omni_cuda_add_bf16(a->x, a->x, a->y, (int64_t)N * D, a->stream));
+    }
 }
 
 /* Attention and GEMMs alone at the tower's shapes (random operands), as shares of the forward's median. */
@@ -156,22 +182,28 @@ static void vision_split(const vision_config *c, int N, double fwd_ms, int iters
     OK(omni_cuda_malloc((void **)&a.qkv, 2 * (size_t)N * 3 * D));
     OK(omni_cuda_malloc((void **)&a.att, 2 * (size_t)N * D));
     OK(omni_cuda_malloc((void **)&a.cu, 8));
+    OK(omni_cuda_malloc((void **)&a.cos, sizeof(float) * (size_t)N * c->head_dim));
+    OK(omni_cuda_memset(a.cos, 0, sizeof(float) * (size_t)N * c->head_dim, a.stream));
     OK(omni_cuda_fill_uniform_bf16(a.x, (int64_t)N * (D > I ? D : I), 1, -1.f, 1.f, a.stream));
     OK(omni_cuda_fill_uniform_bf16(a.w, (int64_t)big * (D > I ? D : I), 2, -0.03f, 0.03f, a.stream));
     OK(omni_cuda_fill_uniform_bf16(a.qkv, (int64_t)N * 3 * D, 3, -2.f, 2.f, a.stream));
     int32_t cu[2] = {0, N};
     OK(omni_cuda_h2d(a.cu, cu, sizeof cu, a.stream));
     const double attn = time_events(run_attn, &a, a.stream, iters, NULL);
+    const double attn_pf = time_events(run_attn_prefill, &a, a.stream, iters, NULL);
     const double gemm = time_events(run_gemms, &a, a.stream, iters, NULL);
+    const double rest = time_events(run_rest, &a, a.stream, iters, NULL);
     const double gflop = 2.0 * N * D * (3.0 * D + D + 2.0 * I) * c->depth / 1e9;
     const double aflop = 4.0 * N * N * D * c->depth / 1e9;
     row(label, "split: segment attention ms (x depth)", attn, "ms");
     row(label, "split: segment attention TFLOP/s", aflop / attn, "TFLOP/s");
+    row(label, "split: kvc_attn_segments instead ms (x depth)", attn_pf, "ms");
     row(label, "split: block GEMMs ms (x depth)", gemm, "ms");
     row(label, "split: block GEMMs TFLOP/s", gflop / gemm, "TFLOP/s");
-    row(label, "split: rest (norms, rope, act, mergers) ms", fwd_ms - attn - gemm, "ms");
+    row(label, "split: block norms, rope, gelu, adds ms (x depth)", rest, "ms");
+    row(label, "split: rest (pos-embed, patch GEMM, mergers, gaps) ms", fwd_ms - attn - gemm - rest, "ms");
     omni_cuda_free(a.x), omni_cuda_free(a.w), omni_cuda_free(a.y), omni_cuda_free(a.qkv), omni_cuda_free(a.att);
-    omni_cuda_free(a.cu);
+    omni_cuda_free(a.cu), omni_cuda_free(a.cos);
     omni_cuda_ctx_free(a.ctx);
 }
 

@@ -2,15 +2,17 @@
  * references on seeded random inputs of awkward sizes: bilinear position embedding (exact: same f32 taps, weights
  * and sum order, then the two bf16 roundings), 2D RoPE tables (within 2.5 ulp: CUDA's cosf/sinf vs the C
  * library's), fp32-math RoPE (exact, given the same tables), 3x3 stride-2 im2col in both row orders with a padded
- * K (exact: a copy), periodic row add (exact), uniform fill (exact: the formula in C). Outputs are poisoned with
- * 0xFF (NaN) and followed by canaries (gpu_test_util.h); argument errors are refused before any launch.
+ * K (exact: a copy), periodic row add (exact), uniform fill (exact: the formula in C); the towers' attention
+ * (kvcache/kv_towers.h) vs f64 on segments of 1..200 tokens at head_dim 8..128 (bf16 bound). Outputs are poisoned
+ * with 0xFF (NaN) and followed by canaries (gpu_test_util.h); argument errors are refused before any launch.
  * Exit 77 without a GPU. */
 #include "gpu_test_util.h"
 #include "kernels/ops.h"
+#include "kvcache/kv_towers.h"
 #include "vision/vision.h"
 
-enum { O_TABLES, O_COUNT };
-static op_stats g_ops[O_COUNT] = {{.name = "rope2d_tables"}};
+enum { O_TABLES, O_ATTN, O_COUNT };
+static op_stats g_ops[O_COUNT] = {{.name = "rope2d_tables"}, {.name = "tower_attn"}};
 static int g_exact_cases;
 
 static uint16_t *bits_of(const float *f, int64_t n) {
@@ -238,6 +240,82 @@ static void test_periodic_fill(void) {
     fill_case(4099, 99, 1.f, 1.f);
 }
 
+/* ---- tower attention (kvcache/cuda kvc_tower_attn) ------------------------------------------------------ */
+
+/* Segments of the given lengths, H heads of hd, q/k/v in rows of `row` elements (q | k | v of a fused buffer at
+ * +0, +H·hd, +2H·hd), out rows of `orow`. Reference in f64 from the bf16 inputs; bound per element
+ * B·(|ref| + max|v| of the segment and head): the output's bf16 rounding (≤ B/2 |out|) plus P rounded to bf16
+ * (each weight within B/2, so ≤ B/2 · max|v|). Channels past H·hd of each out row must keep their poison. */
+static void tower_attn_case(int H, int hd, const int *lens, int n_seg, int64_t row, int64_t orow) {
+    int T = 0, max_seg = 0;
+    int32_t cu[17];
+    for (int s = 0; s < n_seg; s++) cu[s] = T, T += lens[s], max_seg = lens[s] > max_seg ? lens[s] : max_seg;
+    cu[n_seg] = T;
+    const int64_t n_in = (int64_t)T * row, n_out = (int64_t)T * orow, D = (int64_t)H * hd;
+    uint16_t *qh = xmalloc(2 * n_in), *oh = xmalloc(2 * n_out);
+    float *qf = xmalloc(4 * n_in), *got = xmalloc(4 * n_out), *ref = xmalloc(4 * n_out);
+    double *tol = xmalloc(8 * n_out), *p = xmalloc(8 * (size_t)(max_seg > 0 ? max_seg : 1));
+    rand_bf16(qh, qf, n_in, 1.5f, 0.1f);
+    const float scale = 1.0f / sqrtf((float)hd);
+    for (int s = 0; s < n_seg; s++)
+        for (int h = 0; h < H; h++) {
+            double vmax = 0;
+            for (int j = cu[s]; j < cu[s + 1]; j++)
+                for (int c = 0; c < hd; c++) vmax = fmax(vmax, fabs(qf[j * row + 2 * D + h * hd + c]));
+            for (int i = cu[s]; i < cu[s + 1]; i++) {
+                double mx = -INFINITY, sum = 0;
+                for (int j = cu[s]; j < cu[s + 1]; j++) {
+                    double d = 0;
+                    for (int c = 0; c < hd; c++) d += (double)qf[i * row + h * hd + c] * qf[j * row + D + h * hd + c];
+                    p[j - cu[s]] = d * scale, mx = fmax(mx, d * scale);
+                }
+                for (int j = 0; j < lens[s]; j++) p[j] = exp(p[j] - mx), sum += p[j];
+                for (int c = 0; c < hd; c++) {
+                    double o = 0;
+                    for (int j = cu[s]; j < cu[s + 1]; j++) o += p[j - cu[s]] * qf[j * row + 2 * D + h * hd + c];
+                    ref[i * orow + h * hd + c] = (float)(o / sum);
+                    tol[i * orow + h * hd + c] = B * (fabs(o / sum) + vmax);
+                }
+            }
+        }
+    uint16_t *dq = dev_buf(qh, 2 * n_in), *dout = dev_buf(NULL, 2 * n_out);
+    int32_t *dcu = dev_buf(cu, 4 * (size_t)(n_seg + 1));
+    TRY(kvc_tower_attn(H, hd, dcu, n_seg, max_seg, dq, dq + D, dq + 2 * D, row, dout, orow, scale, g_stream));
+    TRY(omni_cuda_sync(g_stream));
+    TRY(omni_cuda_d2h(oh, dout, 2 * n_out, g_stream));
+    int64_t poison = 0, n_cmp = 0;
+    for (int64_t i = 0; i < T; i++) {
+        for (int64_t c = 0; c < D; c++) got[n_cmp] = omni_bf16_to_f32(oh[i * orow + c]), ref[n_cmp] = ref[i * orow + c],
+                                        tol[n_cmp] = tol[i * orow + c], n_cmp++;
+        for (int64_t c = D; c < orow; c++) poison += oh[i * orow + c] != 0xffff;
+    }
+    char what[128];
+    snprintf(what, sizeof what, "tower_attn H=%d hd=%d segs=%d T=%d row=%lld orow=%lld", H, hd, n_seg, T,
+             (long long)row, (long long)orow);
+    compare(&g_ops[O_ATTN], what, got, ref, tol, n_cmp);
+    CHECK(poison == 0, "%s: %lld values written past the heads of an out row", what, (long long)poison);
+    dev_done(what, dq, 2 * n_in), dev_done(what, dout, 2 * n_out), dev_done(what, dcu, 4 * (size_t)(n_seg + 1));
+    free(qh), free(oh), free(qf), free(got), free(ref), free(tol), free(p);
+}
+
+static void test_tower_attn(void) {
+    static const int a[] = {1, 63, 64, 65, 130}, b[] = {200}, c[] = {7, 129, 3};
+    tower_attn_case(2, 72, a, 5, 3 * 2 * 72, 2 * 72);              /* the Qwen3-VL head_dim: DP 80 */
+    tower_attn_case(3, 64, c, 3, 3 * 3 * 64 + 8, 3 * 64 + 8);      /* padded rows */
+    tower_attn_case(1, 128, b, 1, 3 * 128, 128);
+    tower_attn_case(2, 80, c, 3, 3 * 2 * 80, 2 * 80);
+    tower_attn_case(3, 8, a, 5, 3 * 3 * 8, 3 * 8);                 /* Omni fixture widths: DP 32 */
+    tower_attn_case(2, 20, c, 3, 3 * 2 * 20, 2 * 20);              /* not a multiple of 8: element loads */
+    tower_attn_case(2, 24, b, 1, 3 * 2 * 24 + 2, 2 * 24 + 2);
+    tower_attn_case(1, 96, a, 5, 3 * 96, 96);                      /* DP 128 with zero channels */
+    CHECK(kvc_tower_attn(2, 130, (int32_t *)g_stream, 1, 4, NULL, NULL, NULL, 780, NULL, 260, 1.f, g_stream) ==
+              OMNI_ERR_USAGE, "head_dim > 128 refused");
+    CHECK(kvc_tower_attn(2, 7, (int32_t *)g_stream, 1, 4, NULL, NULL, NULL, 42, NULL, 14, 1.f, g_stream) ==
+              OMNI_ERR_USAGE, "odd head_dim refused");
+    CHECK(kvc_tower_attn(2, 64, NULL, 0, 0, NULL, NULL, NULL, 384, NULL, 128, 1.f, g_stream) == OMNI_OK,
+          "no segments is a no-op");
+}
+
 /* ---- arguments -------------------------------------------------------------------------------------------- */
 
 static void test_bad_args(void) {
@@ -266,6 +344,7 @@ int main(void) {
     test_rope();
     test_im2col();
     test_periodic_fill();
+    test_tower_attn();
     test_bad_args();
     stats_print(g_ops, O_COUNT);
     printf("(%d exact cases: pos_embed, rope apply, im2col, add_periodic, fill) %.0f ms\n", g_exact_cases,

@@ -1,5 +1,5 @@
 /* hostsim.c - a host simulation of the device API the GPU towers call (kernels/ops_cuda.h: memory, copies, the
- * dense and tower ops, cuBLAS linear; kvcache/kv_cuda.h: kvc_attn_segments), for running the towers' own code
+ * dense and tower ops, cuBLAS linear; kvcache/kv_towers.h: kvc_tower_attn), for running the towers' own code
  * (vision/cuda/tower_cuda.c, audio/cuda/tower_cuda.c) on machines without a GPU (CI).
  *
  * "Device memory" is host memory; new buffers are filled with 0xFF bytes (NaN in bf16) so that a read of a value
@@ -15,7 +15,7 @@
 
 #include "kernels/ops.h"
 #include "kernels/ops_cuda.h"
-#include "kvcache/kv_cuda.h"
+#include "kvcache/kv_towers.h"
 
 struct omni_cuda_ctx {
     int device;
@@ -215,11 +215,11 @@ omni_status omni_cuda_fill_uniform_bf16(uint16_t *y, int64_t n, uint64_t seed, f
 
 /* ---- segment attention ------------------------------------------------------------------------------------- */
 
-omni_status kvc_attn_segments(int n_heads, int head_dim, const int32_t *cu_seg, int n_seg, int max_seg,
-                              const uint16_t *q, const uint16_t *k, const uint16_t *v, int64_t qkv_row, uint16_t *out,
-                              float scale, void *stream) {
-    if (head_dim != 64 && head_dim != 72 && head_dim != 80 && head_dim != 128)
-        return omni_fail(OMNI_ERR_USAGE, "kv cuda segments: %d heads of %d (64, 72, 80, 128)", n_heads, head_dim);
+omni_status kvc_tower_attn(int n_heads, int head_dim, const int32_t *cu_seg, int n_seg, int max_seg,
+                           const uint16_t *q, const uint16_t *k, const uint16_t *v, int64_t qkv_row, uint16_t *out,
+                           int64_t out_row, float scale, void *stream) {
+    if (head_dim <= 0 || head_dim > 128 || head_dim % 2 || out_row < (int64_t)n_heads * head_dim)
+        return omni_fail(OMNI_ERR_USAGE, "kv cuda tower attention: %d heads of %d (even, <= 128)", n_heads, head_dim);
     const int hw = n_heads * head_dim;
     for (int s = 0; s < n_seg; s++) {
         const int t0 = cu_seg[s], n = cu_seg[s + 1] - t0;
@@ -235,7 +235,7 @@ omni_status kvc_attn_segments(int n_heads, int head_dim, const int32_t *cu_seg, 
                 vf[(size_t)t * hw + i] = omni_bf16_to_f32(v[src]);
             }
         op_attention(of, hw, qf, hw, kf, hw, vf, hw, n, n, n_heads, n_heads, head_dim, scale, -1);
-        store_bf16(out + (int64_t)t0 * hw, of, (int64_t)n * hw);
+        for (int t = 0; t < n; t++) store_bf16(out + (int64_t)(t0 + t) * out_row, of + (size_t)t * hw, hw);
         free(qf);
     }
     return OMNI_OK;

@@ -1,5 +1,5 @@
-/* tower_cuda.c - the Qwen3-VL vision tower on the GPU in bf16 (vision_cuda.h), written against kernels/ops_cuda.h
- * and kvcache/kv_cuda.h only (no CUDA types here).
+/* tower_cuda.c - the Qwen3-VL vision tower on the GPU in bf16 (vision_cuda.h), written against kernels/ops_cuda.h,
+ * kernels/dev_layout.h and kvcache/kv_towers.h only (no CUDA types here).
  *
  * Forward over N patches of n images (image i: patches [off_i, off_i + N_i) in merge-block order, grid gh_i x gw_i;
  * D hidden, H heads of hd, I intermediate, M = 4D, O out_hidden; every buffer bf16 unless marked):
@@ -7,8 +7,8 @@
  *   x        += bilinear pos_embed per image                       (fp32 taps, bf16(x + bf16(p)))
  *   cos/sin   = 2D RoPE tables [N, hd] f32 from (row, col)
  *   block:    xn = LN1(x); qkv[N,3D] = xn·Wqkvᵀ + b; RoPE (fp32 math) on the 2H q|k heads of each row;
- *             att = segment attention (one segment per image; head_dim padded through copies when the kernel
- *             lacks it); x += att·Wprojᵀ + b; xn = LN2(x); x += fc2(gelu_tanh(fc1(xn))) in row chunks
+ *             att = segment attention (kvc_tower_attn, one segment per image); x += att·Wprojᵀ + b;
+ *             xn = LN2(x); x += fc2(gelu_tanh(fc1(xn))) in row chunks
  *   deepstack k after block deepstack_index[k]: LN over M of x viewed [N/4, M] -> fc1 -> gelu_erf -> fc2 -> out_k
  *   merger:   LN over D of x, viewed [N/4, M] -> fc1 -> gelu_erf -> fc2 -> out_0
  * The 2x2 merge is a view: the 4 patches of a merged token are consecutive rows. Every linear runs in row chunks of
@@ -20,10 +20,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/dev_layout.h"
 #include "kernels/ops_cuda.h"
-#include "kvcache/kv_cuda.h"
+#include "kvcache/kv_towers.h"
 
-#define ALIGN 256
 #define LN_EPS 1e-6f
 #define RANDOM_STD 0.02f
 
@@ -39,7 +39,6 @@ struct vision_tower_cuda {
     vision_config cfg;
     vision_cuda_params p;
     int K, side, rows;    /* patch row length, pos-embed side, rows per GEMM pass */
-    int dpad;             /* head_dim the attention runs at (hd itself when the kernel takes it) */
     omni_cuda_ctx *ctx;
     void *stream;
     /* weights: one allocation */
@@ -59,7 +58,6 @@ struct vision_tower_cuda {
     float *out_f32;                     /* [P/4, O] download staging */
     float *cos, *sin;                   /* [P, hd] */
     int32_t *row, *col, *cu;            /* [P], [P], [max_images + 1] */
-    uint16_t *qkv_pad, *att_pad;        /* [P, 3H, dpad], [P, H, dpad] when dpad != hd */
     /* the uploaded call */
     int n_img, N, max_seg, ready;
     int *img_off, *img_gh, *img_gw; /* host [max_images] */
@@ -71,27 +69,16 @@ vision_cuda_params vision_cuda_default_params(void) {
     return p;
 }
 
-/* ---- layout: one walk assigns aligned offsets (and pointers when base is set) ------------------------------ */
+/* ---- layout: one walk assigns aligned offsets (and pointers when base is set; kernels/dev_layout.h) ------- */
 
-typedef struct {
-    char *base;
-    size_t off;
-} walker;
+#define TAKE16 OMNI_TAKE16
 
-static void *take(walker *k, size_t bytes) {
-    size_t o = (k->off + ALIGN - 1) / ALIGN * ALIGN;
-    k->off = o + bytes;
-    return k->base ? k->base + o : NULL;
-}
-
-#define TAKE16(k, n) ((uint16_t *)take(k, 2 * (size_t)(n)))
-
-static void walk_weights(vision_tower_cuda *t, walker *k) {
+static void walk_weights(vision_tower_cuda *t, omni_layout *k) {
     const vision_config *c = &t->cfg;
     const size_t D = c->hidden, I = c->intermediate, M = 4 * D, O = c->out_hidden;
     t->patch_w = TAKE16(k, D * t->K), t->patch_b = TAKE16(k, D);
     t->pos_embed = TAKE16(k, (size_t)c->num_position_embeddings * D);
-    t->inv_freq = (float *)take(k, sizeof(float) * (size_t)(c->head_dim / 4));
+    t->inv_freq = (float *)omni_layout_take(k, sizeof(float) * (size_t)(c->head_dim / 4));
     for (int l = 0; l < c->depth; l++) {
         vcb *b = &t->blocks[l];
         b->n1w = TAKE16(k, D), b->n1b = TAKE16(k, D), b->n2w = TAKE16(k, D), b->n2b = TAKE16(k, D);
@@ -109,30 +96,19 @@ static void walk_weights(vision_tower_cuda *t, walker *k) {
     }
 }
 
-static void walk_workspace(vision_tower_cuda *t, walker *k) {
+static void walk_workspace(vision_tower_cuda *t, omni_layout *k) {
     const vision_config *c = &t->cfg;
     const size_t P = (size_t)t->p.max_patches, D = c->hidden, I = c->intermediate, M = 4 * D, O = c->out_hidden;
-    const size_t R = (size_t)t->rows, hd = c->head_dim, H = c->n_heads;
-    t->pix_f32 = (float *)take(k, sizeof(float) * R * t->K);
+    const size_t R = (size_t)t->rows, hd = c->head_dim;
+    t->pix_f32 = (float *)omni_layout_take(k, sizeof(float) * R * t->K);
     t->pix = TAKE16(k, P * t->K);
     t->x = TAKE16(k, P * D), t->xn = TAKE16(k, P * D), t->att = TAKE16(k, P * D), t->qkv = TAKE16(k, P * 3 * D);
     t->mlp = TAKE16(k, R * (I > M ? I : M));
     t->out = TAKE16(k, (size_t)(1 + c->n_deepstack) * (P / 4) * O);
-    t->out_f32 = (float *)take(k, sizeof(float) * (P / 4) * O);
-    t->cos = (float *)take(k, sizeof(float) * P * hd), t->sin = (float *)take(k, sizeof(float) * P * hd);
-    t->row = (int32_t *)take(k, 4 * P), t->col = (int32_t *)take(k, 4 * P);
-    t->cu = (int32_t *)take(k, 4 * (size_t)(t->p.max_images + 1));
-    if (t->dpad != c->head_dim) {
-        t->qkv_pad = TAKE16(k, P * 3 * H * t->dpad);
-        t->att_pad = TAKE16(k, P * H * t->dpad);
-    }
-}
-
-/* The head_dim the segment attention runs at: hd when kvc_attn_segments takes it, else the next one up (zero
- * channels change no score, and the extra output channels are dropped). 0 when none fits. */
-static int attn_head_dim(int hd) {
-    if (hd == 64 || hd == 72 || hd == 80 || hd == 128) return hd;
-    return hd < 64 ? 64 : hd < 80 ? 80 : hd < 128 ? 128 : 0;
+    t->out_f32 = (float *)omni_layout_take(k, sizeof(float) * (P / 4) * O);
+    t->cos = (float *)omni_layout_take(k, sizeof(float) * P * hd), t->sin = (float *)omni_layout_take(k, sizeof(float) * P * hd);
+    t->row = (int32_t *)omni_layout_take(k, 4 * P), t->col = (int32_t *)omni_layout_take(k, 4 * P);
+    t->cu = (int32_t *)omni_layout_take(k, 4 * (size_t)(t->p.max_images + 1));
 }
 
 /* ---- init / free ----------------------------------------------------------------------------------------- */
@@ -153,20 +129,9 @@ static omni_status check_params(const vision_config *c, const vision_cuda_params
     if (p->max_patches <= 0 || p->max_patches % 4 || p->max_images <= 0 || p->row_chunk <= 0)
         return omni_fail(OMNI_ERR_USAGE, "vision tower (GPU): max_patches %d (a positive multiple of 4), max_images "
                          "%d, row_chunk %d", p->max_patches, p->max_images, p->row_chunk);
-    if (!attn_head_dim(c->head_dim))
-        return omni_fail(OMNI_ERR_UNSUPPORTED, "vision tower (GPU): head_dim %d > 128", c->head_dim);
+    if (c->head_dim > 128 || c->head_dim % 2)
+        return omni_fail(OMNI_ERR_UNSUPPORTED, "vision tower (GPU): head_dim %d (even, <= 128)", c->head_dim);
     return OMNI_OK;
-}
-
-/* Allocate one block of `bytes` with a "needs X, Y free" message when it does not fit. */
-static omni_status dev_alloc(void **p, size_t bytes, const char *what) {
-    size_t free_b = 0, total = 0;
-    omni_status st = omni_cuda_mem_info(&free_b, &total);
-    if (st) return st;
-    if (bytes > free_b)
-        return omni_fail(OMNI_ERR_NOMEM, "vision tower (GPU): the %s need %.1f MiB, %.1f MiB of %.1f MiB are free",
-                         what, bytes / 1048576.0, free_b / 1048576.0, total / 1048576.0);
-    return omni_cuda_malloc(p, bytes);
 }
 
 /* Context, host arrays, both device allocations (weights not filled). */
@@ -180,7 +145,6 @@ static omni_status tower_alloc(const vision_config *cfg, const vision_cuda_param
     t->K = cfg->in_channels * cfg->temporal_patch_size * cfg->patch_size * cfg->patch_size;
     t->side = (int)lround(sqrt((double)cfg->num_position_embeddings));
     t->rows = p->row_chunk < p->max_patches ? p->row_chunk : p->max_patches;
-    t->dpad = attn_head_dim(cfg->head_dim);
     const size_t P = (size_t)p->max_patches, NI = (size_t)p->max_images;
     t->blocks = calloc((size_t)cfg->depth, sizeof(vcb));
     t->img_off = malloc(sizeof(int) * NI), t->img_gh = malloc(sizeof(int) * NI), t->img_gw = malloc(sizeof(int) * NI);
@@ -189,7 +153,7 @@ static omni_status tower_alloc(const vision_config *cfg, const vision_cuda_param
         vision_tower_cuda_free(t);
         return omni_fail(OMNI_ERR_NOMEM, "vision tower (GPU): out of host memory");
     }
-    walker kw = {NULL, 0}, ks = {NULL, 0};
+    omni_layout kw = {NULL, 0}, ks = {NULL, 0};
     walk_weights(t, &kw);
     walk_workspace(t, &ks);
     t->wbytes = kw.off, t->wsbytes = ks.off;
@@ -198,22 +162,15 @@ static omni_status tower_alloc(const vision_config *cfg, const vision_cuda_param
     const size_t maxn3 = maxn2 > (size_t)cfg->out_hidden ? maxn2 : (size_t)cfg->out_hidden;
     if (!(st = omni_cuda_ctx_init(&t->ctx, p->device))) t->stream = omni_cuda_ctx_stream(t->ctx);
     if (!st) st = omni_cuda_ctx_reserve(t->ctx, (int64_t)t->rows * (int64_t)maxn3); /* biased-linear scratch */
-    if (!st) st = dev_alloc(&t->wbase, t->wbytes, "weights");
-    if (!st) st = dev_alloc(&t->wsbase, t->wsbytes, "workspace");
+    if (!st) st = omni_cuda_malloc_fit(&t->wbase, t->wbytes, "vision tower (GPU)", "weights");
+    if (!st) st = omni_cuda_malloc_fit(&t->wsbase, t->wsbytes, "vision tower (GPU)", "workspace");
     if (st) {
         vision_tower_cuda_free(t);
         return st;
     }
-    kw = (walker){(char *)t->wbase, 0}, ks = (walker){(char *)t->wsbase, 0};
+    kw = (omni_layout){(char *)t->wbase, 0}, ks = (omni_layout){(char *)t->wsbase, 0};
     walk_weights(t, &kw);
     walk_workspace(t, &ks);
-    if (t->qkv_pad) /* the padding channels stay zero: only the first hd of each head are ever copied in */
-        st = omni_cuda_memset(t->qkv_pad, 0, 2 * P * 3 * cfg->n_heads * t->dpad, t->stream);
-    if (!st) st = omni_cuda_sync(t->stream);
-    if (st) {
-        vision_tower_cuda_free(t);
-        return st;
-    }
     *out = t;
     return OMNI_OK;
 }
@@ -284,8 +241,7 @@ omni_status vision_tower_cuda_init(const vision_tower *cpu, const vision_cuda_pa
 
 /* Fill n values with uniform noise of standard deviation std around mean (std 0: the constant). */
 static omni_status fill(vision_tower_cuda *t, uint16_t *p, size_t n, uint64_t seed, float mean, float std) {
-    const float a = std * 1.7320508f; /* uniform on [-a, a] has standard deviation a / sqrt(3) */
-    return omni_cuda_fill_uniform_bf16(p, (int64_t)n, seed, mean - a, mean + a, t->stream);
+    return omni_cuda_fill_std_bf16(p, n, seed, mean, std, t->stream);
 }
 
 static omni_status random_merger(vision_tower_cuda *t, const vcm *g, size_t nd, uint64_t *k) {
@@ -432,21 +388,9 @@ static omni_status mlp(vision_tower_cuda *t, uint16_t *y, const uint16_t *x, con
 
 /* att [N, D] = per-image segment attention over the rotated qkv rows. */
 static omni_status attention(vision_tower_cuda *t) {
-    const int N = t->N, H = t->cfg.n_heads, hd = t->cfg.head_dim, D = t->cfg.hidden, dp = t->dpad;
-    const float scale = 1.0f / sqrtf((float)hd);
-    if (dp == hd)
-        return kvc_attn_segments(H, hd, t->cu, t->n_img, t->max_seg, t->qkv, t->qkv + D, t->qkv + 2 * D, 3 * D, t->att,
-                                 scale, t->stream);
-    /* heads padded with zero channels: [N·3H rows of hd] -> [N·3H rows of dp], attention, and back */
-    omni_status st = omni_cuda_copy2d(t->qkv_pad, 2 * (size_t)dp, t->qkv, 2 * (size_t)hd, 2 * (size_t)hd,
-                                      (size_t)N * 3 * H, t->stream);
-    if (!st)
-        st = kvc_attn_segments(H, dp, t->cu, t->n_img, t->max_seg, t->qkv_pad, t->qkv_pad + (size_t)H * dp,
-                               t->qkv_pad + (size_t)2 * H * dp, (int64_t)3 * H * dp, t->att_pad, scale, t->stream);
-    if (!st)
-        st = omni_cuda_copy2d(t->att, 2 * (size_t)hd, t->att_pad, 2 * (size_t)dp, 2 * (size_t)hd, (size_t)N * H,
-                              t->stream);
-    return st;
+    const int H = t->cfg.n_heads, hd = t->cfg.head_dim, D = t->cfg.hidden;
+    return kvc_tower_attn(H, hd, t->cu, t->n_img, t->max_seg, t->qkv, t->qkv + D, t->qkv + 2 * D, 3 * D, t->att, D,
+                          1.0f / sqrtf((float)hd), t->stream);
 }
 
 static omni_status run_block(vision_tower_cuda *t, const vcb *b) {

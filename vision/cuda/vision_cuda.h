@@ -10,9 +10,9 @@
  * Weights: one device allocation (bf16, 256-byte aligned tensors). Workspace: one device allocation sized at init
  * for params.max_patches patches (all images of one call together) and max_images images; a call allocates
  * nothing. Per call: pixels f32 are copied to the device and rounded to bf16 there, the forward runs on the tower's
- * stream (cuBLAS GEMMs, kernels/cuda ops, kvcache/cuda's segment attention: each image one segment), outputs come
- * back as f32. Each image of a call is its own attention segment, so one call with several images gives each
- * image what a call of its own gives (up to GEMM summation order).
+ * stream (cuBLAS GEMMs, kernels/cuda ops, kvcache/cuda's tower attention (kvcache/kv_towers.h): each image one
+ * segment), outputs come back as f32. Each image of a call is its own attention segment, so one call with several
+ * images gives each image what a call of its own gives (up to GEMM summation order).
  * The tower holds its own omni_cuda_ctx (stream + cuBLAS handle) on params.device; one thread at a time.
  * Errors: omni_status with omni_last_error(): OMNI_ERR_NOMEM with bytes needed vs free when the weights or the
  * workspace do not fit, OMNI_ERR_INPUT for a call over the sizes of the workspace or a bad grid, OMNI_ERR_RUNTIME
