@@ -181,7 +181,8 @@ omni_status omni_cuda_moe_combine(uint16_t *y, const uint16_t *out, const int32_
                                   const float *sel_w, int T, int k, int H, void *stream);
 
 /* Scratch of omni_cuda_moe_decode (device memory): logits [T·E] f32, sel_e and sel_w [T·k], act [T·k·I] bf16
- * (16-byte aligned), ticket: one unsigned that is 0 before the first call (the calls leave it 0). */
+ * (16-byte aligned), ticket: OMNI_CUDA_MOE_CTL_BYTES of counters, zero before the first call (calls leave them 0). */
+#define OMNI_CUDA_MOE_CTL_BYTES 512
 typedef struct {
     float *logits;
     int32_t *sel_e;
@@ -190,15 +191,23 @@ typedef struct {
     unsigned *ticket;
 } omni_cuda_moe_scratch;
 
-/* The whole block for few tokens (decode) in three kernels, graph-capturable: y[T, H] = MoE(x[T, :]) with the
- * router in fp32 and omni_cuda_moe_route's routing, gate/up rounded to bf16, omni_cuda_swiglu_bf16's SwiGLU, down
- * rounded to bf16 and omni_cuda_moe_combine's sum: the values of the per-entry path up to fp32 summation order.
- * Every weight row an entry needs is streamed once per entry (tokens sharing an expert read it again, from L2).
+/* The whole block for few tokens (decode), graph-capturable: y[T, H] = MoE(x[T, :]) with the router in fp32 and
+ * omni_cuda_moe_route's routing (also left in s->sel_e / s->sel_w), gate/up rounded to bf16,
+ * omni_cuda_swiglu_bf16's SwiGLU, down rounded to bf16 and omni_cuda_moe_combine's sum: the values of the
+ * per-entry path up to fp32 summation order. Every weight row an entry needs is streamed once per entry (tokens
+ * sharing an expert read it again, from L2). One kernel (router, gate/up, down as ordered work items of a grid
+ * of resident blocks) for T·k <= 64 and E <= 512, else omni_cuda_moe_decode_split; both give the same bits.
  * x: [T] rows of stride ldx; router [E, H]; gate_up [E][2I][H]; down [E][H][I]; y: [T, H] bf16, not aliasing x.
- * H, I, ldx multiples of 8, x and the weights 16-byte aligned; 1 <= k <= min(E, 32), T·k <= 65535. */
+ * H, I, ldx multiples of 8, x and the weights 16-byte aligned; 1 <= k <= min(E, 32), T·k <= 65535. One call at
+ * a time per scratch (the counters). */
 omni_status omni_cuda_moe_decode(uint16_t *y, const uint16_t *x, int64_t ldx, const uint16_t *router,
                                  const uint16_t *gate_up, const uint16_t *down, int T, int E, int k, int H, int I,
                                  int norm, const omni_cuda_moe_scratch *s, void *stream);
+/* The same in three kernels (router + routing by the last block; gate/up + SwiGLU; down + combine), any size that
+ * omni_cuda_moe_decode takes (kept for the comparison in tests and omni_bench_moe). */
+omni_status omni_cuda_moe_decode_split(uint16_t *y, const uint16_t *x, int64_t ldx, const uint16_t *router,
+                                       const uint16_t *gate_up, const uint16_t *down, int T, int E, int k, int H,
+                                       int I, int norm, const omni_cuda_moe_scratch *s, void *stream);
 
 /* The whole block for many tokens (prefill): router (f32) and routing as omni_cuda_moe_route, grouping; each
  * expert's first C rows (C = mean + 2 standard deviations of a uniform routing of T·k entries over E, a multiple

@@ -1,7 +1,8 @@
 /* bench_moe.c - benchmark (not a test; test_gpu_llm_ops validates the ops): the sparse MoE block at the Qwen3-Omni
  * thinker's shapes (E 128, k 8, H 2048, I 768), random bf16 weights and random inputs (uniform-ish routing).
- * Decode (T = 1, 4): omni_cuda_moe_decode vs the per-entry path (router linear + route + entry GEMVs + SwiGLU +
- * combine) in the same run, as bytes of the active experts' weights (+ router) over the time, against the copy
+ * Decode (T = 1, 2, 4, 8): omni_cuda_moe_decode (one kernel) vs omni_cuda_moe_decode_split (three kernels) vs
+ * the per-entry path (router linear + route + entry GEMVs + SwiGLU + combine) in the same run, also inside CUDA
+ * graphs (no launch gaps), as bytes of the active experts' weights (+ router) over the time, against the copy
  * bandwidth; prefill (T = 512, 4096): omni_cuda_moe_prefill (batched cuBLAS over a capacity per expert) vs the
  * grouped-kernel path (router, route, grouping, grouped linears, SwiGLU, combine), in TFLOP/s of the expert GEMMs. CUDA events around each call, median of RUNS after warm-up; NBUF different inputs
  * in rotation so that the experts change between calls (one call reads ~76 MB, beyond the 60 MB L2).
@@ -59,6 +60,41 @@ static int g_T;
 static void run_decode(int b) {
     const omni_cuda_moe_scratch sc = {g_lg, g_se, g_sw, g_act, g_ticket};
     CK(omni_cuda_moe_decode(g_y, g_x + (int64_t)b * T_MAX * H, H, g_rw, g_gu, g_dn, g_T, E, KTOP, H, I, 1, &sc, g_s));
+}
+
+static void run_split(int b) {
+    const omni_cuda_moe_scratch sc = {g_lg, g_se, g_sw, g_act, g_ticket};
+    CK(omni_cuda_moe_decode_split(g_y, g_x + (int64_t)b * T_MAX * H, H, g_rw, g_gu, g_dn, g_T, E, KTOP, H, I, 1, &sc,
+                                  g_s));
+}
+
+/* Median ms of one call inside a CUDA graph of NBUF calls (one per input buffer) replayed: no launch gaps, as
+ * the runner's decode graphs. */
+static float graph_ms(void (*fn)(int)) {
+    cudaGraph_t g;
+    cudaGraphExec_t ge;
+    cudaEvent_t a, z;
+    float ms[9];
+    CK(cudaStreamBeginCapture(g_s, cudaStreamCaptureModeThreadLocal));
+    for (int b = 0; b < NBUF; b++) fn(b);
+    CK(cudaStreamEndCapture(g_s, &g));
+    CK(cudaGraphInstantiate(&ge, g, 0));
+    CK(cudaEventCreate(&a));
+    CK(cudaEventCreate(&z));
+    for (int r = 0; r < 2; r++) CK(cudaGraphLaunch(ge, g_s));
+    for (int r = 0; r < 9; r++) {
+        CK(cudaEventRecord(a, g_s));
+        CK(cudaGraphLaunch(ge, g_s));
+        CK(cudaEventRecord(z, g_s));
+        CK(cudaEventSynchronize(z));
+        CK(cudaEventElapsedTime(&ms[r], a, z));
+    }
+    qsort(ms, 9, sizeof(float), bench_cmp_f);
+    CK(cudaEventDestroy(a));
+    CK(cudaEventDestroy(z));
+    CK(cudaGraphExecDestroy(ge));
+    CK(cudaGraphDestroy(g));
+    return ms[4] / NBUF;
 }
 
 static void run_route(int b) {
@@ -163,21 +199,27 @@ int main(void) {
     CK(omni_cuda_malloc((void **)&g_perm, 4 * n));
     CK(omni_cuda_malloc((void **)&g_slot, 4 * n));
     CK(omni_cuda_malloc((void **)&g_off, 4 * (E + 1)));
-    CK(omni_cuda_malloc((void **)&g_ticket, 4));
-    CK(omni_cuda_memset(g_ticket, 0, 4, g_s));
+    CK(omni_cuda_malloc((void **)&g_ticket, OMNI_CUDA_MOE_CTL_BYTES));
+    CK(omni_cuda_memset(g_ticket, 0, OMNI_CUDA_MOE_CTL_BYTES, g_s));
     g_pws_bytes = omni_cuda_moe_prefill_scratch(T_MAX, E, KTOP, H, I);
     CK(omni_cuda_malloc(&g_pws, g_pws_bytes));
     const int dec_t[] = {1, 2, 4, 8};
     for (int i = 0; i < 4; i++) {
         g_T = dec_t[i];
         double md, mx;
+        double ms, mxs;
         max_diff(run_decode, run_entry, &md, &mx);
+        max_diff(run_decode, run_split, &ms, &mxs);
         const double bytes = active_bytes();
         const float td = time_ms(run_decode, NBUF), te = time_ms(run_entry, NBUF), tr = time_ms(run_route, NBUF);
-        printf("decode T=%d: omni_cuda_moe_decode %7.1f us %7.1f GB/s %5.1f%% of copy | per-entry path %7.1f us "
-               "(route %5.1f us) %5.1f%% | %.2fx | %.1f MB | max |diff| %.3g of max |y| %.3g\n",
-               g_T, td * 1e3, bytes / (td * 1e-3) / 1e9, 100 * bytes / (td * 1e-3) / 1e9 / copy_gbs, te * 1e3,
-               tr * 1e3, 100 * bytes / (te * 1e-3) / 1e9 / copy_gbs, te / td, bytes / 1e6, md, mx);
+        const float ts = time_ms(run_split, NBUF), gd = graph_ms(run_decode), gs = graph_ms(run_split);
+#define PCT(t) (100 * bytes / ((t) * 1e-3) / 1e9 / copy_gbs)
+        printf("decode T=%d: one kernel %6.1f us %5.1f%% of copy (graph %6.1f us %5.1f%%) | three kernels %6.1f us "
+               "%5.1f%% (graph %6.1f us %5.1f%%) | per-entry path %6.1f us (route %5.1f us) %5.1f%% | %.1f MB | "
+               "max |diff| vs per-entry %.3g of max |y| %.3g, vs three kernels %.3g\n",
+               g_T, td * 1e3, PCT(td), gd * 1e3, PCT(gd), ts * 1e3, PCT(ts), gs * 1e3, PCT(gs), te * 1e3, tr * 1e3,
+               PCT(te), bytes / 1e6, md, mx, ms);
+#undef PCT
     }
     const int pre_t[] = {512, 4096};
     for (int i = 0; i < 2; i++) {

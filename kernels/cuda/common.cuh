@@ -126,6 +126,30 @@ __device__ __forceinline__ uint4 ld_ro(const uint4 *p) {
 }
 #endif
 
+/* Data that other blocks of the same grid wrote (past L1, which is not coherent; never the .nc path), and the
+ * wait of one thread until *p >= target for a counter that other blocks raise after their writes (acquire: the
+ * caller's later reads see those writes; the rest of its block follows it through a barrier). */
+#ifdef KVC_EMU
+static inline uint4 ld_cg(const uint4 *p) { return *p; }
+static inline void wait_geq(const unsigned *p, unsigned target) {
+    while (*(const volatile unsigned *)p < target) emu::spin("wait_geq (a counter of other blocks)");
+}
+#else
+__device__ __forceinline__ uint4 ld_cg(const uint4 *p) {
+    uint4 v;
+    asm volatile("ld.global.cg.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+    return v;
+}
+__device__ __forceinline__ void wait_geq(const unsigned *p, unsigned target) {
+    for (;;) {
+        unsigned v;
+        asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+        if (v >= target) return;
+        __nanosleep(64);
+    }
+}
+#endif
+
 static inline int ew_blocks(int64_t n) {
     int64_t b = (n + EW_THREADS - 1) / EW_THREADS;
     return (int)(b < EW_MAX_BLOCKS ? b : EW_MAX_BLOCKS);

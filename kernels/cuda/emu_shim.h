@@ -38,6 +38,11 @@ static inline unsigned atomicInc(unsigned *p, unsigned v) {
     *p = o >= v ? 0u : o + 1u;
     return o;
 }
+static inline unsigned atomicExch(unsigned *p, unsigned v) {
+    unsigned o = *p;
+    *p = v;
+    return o;
+}
 static inline unsigned long long atomicAdd(unsigned long long *p, unsigned long long v) {
     unsigned long long o = *p;
     *p = o + v;

@@ -23,8 +23,11 @@ __device__ __forceinline__ bool before(float v, int i, float bv, int bi) { retur
 
 /* The routing of one token by one warp: softmax of l[0..E) in fp32, then round j of the top-k picks the first
  * element (in top-k order) after pick j-1, so no "taken" flags are needed. Lane 0 writes sel_e[0..k), sel_w[0..k).
- * l is volatile: the decode router reads logits that other blocks of its grid wrote. */
-__device__ void route_token(int32_t *sel_e, float *sel_w, const volatile float *l, int E, int k, int norm, int lane) {
+ * l is volatile: the decode router reads logits that other blocks of its grid wrote. pc: NULL, or E floats (shared
+ * memory) that keep the probabilities between the rounds instead of recomputing them (the same values; each lane
+ * reads back only what it wrote). */
+__device__ void route_token(int32_t *sel_e, float *sel_w, const volatile float *l, int E, int k, int norm, int lane,
+                            float *pc = NULL) {
     float mx = -INFINITY;
     for (int e = lane; e < E; e += 32) mx = fmaxf(mx, l[e]);
     for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
@@ -32,13 +35,15 @@ __device__ void route_token(int32_t *sel_e, float *sel_w, const volatile float *
     for (int e = lane; e < E; e += 32) s += expf(l[e] - mx);
     for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
     const float inv = 1.f / s;
+    if (pc)
+        for (int e = lane; e < E; e += 32) pc[e] = expf(l[e] - mx) * inv;
     float pv = INFINITY, w[MOE_MAX_K];
     int pi = -1, idx[MOE_MAX_K];
     for (int j = 0; j < k; j++) {
         float bv = -INFINITY;
         int bi = INT32_MAX;
         for (int e = lane; e < E; e += 32) {
-            float p = expf(l[e] - mx) * inv;
+            const float p = pc ? pc[e] : expf(l[e] - mx) * inv;
             if (before(pv, pi, p, e) && before(p, e, bv, bi)) bv = p, bi = e; /* after the previous pick */
         }
         for (int o = 16; o > 0; o >>= 1) {
@@ -339,10 +344,13 @@ extern "C" omni_status omni_cuda_moe_combine(uint16_t *y, const uint16_t *out, c
 #define DEC_ROUTE_E 512 /* experts up to which the router's last block routes from shared memory */
 
 /* acc[r] = Σ x_r[c] · w_r[c] in fp32 over nc 16-byte chunks for R (w, x) row pairs; every lane gets the sums.
- * CPL chunks per lane and row per pass (lane + 32u); a pass issues its R·CPL weight loads before its FMAs. */
-template <int R, int CPL>
+ * CPL chunks per lane and row per pass (lane + 32u); a pass issues its R·CPL weight loads before its FMAs. Each
+ * lane sums its chunks in ascending order whatever CPL is, so the sums do not depend on CPL. XCG: x was written by
+ * other blocks of the grid (loads past L1). wait (warp-uniform, or NULL): the first pass's weight loads are issued,
+ * then lane 0 waits until *wait >= target (wait_geq) before any x is read. */
+template <int R, int CPL, bool XCG = false>
 __device__ __forceinline__ void warp_dots(float (&acc)[R], const uint16_t *const (&w)[R], const uint16_t *const (&x)[R],
-                                          int nc, int lane) {
+                                          int nc, int lane, const unsigned *wait = NULL, unsigned target = 0) {
 #pragma unroll
     for (int r = 0; r < R; r++) acc[r] = 0.f;
     for (int p0 = 0; p0 < nc; p0 += 32 * CPL) {
@@ -353,12 +361,19 @@ __device__ __forceinline__ void warp_dots(float (&acc)[R], const uint16_t *const
 #pragma unroll
             for (int r = 0; r < R; r++) wv[r][u] = c < nc ? ld_stream((const uint4 *)w[r] + c) : make_uint4(0, 0, 0, 0);
         }
+        if (wait) {
+            if (lane == 0) wait_geq(wait, target);
+            __syncwarp();
+            wait = NULL;
+        }
 #pragma unroll
         for (int u = 0; u < CPL; u++) {
             const int c = p0 + lane + 32 * u;
             if (c < nc) {
 #pragma unroll
-                for (int r = 0; r < R; r++) acc[r] = dot8(acc[r], ld_ro((const uint4 *)x[r] + c), wv[r][u]);
+                for (int r = 0; r < R; r++)
+                    acc[r] = dot8(acc[r], XCG ? ld_cg((const uint4 *)x[r] + c) : ld_ro((const uint4 *)x[r] + c),
+                                  wv[r][u]);
             }
         }
     }
@@ -472,15 +487,16 @@ static int dec_cpl(int nc) {
         OMNI_CUDA_LAUNCHED();                                                                                  \
     } while (0)
 
-extern "C" omni_status omni_cuda_moe_decode(uint16_t *y, const uint16_t *x, int64_t ldx, const uint16_t *router,
-                                            const uint16_t *gate_up, const uint16_t *down, int T, int E, int k, int H,
-                                            int I, int norm, const omni_cuda_moe_scratch *s, void *stream) {
+extern "C" omni_status omni_cuda_moe_decode_split(uint16_t *y, const uint16_t *x, int64_t ldx, const uint16_t *router,
+                                                  const uint16_t *gate_up, const uint16_t *down, int T, int E, int k,
+                                                  int H, int I, int norm, const omni_cuda_moe_scratch *s,
+                                                  void *stream) {
     if (T < 0 || E <= 0 || E > 4096 || k < 1 || k > E || k > MOE_MAX_K || (int64_t)T * k > 65535 || H <= 0 ||
         I <= 0 || H % 8 || I % 8 || ldx % 8 || ldx < H || !is_aligned(x, 16) || !is_aligned(router, 16) ||
         !is_aligned(gate_up, 16) || !is_aligned(down, 16) || !s || !is_aligned(s->act, 16))
         return omni_fail(OMNI_ERR_USAGE,
-                         "%s: T %d E %d k %d H %d I %d ldx %lld (H, I, ldx multiples of 8, 16-byte aligned rows)",
-                         __func__, T, E, k, H, I, (long long)ldx);
+                         "omni_cuda_moe_decode: T %d E %d k %d H %d I %d ldx %lld (H, I, ldx multiples of 8, 16-byte "
+                         "aligned rows)", T, E, k, H, I, (long long)ldx);
     if (T == 0) return OMNI_OK;
     cudaStream_t st = (cudaStream_t)stream;
     const int ch = dec_cpl(H / 8), ci = dec_cpl(I / 8);
@@ -491,6 +507,173 @@ extern "C" omni_status omni_cuda_moe_decode(uint16_t *y, const uint16_t *x, int6
     DEC_LAUNCH(moe_dec_down_kernel, ci, dim3((H + DEC_WARPS - 1) / DEC_WARPS, T), y, s->act, down, s->sel_e,
                s->sel_w, k, H, I);
     return OMNI_OK;
+}
+
+/* ---- decode: the whole block in one kernel ---------------------------------------------------------------------
+ * A grid of at most the resident blocks takes numbered items from a ticket (ctl[0]) in order: the router rows
+ * (n_r = ceil(E / DEC_WARPS) items, a warp per expert row as moe_dec_router_kernel), then gate/up + SwiGLU
+ * (T·k·ceil(I / DEC_WARPS) items, a warp per (entry, column) as moe_dec_gate_up_kernel), then down + combine
+ * (T·ceil(H / DEC_WARPS) items, a warp per (token, hidden row) as moe_dec_down_kernel). Every warp of an item
+ * counts itself done after its writes (fence, then ctl[1] for router rows, ctl[2] for gate/up columns). A block
+ * routes every token itself (from the f32 logits into shared memory) before its first gate/up or down item, once
+ * ctl[1] says all logits are there; a down warp issues its first weight loads, then waits for ctl[2] (all gate/up
+ * columns), so the weight stream goes on across the phase change. Tickets go to running blocks in order and an
+ * item only waits for lower tickets, so no residency assumption is needed (graphs, other streams). The last
+ * block to leave (ctl[3]) zeroes the counters for the next call. The values are the three-kernel path's bits.
+ * ctl[c] is word c·CTL_STRIDE of the scratch's ticket (OMNI_CUDA_MOE_CTL_BYTES). */
+
+#define FUSED_MAX_ENTRIES 64 /* T·k up to which the fused kernel runs (routing kept in shared memory) */
+#define CTL_STRIDE 32        /* words between the counters: one 128-byte line each (polls beside atomics) */
+static_assert(4 * (3 * CTL_STRIDE + 1) <= OMNI_CUDA_MOE_CTL_BYTES, "the four counters fit the scratch's ticket");
+#define FUSED_MIN_BLOCKS 2   /* resident blocks per SM asked of ptxas (<= 128 registers) */
+
+template <int CH, int CI>
+__global__ void __launch_bounds__(DEC_WARPS * 32, FUSED_MIN_BLOCKS)
+moe_dec_fused_kernel(uint16_t *y, const uint16_t *x, int64_t ldx, const uint16_t *wr, const uint16_t *wgu,
+                     const uint16_t *wd, float *logits, int32_t *g_sel_e, float *g_sel_w, uint16_t *act,
+                     unsigned *ctl, int T, int E, int k, int H, int I, int norm) {
+    __shared__ float s_p[DEC_WARPS][DEC_ROUTE_E];
+    __shared__ int s_e[FUSED_MAX_ENTRIES], s_ord[FUSED_MAX_ENTRIES];
+    __shared__ float s_w[FUSED_MAX_ENTRIES];
+    __shared__ int s_item[2];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int n_r = (E + DEC_WARPS - 1) / DEC_WARPS, n_gc = (I + DEC_WARPS - 1) / DEC_WARPS;
+    const int n_g = T * k * n_gc, n_hc = (H + DEC_WARPS - 1) / DEC_WARPS, total = n_r + n_g + T * n_hc;
+    if (threadIdx.x == 0) s_item[0] = (int)atomicAdd(&ctl[0], 1u);
+    __syncthreads();
+    int item = s_item[0], par = 0;
+    bool routed = false, gu_seen = false;
+    while (item < total) {
+        unsigned next = 0;
+        if (threadIdx.x == 0) next = atomicAdd(&ctl[0], 1u); /* the next item's ticket, in flight meanwhile */
+        if (item < n_r) { /* router: expert row e against every token, f32 logits */
+            const int e = item * DEC_WARPS + warp;
+            if (e < E) {
+                const uint16_t *const w[1] = {wr + (int64_t)e * H};
+                for (int t = 0; t < T; t++) {
+                    const uint16_t *const xr[1] = {x + (int64_t)t * ldx};
+                    float acc[1];
+                    warp_dots<1, CH>(acc, w, xr, H / 8, lane);
+                    if (lane == 0) logits[(int64_t)t * E + e] = acc[0];
+                }
+            }
+            if (lane == 0) {
+                __threadfence();
+                atomicAdd(&ctl[CTL_STRIDE], 1u);
+            }
+        } else {
+            if (!routed) { /* block-uniform: every token's routing and its ascending expert order */
+                if (threadIdx.x == 0) wait_geq(&ctl[CTL_STRIDE], (unsigned)(n_r * DEC_WARPS));
+                __syncthreads();
+                for (int t = warp; t < T; t += DEC_WARPS) {
+                    route_token(s_e + t * k, s_w + t * k, logits + (int64_t)t * E, E, k, norm, lane, s_p[warp]);
+                    __syncwarp();
+                    if (lane == 0)
+                        for (int j = 0; j < k; j++) { /* insertion sort, k <= 32 */
+                            int q = j;
+                            while (q > 0 && s_e[t * k + s_ord[t * k + q - 1]] > s_e[t * k + j])
+                                s_ord[t * k + q] = s_ord[t * k + q - 1], q--;
+                            s_ord[t * k + q] = j;
+                        }
+                    if (item == n_r && lane < k) /* the first gate/up item publishes the routing */
+                        g_sel_e[t * k + lane] = s_e[t * k + lane], g_sel_w[t * k + lane] = s_w[t * k + lane];
+                    __syncwarp();
+                }
+                __syncthreads();
+                routed = true;
+            }
+            if (item < n_r + n_g) { /* gate/up + SwiGLU of entry j, column i */
+                const int it = item - n_r, j = it / n_gc, i = (it % n_gc) * DEC_WARPS + warp;
+                if (i < I) {
+                    const uint16_t *wg = wgu + ((int64_t)s_e[j] * 2 * I + i) * H, *xr = x + (int64_t)(j / k) * ldx;
+                    const uint16_t *const w[2] = {wg, wg + (int64_t)I * H}, *const xs[2] = {xr, xr};
+                    float acc[2];
+                    warp_dots<2, CH>(acc, w, xs, H / 8, lane);
+                    if (lane == 0) {
+                        const float g = bf(acc[0]), u = bf(acc[1]);
+                        st_bf(act, (int64_t)j * I + i, bf(g / (1.f + expf(-g))) * u);
+                    }
+                }
+                if (lane == 0) {
+                    __threadfence();
+                    atomicAdd(&ctl[2 * CTL_STRIDE], 1u);
+                }
+            } else { /* down + combine of token t, hidden row h */
+                const int it = item - n_r - n_g, t = it / n_hc, h = (it % n_hc) * DEC_WARPS + warp;
+                if (h < H) {
+                    const int *se = s_e + t * k, *so = s_ord + t * k;
+                    float acc = 0.f;
+                    for (int j0 = 0; j0 < k; j0 += DEC_KG) {
+                        const uint16_t *w[DEC_KG], *xs[DEC_KG];
+#pragma unroll
+                        for (int q = 0; q < DEC_KG; q++) { /* past k: entry j0 again (loaded, not summed) */
+                            const int j = so[j0 + q < k ? j0 + q : j0];
+                            w[q] = wd + ((int64_t)se[j] * H + h) * I;
+                            xs[q] = act + ((int64_t)t * k + j) * I;
+                        }
+                        float o[DEC_KG];
+                        warp_dots<DEC_KG, CI, true>(o, w, xs, I / 8, lane, gu_seen ? NULL : &ctl[2 * CTL_STRIDE],
+                                                    (unsigned)(n_g * DEC_WARPS));
+                        gu_seen = true;
+#pragma unroll
+                        for (int q = 0; q < DEC_KG; q++)
+                            if (j0 + q < k) acc = bf(acc + bf(bf(o[q]) * s_w[t * k + so[j0 + q]]));
+                    }
+                    if (lane == 0) st_bf(y, (int64_t)t * H + h, acc);
+                }
+            }
+        }
+        par ^= 1;
+        if (threadIdx.x == 0) s_item[par] = (int)next; /* the slot last read an item ago (one barrier per item) */
+        __syncthreads();
+        item = s_item[par];
+    }
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0 && atomicAdd(&ctl[3 * CTL_STRIDE], 1u) == gridDim.x - 1) /* the last block out: reset */
+        for (int c = 0; c < 4; c++) atomicExch(&ctl[c * CTL_STRIDE], 0u);
+}
+
+/* Resident blocks of the fused kernel on this device (the grid's cap), 0 with the error set. */
+template <int CH, int CI> static int fused_blocks(void) {
+    int dev = 0, sms = 0, per = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, (const void *)moe_dec_fused_kernel<CH, CI>,
+                                                      DEC_WARPS * 32, 0) != cudaSuccess)
+        return 0;
+    return sms * (per > 0 ? per : 1);
+}
+
+template <int CH, int CI>
+static omni_status fused_launch(uint16_t *y, const uint16_t *x, int64_t ldx, const uint16_t *router,
+                                const uint16_t *gate_up, const uint16_t *down, int T, int E, int k, int H, int I,
+                                int norm, const omni_cuda_moe_scratch *s, cudaStream_t st) {
+    const int64_t n_r = (E + DEC_WARPS - 1) / DEC_WARPS, n_gc = (I + DEC_WARPS - 1) / DEC_WARPS;
+    const int64_t total = n_r + (int64_t)T * k * n_gc + (int64_t)T * ((H + DEC_WARPS - 1) / DEC_WARPS); /* items */
+    const int cap = fused_blocks<CH, CI>();
+    if (cap <= 0) return omni_fail(OMNI_ERR_RUNTIME, "omni_cuda_moe_decode: occupancy query failed");
+    const int grid = (int)(total < cap ? total : cap);
+    omni_launch(moe_dec_fused_kernel<CH, CI>, grid, DEC_WARPS * 32, 0, st, y, x, ldx, router, gate_up, down, s->logits,
+                s->sel_e, s->sel_w, s->act, s->ticket, T, E, k, H, I, norm);
+    OMNI_CUDA_LAUNCHED();
+    return OMNI_OK;
+}
+
+extern "C" omni_status omni_cuda_moe_decode(uint16_t *y, const uint16_t *x, int64_t ldx, const uint16_t *router,
+                                            const uint16_t *gate_up, const uint16_t *down, int T, int E, int k, int H,
+                                            int I, int norm, const omni_cuda_moe_scratch *s, void *stream) {
+    if (T < 1 || (int64_t)T * k > FUSED_MAX_ENTRIES || E > DEC_ROUTE_E || k < 1 || k > E || k > MOE_MAX_K || H <= 0 ||
+        I <= 0 || H % 8 || I % 8 || ldx % 8 || ldx < H || !is_aligned(x, 16) || !is_aligned(router, 16) ||
+        !is_aligned(gate_up, 16) || !is_aligned(down, 16) || !s || !is_aligned(s->act, 16))
+        return omni_cuda_moe_decode_split(y, x, ldx, router, gate_up, down, T, E, k, H, I, norm, s, stream);
+    cudaStream_t st = (cudaStream_t)stream;
+    const bool wide_h = H / 8 > 128, wide_i = I / 8 > 64; /* chunks per lane: 4 or 8 (gate/up), 2 or 4 (down) */
+    if (wide_h)
+        return wide_i ? fused_launch<8, 4>(y, x, ldx, router, gate_up, down, T, E, k, H, I, norm, s, st)
+                      : fused_launch<8, 2>(y, x, ldx, router, gate_up, down, T, E, k, H, I, norm, s, st);
+    return wide_i ? fused_launch<4, 4>(y, x, ldx, router, gate_up, down, T, E, k, H, I, norm, s, st)
+                  : fused_launch<4, 2>(y, x, ldx, router, gate_up, down, T, E, k, H, I, norm, s, st);
 }
 
 /* ---- prefill: batched GEMMs over a fixed capacity per expert, the grouped kernel for the overflow ----------------

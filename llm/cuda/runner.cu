@@ -157,7 +157,7 @@ static size_t carve_ws(llm_cuda *r, char *base) {
         r->moe.sel_e = (int32_t *)carve(&c, 4 * n);
         r->moe.sel_w = (float *)carve(&c, 4 * n);
         r->moe.act = (uint16_t *)carve(&c, 2 * n * r->I);
-        r->moe.ticket = (unsigned *)carve(&c, 4);
+        r->moe.ticket = (unsigned *)carve(&c, OMNI_CUDA_MOE_CTL_BYTES);
         r->moe_ws_bytes = omni_cuda_moe_prefill_scratch(r->T_max, r->E, r->K, r->H, r->I);
         r->moe_ws = carve(&c, r->moe_ws_bytes);
     } else {
@@ -253,7 +253,7 @@ static omni_status init_common(llm_cuda *r, size_t weight_bytes) {
         return st;
     if ((st = omni_cuda_malloc(&r->ws, r->ws_bytes))) return st;
     carve_ws(r, (char *)r->ws);
-    if (r->E) OMNI_CUDA_TRY(cudaMemset(r->moe.ticket, 0, 4));
+    if (r->E) OMNI_CUDA_TRY(cudaMemset(r->moe.ticket, 0, OMNI_CUDA_MOE_CTL_BYTES));
     void *pin = NULL;
     OMNI_CUDA_TRY(cudaHostAlloc(&pin, carve_pinned(r, NULL), cudaHostAllocDefault));
     carve_pinned(r, (char *)pin);
@@ -673,7 +673,7 @@ static omni_status mlp_moe_forced(llm_cuda *r, int l, const lcw_layer *L, int T)
 static omni_status mlp_moe(llm_cuda *r, int l, const lcw_layer *L, int T) {
     const int H = r->H, I = r->I, E = r->E, K = r->K;
     if (r->force_T) return mlp_moe_forced(r, l, L, T);
-    if (T * K <= ENTRY_MAX) /* router, gate/up + SwiGLU, down + combine: three kernels */
+    if (T * K <= ENTRY_MAX) /* router, gate/up + SwiGLU, down + combine: one kernel (three past its limits) */
         OP(r, P_EXPERTS, omni_cuda_moe_decode(r->hb, r->ha, H, L->router, L->gate_up, L->down, T, E, K, H, I,
                                               r->norm_topk, &r->moe, r->s));
     else

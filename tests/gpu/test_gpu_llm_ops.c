@@ -353,14 +353,24 @@ static void moe_case(int T, int E, int k, int H, int I, int norm, int path, int 
     int32_t *dsel = dev_buf(NULL, 4 * (size_t)nE), *doff = dev_buf(NULL, 4 * (size_t)(E + 1));
     int32_t *dperm = dev_buf(NULL, 4 * (size_t)nE), *dslot = dev_buf(NULL, 4 * (size_t)nE);
     float *dw = dev_buf(NULL, 4 * (size_t)nE);
-    unsigned *dticket = dev_buf(NULL, 4);
-    uint16_t *yh = xmalloc(2 * (size_t)T * H), *yh2 = xmalloc(2 * (size_t)T * H);
-    if (decode) { /* twice: the second call must find the ticket reset and give the same bits */
+    unsigned *dticket = dev_buf(NULL, OMNI_CUDA_MOE_CTL_BYTES);
+    uint16_t *yh = xmalloc(2 * (size_t)T * H), *yh2 = xmalloc(2 * (size_t)T * H), *yh3 = xmalloc(2 * (size_t)T * H);
+    unsigned ctl[OMNI_CUDA_MOE_CTL_BYTES / 4];
+    if (decode) { /* the three-kernel path, then omni_cuda_moe_decode twice: the counters must come back to zero
+                   * and every call give the same bits; the routing checked below is the last call's (poisoned
+                   * before it) */
         const omni_cuda_moe_scratch sc = {dlg, dsel, dw, dact, dticket};
-        TRY(omni_cuda_memset(dticket, 0, 4, g_stream));
+        TRY(omni_cuda_memset(dticket, 0, OMNI_CUDA_MOE_CTL_BYTES, g_stream));
+        TRY(omni_cuda_moe_decode_split(dy, dx, H, drw, dgu, ddn, T, E, k, H, I, norm, &sc, g_stream));
+        TRY(omni_cuda_d2h(yh3, dy, 2 * (size_t)T * H, g_stream));
+        TRY(omni_cuda_memset(dy, 0xff, 2 * (size_t)T * H, g_stream));
         TRY(omni_cuda_moe_decode(dy, dx, H, drw, dgu, ddn, T, E, k, H, I, norm, &sc, g_stream));
         TRY(omni_cuda_d2h(yh2, dy, 2 * (size_t)T * H, g_stream));
+        TRY(omni_cuda_memset(dy, 0xff, 2 * (size_t)T * H, g_stream));
+        TRY(omni_cuda_memset(dsel, 0xff, 4 * (size_t)nE, g_stream));
+        TRY(omni_cuda_memset(dw, 0xff, 4 * (size_t)nE, g_stream));
         TRY(omni_cuda_moe_decode(dy, dx, H, drw, dgu, ddn, T, E, k, H, I, norm, &sc, g_stream));
+        TRY(omni_cuda_d2h(ctl, dticket, sizeof ctl, g_stream));
     } else if (prefill) { /* scratch starts as NaN, canary behind it; twice (reuse; rows may change path: no bits) */
         size_t sb = omni_cuda_moe_prefill_scratch(T, E, k, H, I);
         void *ws = dev_buf(NULL, sb);
@@ -401,8 +411,13 @@ static void moe_case(int T, int E, int k, int H, int I, int norm, int path, int 
     snprintf(what, sizeof what, "moe T=%d E=%d k=%d H=%d I=%d norm=%d %s%s", T, E, k, H, I, norm,
              decode ? "decode" : prefill ? "prefill" : grouped ? "grouped" : "entry",
              router == 2 ? " skewed" : router && !whole ? " router" : "");
-    if (decode)
+    if (decode) {
         CHECK(memcmp(yh, yh2, 2 * (size_t)T * H) == 0, "%s: a second call gives other bits (the ticket?)", what);
+        CHECK(memcmp(yh, yh3, 2 * (size_t)T * H) == 0, "%s: one kernel and three kernels give other bits", what);
+        int nz = 0;
+        for (int c = 0; c < OMNI_CUDA_MOE_CTL_BYTES / 4; c++) nz += ctl[c] != 0;
+        CHECK(nz == 0, "%s: %d decode counters left non-zero", what, nz);
+    }
     /* routing */
     host_route(lgf, T, E, k, norm, hsel, hw);
     int64_t esel = 0, ew = 0;
@@ -493,13 +508,15 @@ static void moe_case(int T, int E, int k, int H, int I, int norm, int path, int 
     }
     CHECK(cdiff == 0, "%s: combine differs from the bf16 expert-order sum in %lld elements", what, (long long)cdiff);
     g_exact_cases += !whole;
-    dev_done(what, dticket, 4), dev_done(what, dgu, gub), dev_done(what, ddn, dnb), dev_done(what, dx, 2 * (size_t)T * H);
+    dev_done(what, dticket, OMNI_CUDA_MOE_CTL_BYTES), dev_done(what, dgu, gub), dev_done(what, ddn, dnb);
+    dev_done(what, dx, 2 * (size_t)T * H);
     dev_done(what, dlg, 4 * (size_t)T * E), dev_done(what, drw, 2 * (size_t)E * H), dev_done(what, dgo, 2 * (size_t)nE * 2 * I);
     dev_done(what, dact, 2 * (size_t)nE * I), dev_done(what, dout, 2 * (size_t)nE * H);
     dev_done(what, dy, 2 * (size_t)T * H), dev_done(what, dsel, 4 * (size_t)nE), dev_done(what, doff, 4 * (size_t)(E + 1));
     dev_done(what, dperm, 4 * (size_t)nE), dev_done(what, dslot, 4 * (size_t)nE), dev_done(what, dw, 4 * (size_t)nE);
     free(guh), free(dnh), free(xh), free(rwh), free(rwf), free(guf), free(dnf), free(xf), free(lgf), free(sel), free(hsel);
-    free(off), free(perm), free(slot), free(w), free(hw), free(y), free(outh), free(yh), free(yh2), free(g), free(a), free(o);
+    free(off), free(perm), free(slot), free(w), free(hw), free(y), free(outh), free(yh), free(yh2), free(yh3), free(g);
+    free(a), free(o);
     free(oa), free(aa), free(absw), free(tol), free(got);
 }
 
@@ -619,6 +636,12 @@ static void test_moe(void) {
     /* decode at Omni's matrix sizes (k 8, H 2048, I 768; 32 experts) with 1 and 3 tokens; K = 40 (one partial pass) */
     if (!g_short) moe_case(1, 32, 8, 2048, 768, 1, MOE_DECODE, 1), moe_case(3, 32, 8, 2048, 768, 0, MOE_DECODE, 1);
     moe_case(4, 12, 5, 40, 264, 1, MOE_DECODE, 1);
+    /* the one-kernel decode at its edges: gate/up rows in two passes (H / 8 = 257), down rows in two passes
+     * (I / 8 = 129), 13 tokens (more than the block's warps route at once), 64 entries and 512 experts (its
+     * limits); 520 experts and 76 entries take the three kernels */
+    moe_case(1, 4, 2, 2056, 72, 1, MOE_DECODE, 1), moe_case(3, 4, 3, 64, 1032, 0, MOE_DECODE, 1);
+    moe_case(13, 8, 4, 48, 32, 1, MOE_DECODE, 1), moe_case(8, 64, 8, 136, 72, 0, MOE_DECODE, 1);
+    moe_case(2, 512, 3, 1032, 40, 1, MOE_DECODE, 1), moe_case(1, 520, 2, 64, 48, 1, MOE_DECODE, 1);
     CHECK(omni_cuda_moe_route(NULL, NULL, NULL, 1, 8, 9, 1, g_stream) == OMNI_ERR_USAGE, "k > E refused");
     CHECK(omni_cuda_moe_grouped_linear(NULL, NULL, 12, NULL, NULL, NULL, 8, 1, 8, 12, g_stream) == OMNI_ERR_USAGE,
           "K %% 8 refused");

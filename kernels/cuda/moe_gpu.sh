@@ -1,0 +1,65 @@
+#!/bin/bash
+# moe_gpu.sh - the decode MoE work of issue 9 on the H200 in one command, from binaries packed here by
+# kernels/cuda/h200_run.sh (build/dev: test_gpu_llm_ops, omni_bench_moe, omni_bench_llm_cuda, lib.tar.xz).
+#   here:    kernels/cuda/h200_run.sh pack build
+#   device:  OUT=$OUT bash kernels/cuda/moe_gpu.sh build [tests] [racecheck] [bench] [omni] [ncu]   (repo root)
+# tests: test_gpu_llm_ops (every op vs its C reference; the MoE decode one kernel vs three kernels bit for bit),
+#        then test_gpu_llm_ops --short under compute-sanitizer memcheck; racecheck: the same under racecheck;
+# bench: omni_bench_moe (decode T = 1/2/4/8: one kernel vs three kernels vs per-entry, eager and in graphs;
+#        prefill); omni: omni_bench_llm_cuda on the Omni-30B-A3B config at bs1/4K (random weights made on the
+#        device); ncu: one launch of the one-kernel decode at T = 1 under Nsight Compute (clocks left alone).
+# Logs: $OUT/moe_tests.log, moe_sanitizer.log, bench_moe.log, omni30b.log (+ .csv), ncu_moe.log. Each step has
+# its own time cap; one summary line per step on stdout.
+set -u
+B=${1:?build dir}
+shift
+D=$B/dev
+OUT=${OUT:-/tmp}
+mkdir -p "$OUT" /tmp/omni_lib && tar -C /tmp/omni_lib -xJf "$D/lib.tar.xz"
+CUDALIB=$(dirname "$(find /usr/local /usr/lib /opt -name 'libcublas.so.13' 2>/dev/null | head -1)")
+export LD_LIBRARY_PATH=/tmp/omni_lib/lib:$CUDALIB:${LD_LIBRARY_PATH:-} OMP_WAIT_POLICY=passive
+export OMNI_FIXTURES_DIR=${OMNI_FIXTURES_DIR:-$PWD/tests/fixtures}
+T0=$(date +%s)
+el() { echo "== $1 at $(($(date +%s) - T0)) s"; }
+nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,utilization.gpu,memory.used --format=csv,noheader
+for step in "$@"; do
+    case $step in
+    tests)
+        el tests
+        timeout 150 "$D/test_gpu_llm_ops" > "$OUT/moe_tests.log" 2>&1
+        echo "test_gpu_llm_ops rc=$? $(grep -E '^[0-9]+ passed' "$OUT/moe_tests.log" | tail -1)"
+        grep -E "FAIL|FATAL" "$OUT/moe_tests.log" | head -10
+        ;&
+    racecheck)
+        tools=memcheck
+        [ "$step" = racecheck ] && tools=racecheck
+        for tool in $tools; do
+            timeout 200 compute-sanitizer --tool $tool --report-api-errors no "$D/test_gpu_llm_ops" --short \
+                > /tmp/moe_san.log 2>&1
+            rc=$?
+            { echo "==== $tool rc=$rc"; cat /tmp/moe_san.log; } >> "$OUT/moe_sanitizer.log"
+            echo "$tool test_gpu_llm_ops --short rc=$rc $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' /tmp/moe_san.log | head -1) $(grep -E '^[0-9]+ passed' /tmp/moe_san.log | tail -1)"
+        done ;;
+    bench)
+        el bench
+        timeout 90 "$D/omni_bench_moe" > "$OUT/bench_moe.log" 2>&1
+        echo "omni_bench_moe rc=$?"
+        cut -c1-260 "$OUT/bench_moe.log" ;;
+    omni)
+        el omni
+        timeout 60 "$D/omni_bench_llm_cuda" assets/configs/Qwen3-Omni-30B-A3B-Instruct --ctx 4096 --prefill 4096 \
+            --label Omni-30B-A3B --csv "$OUT/omni30b.csv" > "$OUT/omni30b.log" 2>&1
+        echo "omni_bench_llm_cuda rc=$?"
+        grep -E "decode|prefill|split|peak|roofline" "$OUT/omni30b.log" | cut -c1-260 | head -12 ;;
+    ncu)
+        el ncu
+        timeout 120 ncu --clock-control none -k regex:moe_dec_fused --launch-skip 12 --launch-count 1 \
+            --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats \
+            --section WarpStateStats --section SchedulerStats "$D/omni_bench_moe" > "$OUT/ncu_moe.log" 2>&1
+        echo "ncu rc=$?"
+        grep -E "Duration|DRAM Throughput|Memory Throughput|Achieved Occupancy|Registers|Grid Size|Stall|Eligible" \
+            "$OUT/ncu_moe.log" | head -24 ;;
+    *) echo "unknown step $step" ;;
+    esac
+done
+el end
