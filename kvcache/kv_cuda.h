@@ -130,6 +130,19 @@ omni_status kvc_prefill(const kv_layer_view *v, int n_seq, const int32_t *slots,
                         const uint16_t *q, const uint16_t *k, const uint16_t *vv, uint16_t *out, int n_q_heads,
                         float scale, void *stream);
 
+/* kvc_prefill with a dequantization scratch, for quantized layers (the same result, bit for bit; faster when
+ * chunks are long): first one kernel dequantizes, once, the packed history blocks of every entry whose chunk spans
+ * more than one tile of 64 query rows (more than 64 / group tokens: its history is read by every tile) into hist, as
+ * f16 rows, entries in batch order while they fit in hist_tokens tokens (an entry takes 32 * its packed blocks);
+ * the prefill kernel then reads those rows instead of dequantizing each block in every tile. Entries that do not
+ * fit dequantize in the tiles as in kvc_prefill. A bf16 layer (or hist NULL / hist_tokens 0) is kvc_prefill.
+ * hist: device, 16-byte aligned, kvc_prefill_hist_bytes(Hkv, D, hist_tokens) bytes (2 * Hkv * D f16 per token),
+ * written by this call only (one scratch serves every layer of a step: calls on one stream run in order). */
+omni_status kvc_prefill_hist(const kv_layer_view *v, int n_seq, const int32_t *slots, const int32_t *cu_q, int max_q,
+                             const uint16_t *q, const uint16_t *k, const uint16_t *vv, uint16_t *out, int n_q_heads,
+                             float scale, uint16_t *hist, int64_t hist_tokens, void *stream);
+size_t kvc_prefill_hist_bytes(int n_kv_heads, int head_dim, int64_t tokens);
+
 /* Non-causal attention within segments (vision / audio towers): tokens [cu_seg[i], cu_seg[i+1]) form segment i;
  * each query attends to all tokens of its segment, head by head (no GQA). q, k, v: device bf16 rows of
  * qkv_row elements per token, head h at + h * head_dim (a fused qkv buffer works: pass its three bases);

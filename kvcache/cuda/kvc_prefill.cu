@@ -16,7 +16,12 @@
  * Rotation (OScaR): the history is stored as H k, H v: its scores use q~ = H q and its values accumulate in the
  * rotated basis; before the chunk, each warp turns its accumulators into the plain basis in registers (o <- H o:
  * butterflies within a lane and across lanes with shuffles), and the chunk's keys/values enter unrotated with q.
- * Launch shape: (ceil(max_q * gs / 64) tiles, n_seq * Hkv), independent of the history lengths. */
+ * Launch shape: (ceil(max_q * gs / 64) tiles, n_seq * Hkv), independent of the history lengths.
+ * kvc_prefill_hist: every tile of an entry reads the entry's whole history, so a packed history dequantized in the
+ * tiles costs ceil(n_new * gs / 64) times the dequantization work per KV head (an 8K-token chunk of Qwen3-VL-8B:
+ * 512 times), SIMT work that made int2 prefill ~5x slower than bf16. A first kernel dequantizes each such entry's
+ * packed blocks once into a scratch of f16 rows (same formula, same f16 values: kvp_deq) and the tiles then copy
+ * rows as for bf16 pages; entries past the scratch dequantize in the tiles. */
 #include "kvc_common.cuh"
 #include "kvc_ptx.cuh"
 
@@ -41,7 +46,9 @@ struct kvp_args {
     uint16_t *out;
     int64_t q_row, kv_row, o_row; /* elements between consecutive tokens */
     int Hq, Hkv, gs, causal, D;
-    float qscale; /* softmax scale * log2(e), applied to the f32 scores */
+    float qscale;   /* softmax scale * log2(e), applied to the f32 scores */
+    uint16_t *hist; /* kvc_prefill_hist: dequantized history scratch (f16), or NULL */
+    int64_t hist_cap; /* its tokens */
 };
 
 /* Shared memory: Q variants [64][DS] (bf16 hi / lo of the history query, f16 of it, bf16 chunk query), K and V
@@ -120,10 +127,53 @@ __device__ void kvp_tile_rows(uint16_t (*dst)[DP + 8], const uint16_t *src, int6
     }
 }
 
+/* The packed key / value blocks of history block b < nq of a slot and KV head, with their scales, mins, norms and
+ * (block 0) the sink rows of the raw page. */
+struct kvp_block {
+    const uint8_t *kb, *vb;
+    const uint16_t *ksc, *kmn, *knr, *vsc, *vmn, *sk, *sv;
+    int S; /* sink tokens in this block */
+};
+
+__device__ __forceinline__ kvp_block kvp_block_of(const kv_layer_view &v, int slot, int kvh, int b) {
+    const int D = v.head_dim;
+    kvp_block q;
+    const int32_t p = kv_view_quant_page(&v, slot, b);
+    q.kb = kv_view_quant_block(&v, p, kvh, 0), q.vb = kv_view_quant_block(&v, p, kvh, 1);
+    q.ksc = (const uint16_t *)(q.kb + kv_key_scale_off(D, v.kbits)), q.kmn = q.ksc + D, q.knr = q.kmn + D;
+    q.vsc = (const uint16_t *)(q.vb + kv_value_scale_off(D, v.vbits)), q.vmn = q.vsc + KVC_G * (D / KVC_G);
+    q.S = b == 0 ? v.n_sink : 0;
+    q.sk = q.sv = NULL;
+    if (q.S > 0) {
+        const int32_t rp = kv_view_raw_page(&v, slot, 0);
+        q.sk = (const uint16_t *)kv_view_raw_rows(&v, rp, kvh, 0), q.sv = (const uint16_t *)kv_view_raw_rows(&v, rp, kvh, 1);
+    }
+    return q;
+}
+
+/* Token j, channel c of a packed block as f32 (k = norm * (code * sc + mn), v = code * sc + mn; sinks from the raw
+ * rows). The one formula of the tiles and of the dequantization scratch (equal values either way). */
+__device__ __forceinline__ void kvp_deq(const kv_layer_view &v, const kvp_block &q, int j, int c, float *kx, float *vx) {
+    const int D = v.head_dim, KB = v.kbits, VB = v.vbits;
+    if (j < q.S) {
+        *kx = kvc_bf2f(q.sk[j * D + c]), *vx = kvc_bf2f(q.sv[j * D + c]);
+        return;
+    }
+    const int kper = 8 / KB, vper = 8 / VB;
+    const int kc = (q.kb[c * (KVC_G * KB / 8) + j / kper] >> ((j % kper) * KB)) & ((1 << KB) - 1);
+    const int vc = (q.vb[j * (D * VB / 8) + c / vper] >> ((c % vper) * VB)) & ((1 << VB) - 1);
+    float k = (float)kc * kvc_hw_h2f(q.ksc[c]) + kvc_hw_h2f(q.kmn[c]);
+    if (v.scale) k *= kvc_hw_h2f(q.knr[j]);
+    const int g = j * (D / KVC_G) + c / KVC_G;
+    *kx = k, *vx = (float)vc * kvc_hw_h2f(q.vsc[g]) + kvc_hw_h2f(q.vmn[g]);
+}
+
 /* History block b of a slot into the K/V tiles. Returns 1 when the tile holds f16 (dequantized) values, 0 for
- * bf16 rows; n = valid tokens. */
+ * bf16 rows; n = valid tokens. hk / hv: this slot's and head's rows in the dequantization scratch (f16 [32 nq][D]),
+ * or NULL (dequantize here). */
 template <int DP>
-__device__ int kvp_tile_hist(const kv_layer_view &v, kvp_smem<DP> &sm, int slot, int64_t L, int kvh, int b, int n) {
+__device__ int kvp_tile_hist(const kv_layer_view &v, kvp_smem<DP> &sm, int slot, int64_t L, int kvh, int b, int n,
+                             const uint16_t *hk, const uint16_t *hv) {
     const int D = v.head_dim, nq = kv_view_nq(&v, L);
     if (b >= nq || !v.quant) {
         const uint8_t *kr, *vr;
@@ -138,36 +188,72 @@ __device__ int kvp_tile_hist(const kv_layer_view &v, kvp_smem<DP> &sm, int slot,
         kvp_tile_rows<DP>(sm.v, (const uint16_t *)vr, D, n, D);
         return 0;
     }
-    const int32_t p = kv_view_quant_page(&v, slot, b);
-    const uint8_t *kb = kv_view_quant_block(&v, p, kvh, 0), *vb = kv_view_quant_block(&v, p, kvh, 1);
-    const int KB = v.kbits, VB = v.vbits, S = b == 0 ? v.n_sink : 0;
-    const uint16_t *ksc = (const uint16_t *)(kb + kv_key_scale_off(D, KB)), *kmn = ksc + D, *knr = kmn + D;
-    const uint16_t *vsc = (const uint16_t *)(vb + kv_value_scale_off(D, VB)), *vmn = vsc + KVC_G * (D / KVC_G);
-    const uint16_t *sk = NULL, *sv = NULL;
-    if (S > 0) {
-        const int32_t rp = kv_view_raw_page(&v, slot, 0);
-        sk = (const uint16_t *)kv_view_raw_rows(&v, rp, kvh, 0), sv = (const uint16_t *)kv_view_raw_rows(&v, rp, kvh, 1);
+    if (hk) { /* dequantized once for the whole call */
+        kvp_tile_rows<DP>(sm.k, hk + (int64_t)b * KVC_G * D, D, n, D);
+        kvp_tile_rows<DP>(sm.v, hv + (int64_t)b * KVC_G * D, D, n, D);
+        return 1;
     }
+    const kvp_block q = kvp_block_of(v, slot, kvh, b);
     for (int i = threadIdx.x; i < KVP_N * DP; i += KVP_NT) {
         const int j = i / DP, c = i % DP;
         float kx = 0.0f, vx = 0.0f;
-        if (c < D) {
-            if (j < S) {
-                kx = kvc_bf2f(sk[j * D + c]), vx = kvc_bf2f(sv[j * D + c]);
-            } else {
-                const int kper = 8 / KB, vper = 8 / VB;
-                const int kc = (kb[c * (KVC_G * KB / 8) + j / kper] >> ((j % kper) * KB)) & ((1 << KB) - 1);
-                const int vc = (vb[j * (D * VB / 8) + c / vper] >> ((c % vper) * VB)) & ((1 << VB) - 1);
-                kx = (float)kc * kvc_hw_h2f(ksc[c]) + kvc_hw_h2f(kmn[c]);
-                if (v.scale) kx *= kvc_hw_h2f(knr[j]);
-                const int g = j * (D / KVC_G) + c / KVC_G;
-                vx = (float)vc * kvc_hw_h2f(vsc[g]) + kvc_hw_h2f(vmn[g]);
-            }
-        }
+        if (c < D) kvp_deq(v, q, j, c, &kx, &vx);
         sm.k[j][c] = (uint16_t)kvc_f16x2(kx, 0.0f);
         sm.v[j][c] = (uint16_t)kvc_f16x2(vx, 0.0f);
     }
     return 1;
+}
+
+/* ---------------------------------------------------------------- dequantization scratch
+ * The packed history of an entry whose chunk spans several tiles is read by every tile (ceil(n_new * gs / 64) per
+ * KV head): kvc_prefill_hist dequantizes it once into the scratch and the tiles copy f16 rows. Entries in batch
+ * order take 32 nq tokens each while they fit in hist_cap tokens; layout of an entry from its first token `off`:
+ * f16 [2 (K, V)][Hkv][32 nq][D] at element off * 2 * Hkv * D. */
+
+/* Entry seq's first scratch token, or -1 (no scratch for it: its tiles dequantize as kvc_prefill does). */
+__device__ int64_t kvp_hist_off(const kvp_args &a, int seq) {
+    if (!a.hist || !a.v.quant) return -1;
+    int64_t off = 0;
+    for (int j = 0; j <= seq; j++) {
+        const int slot = a.slots ? a.slots[j] : j;
+        const int64_t need =
+            a.cu[j + 1] - a.cu[j] > KVP_M / a.gs ? (int64_t)kv_view_nq(&a.v, a.v.len[slot]) * KVC_G : 0;
+        const bool fit = need > 0 && off + need <= a.hist_cap;
+        if (j == seq) return fit ? off : -1;
+        if (fit) off += need;
+    }
+    return -1;
+}
+
+/* K rows of entry seq (slot, history L), KV head kvh in the scratch (V rows at + Hkv * 32 nq * D); NULL if none. */
+__device__ __forceinline__ uint16_t *kvp_hist_rows(const kvp_args &a, int seq, int64_t L, int kvh) {
+    const int64_t off = kvp_hist_off(a, seq);
+    if (off < 0) return NULL;
+    const int64_t nt = (int64_t)kv_view_nq(&a.v, L) * KVC_G;
+    return a.hist + (off * 2 * a.Hkv + (int64_t)kvh * nt) * a.D;
+}
+
+/* Grid (gx, n_seq * Hkv): CTA (x, seq * Hkv + kvh) dequantizes blocks x, x + gx, ... of that entry and head. */
+__global__ void __launch_bounds__(KVP_NT) kvp_dequant_kernel(const __grid_constant__ kvp_args a) {
+    const int seq = blockIdx.y / a.Hkv, kvh = blockIdx.y % a.Hkv, D = a.D;
+    const int slot = a.slots ? a.slots[seq] : seq;
+    const int64_t L = a.v.len[slot];
+    uint16_t *hk = kvp_hist_rows(a, seq, L, kvh);
+    if (!hk) return;
+    const int nq = kv_view_nq(&a.v, L);
+    uint16_t *hv = hk + (int64_t)a.Hkv * nq * KVC_G * D;
+    for (int b = blockIdx.x; b < nq; b += gridDim.x) {
+        const kvp_block q = kvp_block_of(a.v, slot, kvh, b);
+        for (int i = threadIdx.x; i < KVC_G * D / 2; i += KVP_NT) { /* channel pairs */
+            const int j = i / (D / 2), c = 2 * (i % (D / 2));
+            float k0, v0, k1, v1;
+            kvp_deq(a.v, q, j, c, &k0, &v0);
+            kvp_deq(a.v, q, j, c + 1, &k1, &v1);
+            const int64_t o = ((int64_t)b * KVC_G + j) * D + c;
+            *(uint32_t *)(hk + o) = kvc_f16x2(k0, k1);
+            *(uint32_t *)(hv + o) = kvc_f16x2(v0, v1);
+        }
+    }
 }
 
 /* ---------------------------------------------------------------- compute */
@@ -339,10 +425,12 @@ template <int DP> __global__ void __launch_bounds__(KVP_NT) kvp_kernel(const __g
     }
     /* ---- history */
     const int nb = (int)((L + KVC_G - 1) / KVC_G);
+    const uint16_t *hk = nb > 0 ? kvp_hist_rows(a, seq, L, kvh) : NULL;
+    const uint16_t *hv = hk ? hk + (int64_t)a.Hkv * kv_view_nq(&a.v, L) * KVC_G * a.D : NULL;
     for (int b = 0; b < nb; b++) {
         const int n = (int)min((int64_t)KVC_G, L - (int64_t)b * KVC_G);
         __syncthreads(); /* previous tile consumed (and Q written) */
-        const int f16 = kvp_tile_hist<DP>(a.v, sm, slot, L, kvh, b, n);
+        const int f16 = kvp_tile_hist<DP>(a.v, sm, slot, L, kvh, b, n, hk, hv);
         __syncthreads();
         auto mask = [&](int row, int key) { return key < n && rtok[((row & 15) >> 3)] >= 0; };
         if (f16) kvp_tile<DP, true>(sm, sm.q16, sm.q16, false, a.qscale, w, mask);
@@ -412,9 +500,11 @@ static cudaError_t kvp_run(const kvp_args &a, int n_seq, int max_q, cudaStream_t
     }
 }
 
-extern "C" omni_status kvc_prefill(const kv_layer_view *v, int n_seq, const int32_t *slots, const int32_t *cu_q,
-                                   int max_q, const uint16_t *q, const uint16_t *k, const uint16_t *vv, uint16_t *out,
-                                   int n_q_heads, float scale, void *stream) {
+/* kvc_prefill's arguments checked into a (hist NULL); OMNI_OK with *none = 1 when there is nothing to do. */
+static omni_status kvp_prefill_args(const kv_layer_view *v, int n_seq, const int32_t *slots, const int32_t *cu_q,
+                                    int max_q, const uint16_t *q, const uint16_t *k, const uint16_t *vv, uint16_t *out,
+                                    int n_q_heads, float scale, kvp_args *a, int *none) {
+    *none = 1;
     if (!v) return omni_fail(OMNI_ERR_USAGE, "kv cuda prefill: NULL view");
     const int D = v->head_dim, Hkv = v->n_kv_heads;
     if ((D != 64 && D != 128) || Hkv <= 0 || n_q_heads <= 0 || n_q_heads % Hkv || n_q_heads / Hkv > KVP_M)
@@ -427,10 +517,45 @@ extern "C" omni_status kvc_prefill(const kv_layer_view *v, int n_seq, const int3
     if (n_seq == 0 || max_q == 0) return OMNI_OK;
     if (!cu_q || !q || !k || !vv || !out || !v->len || !v->raw_tab || !v->raw_pool)
         return omni_fail(OMNI_ERR_USAGE, "kv cuda prefill: NULL pointer");
+    memset(a, 0, sizeof *a);
+    a->v = *v, a->has_hist = 1, a->slots = slots, a->cu = cu_q, a->q = q, a->k = k, a->vv = vv, a->out = out;
+    a->q_row = (int64_t)n_q_heads * D, a->kv_row = (int64_t)Hkv * D, a->o_row = a->q_row;
+    a->Hq = n_q_heads, a->Hkv = Hkv, a->gs = n_q_heads / Hkv, a->causal = 1, a->D = D, a->qscale = scale * KVP_LOG2E;
+    *none = 0;
+    return OMNI_OK;
+}
+
+extern "C" omni_status kvc_prefill(const kv_layer_view *v, int n_seq, const int32_t *slots, const int32_t *cu_q,
+                                   int max_q, const uint16_t *q, const uint16_t *k, const uint16_t *vv, uint16_t *out,
+                                   int n_q_heads, float scale, void *stream) {
     kvp_args a;
-    a.v = *v, a.has_hist = 1, a.slots = slots, a.cu = cu_q, a.q = q, a.k = k, a.vv = vv, a.out = out;
-    a.q_row = (int64_t)n_q_heads * D, a.kv_row = (int64_t)Hkv * D, a.o_row = a.q_row;
-    a.Hq = n_q_heads, a.Hkv = Hkv, a.gs = n_q_heads / Hkv, a.causal = 1, a.D = D, a.qscale = scale * KVP_LOG2E;
+    int none;
+    omni_status st = kvp_prefill_args(v, n_seq, slots, cu_q, max_q, q, k, vv, out, n_q_heads, scale, &a, &none);
+    if (st || none) return st;
+    return kvc_cuda_check(kvp_run(a, n_seq, max_q, (cudaStream_t)stream), "prefill attention launch");
+}
+
+extern "C" size_t kvc_prefill_hist_bytes(int n_kv_heads, int head_dim, int64_t tokens) {
+    return tokens > 0 && n_kv_heads > 0 && head_dim > 0 ? (size_t)tokens * 2 * n_kv_heads * head_dim * 2 : 0;
+}
+
+extern "C" omni_status kvc_prefill_hist(const kv_layer_view *v, int n_seq, const int32_t *slots, const int32_t *cu_q,
+                                        int max_q, const uint16_t *q, const uint16_t *k, const uint16_t *vv,
+                                        uint16_t *out, int n_q_heads, float scale, uint16_t *hist, int64_t hist_tokens,
+                                        void *stream) {
+    kvp_args a;
+    int none;
+    omni_status st = kvp_prefill_args(v, n_seq, slots, cu_q, max_q, q, k, vv, out, n_q_heads, scale, &a, &none);
+    if (st || none) return st;
+    if (hist_tokens < 0 || (hist_tokens > 0 && (!hist || ((uintptr_t)hist & 15))))
+        return omni_fail(OMNI_ERR_USAGE, "kv cuda prefill: scratch of %lld tokens at %p (16-byte aligned)",
+                         (long long)hist_tokens, (void *)hist);
+    if (hist && hist_tokens >= KVC_G && v->quant && max_q > KVP_M / a.gs) { /* some entry spans several tiles */
+        a.hist = hist, a.hist_cap = hist_tokens;
+        const int gx = (int)(hist_tokens < 8 * KVC_G ? 1 : hist_tokens < 64 * 8 * KVC_G ? hist_tokens / (8 * KVC_G) : 64);
+        cudaError_t e = kvc_launch(kvp_dequant_kernel, dim3(gx, n_seq * a.Hkv), dim3(KVP_NT), 0, (cudaStream_t)stream, 0, a);
+        if (e != cudaSuccess) return kvc_cuda_check(e, "prefill history dequantization launch");
+    }
     return kvc_cuda_check(kvp_run(a, n_seq, max_q, (cudaStream_t)stream), "prefill attention launch");
 }
 

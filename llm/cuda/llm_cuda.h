@@ -22,7 +22,10 @@
  * bookkeeping on the host (kv_init_accounting: sequences, lengths, budget, usage) and is the handle the engine
  * uses (kv_seq_add / remove / clear act on it; the device cache follows at the next step). An f32 cache is
  * stored in bf16 (the GPU computes in bf16); every other format (int2, int4, kivi2/4, K/V mixes, per-layer
- * overrides, window, sinks) is stored and read as on the CPU: packed bytes equal kv_cache's for equal k/v.
+ * overrides, window, sinks) is stored and read as on the CPU: packed bytes equal kv_cache's for equal k/v. A
+ * quantizing cache also owns the scratch of its prefill attention (kvc_prefill_hist: one layer's packed history
+ * dequantized once per step instead of once per attention tile; 2·Hkv·D f16 per token for its longest sequence, at
+ * most 128K tokens: 512 MiB for Qwen3-VL-8B at 128K).
  * Attention: kvc_prefill / kvc_decode (kvcache/kv_cuda.h) for head_dim 64 and 128, a plain SIMT kernel (attn_ref.h)
  * for other head dims (the small fixture models); a prefill chunk attends to the packed / bf16 history and to
  * itself in full bf16 (as kv_forward), a decode token to the pages after its append (a block it flushes is read

@@ -9,8 +9,8 @@
  *   act = swiglu(gu), m = act·Wdᵀ; MoE: router, top-k, experts, combine) -> x += m (-> DeepStack rows).
  * Attention and KV: each cache is a kv_dev (kvcache/kv_dev.h: pages on the device, append with quantization)
  * plus a kv_cache on the host for the bookkeeping the engine reads (kv_reserve / kv_commit keep both in step).
- * Rows are grouped by cache; per layer and cache: head_dim 64/128 -> kvc_prefill then kv_dev_append for steps
- * with a chunk, kv_dev_append then kvc_decode for decode steps (kvcache/kv_cuda.h); other head dims (small test
+ * Rows are grouped by cache; per layer and cache: head_dim 64/128 -> kvc_prefill_hist (a quantizing cache's
+ * packed history dequantized once per layer into the cache's scratch) then kv_dev_append for steps with a chunk, kv_dev_append then kvc_decode for decode steps (kvcache/kv_cuda.h); other head dims (small test
  * models) -> kv_dev_append and the SIMT attention of attn_ref.h (committed pages + the step's own rows).
  * Step inputs travel in pinned buffers: int32 [ids T | pos 3T | src_row T | row_slot T | row_pos T | out_row T |
  * ent_slot T | ent_new T | ent_row0 T + 1 | ds_dst 4T] (offsets depend on T only, so a graph of bucket T always
@@ -42,6 +42,7 @@
 #define N_BUCKETS 12   /* decode graph buckets: 1, 2, 4, ..., max_seqs */
 #define MAX_CACHES 16  /* KV caches per runner (index 0 unused) */
 #define OUT_MIN 64     /* output rows per lm_head pass: max(max_seqs, OUT_MIN) */
+#define HIST_MAX 131072 /* packed history tokens dequantized once per layer and prefill step (kvc_prefill_hist) */
 
 typedef struct {
     int T;            /* bucket */
@@ -62,6 +63,8 @@ typedef struct {
     int slots;     /* max_seqs */
     int fast;      /* attention through kvc_prefill / kvc_decode (head_dim 64/128); else attn_ref.h */
     kv_layer_view *views; /* [L] device views (pointers fixed for the cache's life) */
+    uint16_t *hist;       /* kvc_prefill_hist's scratch (quantizing caches on the fast path), hist_tokens tokens */
+    int64_t hist_tokens;
     graph_slot graphs[N_BUCKETS];
     int n_graphs;
 } dev_cache;
@@ -370,7 +373,22 @@ void llm_cuda_cache_free(llm_cuda *r, kv_cache *kv) {
     kv_dev_free(c->dev);
     kv_free(c->kv);
     free(c->views);
+    omni_cuda_free(c->hist);
     memset(c, 0, sizeof *c);
+}
+
+/* The dequantization scratch of a quantizing cache's prefill (kvc_prefill_hist): the packed history of one layer
+ * for up to the longest sequence (at most HIST_MAX tokens; entries past it dequantize in the attention tiles). */
+static omni_status hist_scratch(llm_cuda *r, dev_cache *c, const kv_params *q) {
+    const int64_t cap = q->max_seq_len > 0 ? q->max_seq_len : q->max_tokens;
+    c->hist_tokens = (cap < HIST_MAX ? cap : HIST_MAX) / KV_GROUP * KV_GROUP;
+    const size_t bytes = kvc_prefill_hist_bytes(r->Hkv, r->D, c->hist_tokens);
+    char detail[64];
+    snprintf(detail, sizeof detail, "%lld history tokens in f16", (long long)c->hist_tokens);
+    omni_status st = gib_check("the prefill scratch of the KV cache", r->p.device, bytes + ((size_t)64 << 20), detail);
+    if (!st && bytes) st = omni_cuda_malloc((void **)&c->hist, bytes);
+    if (st) c->hist_tokens = 0;
+    return st;
 }
 
 omni_status llm_cuda_cache_init(llm_cuda *r, const kv_params *p, kv_cache **out) {
@@ -417,6 +435,7 @@ omni_status llm_cuda_cache_init(llm_cuda *r, const kv_params *p, kv_cache **out)
         if (!c->views) st = omni_fail(OMNI_ERR_NOMEM, "llm_cuda: out of host memory");
         for (int l = 0; !st && l < r->L; l++) st = kv_dev_layer_view(c->dev, l, &c->views[l]);
     }
+    if (!st && fast && c->views[0].cache_quant) st = hist_scratch(r, c, &q);
     if (!st && r->p.graphs && capture_cache(r, slot)) { /* graphs are an optimisation: run eagerly if capture fails */
         fprintf(stderr, "warning: CUDA graphs disabled for this cache: %s\n", omni_last_error());
         for (int g = 0; g < c->n_graphs; g++) cudaGraphExecDestroy(c->graphs[g].exec);
@@ -427,6 +446,7 @@ omni_status llm_cuda_cache_init(llm_cuda *r, const kv_params *p, kv_cache **out)
             kv_dev_free(c->dev);
             kv_free(c->kv);
             free(c->views);
+            omni_cuda_free(c->hist);
             memset(c, 0, sizeof *c);
         }
         return st;
@@ -709,8 +729,8 @@ static omni_status attention(llm_cuda *r, int l, const step_in *in, const step_s
         const kv_layer_view *v = &c->views[l];
         uint16_t *k = r->k + (size_t)r0 * kd, *vv = r->v + (size_t)r0 * kd;
         if (c->fast && sh->chunked) { /* the chunk attends to the committed history and itself, then is appended */
-            OP(r, P_ATTN, kvc_prefill(v, ne, in->eslot + e0, in->erow0 + e0, r->grp_maxq[g], r->q, r->k, r->v, r->att,
-                                      r->Hq, scale, r->s));
+            OP(r, P_ATTN, kvc_prefill_hist(v, ne, in->eslot + e0, in->erow0 + e0, r->grp_maxq[g], r->q, r->k, r->v,
+                                           r->att, r->Hq, scale, c->hist, c->hist_tokens, r->s));
             OP(r, P_APPEND, kv_dev_append(c->dev, l, k, vv, 0, r->s));
         } else if (c->fast) { /* decode: the new token goes into the pages first */
             OP(r, P_APPEND, kv_dev_append(c->dev, l, k, vv, graph ? sh->T : 0, r->s));

@@ -9,7 +9,9 @@
  * dequantized stored history and to the chunk's keys/values in full precision (causal), as kv_forward does.
  * Segment cases: random segment lengths (1 .. 300), 16 heads, D 64 / 72 / 128, q/k/v interleaved in one
  * buffer. Checks: outputs finite, canaries after out untouched, accuracy policy (max err <= 1e-2 max |ref|,
- * RMS <= 3e-3 RMS ref). Without a GPU: SKIP (77); test_emu_kv_prefill runs the short cases on the emulator.
+ * RMS <= 3e-3 RMS ref); kvc_prefill_hist (a dequantization scratch for all or some of the entries) gives
+ * kvc_prefill's output bit for bit and writes nothing past its scratch. Without a GPU: SKIP (77);
+ * test_emu_kv_prefill runs the short cases on the emulator.
  * --short: smaller cases (CI, memcheck); --tiny: two cases (racecheck); --full: adds long ones. */
 #include <cuda_runtime_api.h>
 #include <math.h>
@@ -75,6 +77,47 @@ static void cpu_prefill(const pcase *t, int n, const int64_t *hl, const int *cn,
     }
     kv_free(c);
     free(qb), free(ob);
+}
+
+/* kvc_prefill_hist against kvc_prefill's output `ref` (bit for bit: the scratch holds the values the tiles would
+ * dequantize): with a scratch for every entry that uses one and with one for about half of them (the others
+ * dequantize in the tiles), or one block's worth when no entry uses it; the scratch past its size stays untouched. */
+static void check_hist(const pcase *t, const kv_layer_view *view, int n, const int32_t *dslots, const int32_t *dcu,
+                       int maxq, const uint16_t *dq, const uint16_t *dk, const uint16_t *dv, const int64_t *hl,
+                       const int *cn, const int *slot_of, const uint16_t *ref, size_t no) {
+    const int gs = t->Hq / t->Hkv;
+    int64_t need = 0, first = 0; /* tokens the entries take; the first user's */
+    for (int i = 0; i < n; i++) {
+        const int s = slot_of[i];
+        const int64_t nq = view->cache_quant && hl[s] >= t->R ? (hl[s] - t->R) / 32 : 0;
+        if (view->quant && cn[s] > 64 / gs && nq > 0) need += nq * 32, first = first ? first : nq * 32;
+    }
+    const int64_t caps[2] = {need > 0 ? need : 32, need > first ? first + (need - first) / 2 : need / 2};
+    const size_t canary = 256, hmax = kvc_prefill_hist_bytes(t->Hkv, t->D, need > 32 ? need : 32) / 2;
+    uint16_t *dh, *dout, *out = malloc(no * 2), *tail = malloc(canary * 2);
+    ATU_CU(cudaMalloc((void **)&dh, (hmax + canary) * 2));
+    ATU_CU(cudaMalloc((void **)&dout, no * 2));
+    for (int k = 0; k < (need > 0 ? 2 : 1); k++) {
+        const size_t hb = kvc_prefill_hist_bytes(t->Hkv, t->D, caps[k]) / 2;
+        ATU_CU(cudaMemset(dh, 0xff, (hmax + canary) * 2));
+        ATU_CU(cudaMemset(dout, 0xff, no * 2));
+        CHECK(kvc_prefill_hist(view, n, dslots, dcu, maxq, dq, dk, dv, dout, t->Hq, 1.0f / sqrtf((float)t->D), dh,
+                               caps[k], NULL) == OMNI_OK, "kvc_prefill_hist: %s", omni_last_error());
+        ATU_CU(cudaDeviceSynchronize());
+        ATU_CU(cudaGetLastError());
+        ATU_CU(cudaMemcpy(out, dout, no * 2, cudaMemcpyDeviceToHost));
+        ATU_CU(cudaMemcpy(tail, dh + hb, canary * 2, cudaMemcpyDeviceToHost));
+        size_t diff = 0, over = 0;
+        for (size_t i = 0; i < no; i++) diff += out[i] != ref[i];
+        for (size_t i = 0; i < canary; i++) over += tail[i] != 0xffff;
+        CHECK(diff == 0, "%s: kvc_prefill_hist (scratch %lld of %lld tokens) differs from kvc_prefill in %zu values",
+              t->mode, (long long)caps[k], (long long)need, diff);
+        CHECK(over == 0, "%s: kvc_prefill_hist wrote %zu values past its scratch of %lld tokens", t->mode, over,
+              (long long)caps[k]);
+    }
+    printf(" [scratch %lld tok: same bits]", (long long)need);
+    cudaFree(dh), cudaFree(dout);
+    free(out), free(tail);
 }
 
 static void run_prefill(const pcase *t, uint64_t seed) {
@@ -169,6 +212,7 @@ static void run_prefill(const pcase *t, uint64_t seed) {
                (long long)(w / D % Hq), (long long)(w % D), omni_bf16_to_f32(out[w]), ref[w], (long long)e.nonfinite);
     }
     CHECK(ok, "prefill %s R %d S %d %d/%d D %d: outside the accuracy policy", t->mode, t->R, t->S, Hq, Hkv, D);
+    check_hist(t, &view, n, dslots, dcu, maxq, dq, dk, dv, hl, cn, slot_of, out, no);
     if (t->cpu_check) {
         uint16_t *qslot = malloc(no * 2);
         float *co = malloc(no * 4);
@@ -296,6 +340,16 @@ int main(int argc, char **argv) {
         run_prefill(&t1, seed++);
         pcase t2 = {"bf16", 128, 0, 4, 4, 128, 0, 3, h3, 3, c3, 3, 0}; /* MHA */
         run_prefill(&t2, seed++);
+    }
+    { /* long chunks over packed histories: kvc_prefill_hist's scratch for all / some / none of the entries */
+        static const int64_t hq[] = {290, 0, 230, 161};
+        static const int cq[] = {40, 100, 17, 64};
+        pcase t1 = {"int2", 128, 0, 32, 8, 128, 0, 4, hq, 4, cq, 4, 1};
+        run_prefill(&t1, seed++);
+        pcase t2 = {"k4v2", 32, 4, 8, 2, 64, 0, 4, hq, 4, cq, 4, 1};
+        run_prefill(&t2, seed++);
+        pcase t3 = {"kivi2", 0, 0, 12, 1, 64, 0, 4, hq, 4, cq, 4, 0};
+        run_prefill(&t3, seed++);
     }
     run_segments(16, 64, 5, 200, seed++);
     run_segments(16, 72, 4, 300, seed++);
