@@ -232,22 +232,22 @@ void bench_print_table(FILE *f, const bench_results *r) {
                 p->step_mib, p->roofline_tok_s, p->roofline_pct);
     }
     if (r->n_fits) {
-        fprintf(f, "%s| kv       |    ctx | KV budget GiB | KV MiB/seq | fits (engine) | fits (budget) |\n",
+        fprintf(f, "%s| kv       |    ctx | KV budget GiB | step reserve MiB | KV MiB/seq | fits (engine) | fits (budget) |\n",
                 r->n_points ? "\n" : "");
-        fprintf(f, "|----------|-------:|--------------:|-----------:|--------------:|--------------:|\n");
+        fprintf(f, "|----------|-------:|--------------:|-----------------:|-----------:|--------------:|--------------:|\n");
     }
     for (int i = 0; i < r->n_fits; i++) {
         const bench_fit *x = &r->fits[i];
         char eng[16] = "-"; /* -: the device does not run this format (budget arithmetic only) */
         if (x->fits >= 0) snprintf(eng, sizeof eng, "%d", x->fits);
-        fprintf(f, "| %-8s | %6d | %13.3f | %10.3f | %13s | %13d |\n", x->kv, x->ctx, x->kv_mem_gib, x->seq_kv_mib,
-                eng, x->fits_budget);
+        fprintf(f, "| %-8s | %6d | %13.3f | %16.3f | %10.3f | %13s | %13d |\n", x->kv, x->ctx, x->kv_mem_gib,
+                x->reserve_mib, x->seq_kv_mib, eng, x->fits_budget);
     }
 }
 
 #define CSV_HEADER                                                                                             \
     "kind,model,device,kv,batch,ctx,steps,decode_tok_s,step_ms_p50,step_ms_p99,prefill_tok_s,ttft_ms,kv_mib,"  \
-    "weights_mib,step_mib,bw_gb_s,roofline_tok_s,roofline_pct,kv_mem_gib,seq_kv_mib,fits,fits_budget\n"
+    "weights_mib,step_mib,bw_gb_s,roofline_tok_s,roofline_pct,kv_mem_gib,seq_kv_mib,fits,fits_budget,reserve_mib\n"
 
 /* A text field without commas or line breaks (replaced by ';' and ' '). */
 static const char *csv_text(const char *s, char *buf, size_t cap) {
@@ -268,7 +268,7 @@ omni_status bench_write_csv(const char *path, const bench_results *r) {
         char pre[32] = "", ttft[32] = ""; /* empty: the context was filled with random K/V (no prefill) */
         if (isfinite(p->prefill_tok_s)) snprintf(pre, sizeof pre, "%.3f", p->prefill_tok_s);
         if (isfinite(p->ttft_ms)) snprintf(ttft, sizeof ttft, "%.4f", p->ttft_ms);
-        fprintf(f, "point,%s,%s,%s,%d,%d,%d,%.4f,%.5f,%.5f,%s,%s,%.4f,%.4f,%.4f,%.5f,%.4f,%.3f,,,,\n", model,
+        fprintf(f, "point,%s,%s,%s,%d,%d,%d,%.4f,%.5f,%.5f,%s,%s,%.4f,%.4f,%.4f,%.5f,%.4f,%.3f,,,,,\n", model,
                 r->device, p->kv, p->batch, p->ctx, p->steps, p->decode_tok_s, p->step_ms_p50, p->step_ms_p99, pre,
                 ttft, p->kv_mib, p->weights_mib, p->step_mib, r->bw_gb_s, p->roofline_tok_s, p->roofline_pct);
     }
@@ -276,8 +276,8 @@ omni_status bench_write_csv(const char *path, const bench_results *r) {
         const bench_fit *x = &r->fits[i];
         char eng[16] = ""; /* empty: not counted by the engine (the device does not run this format) */
         if (x->fits >= 0) snprintf(eng, sizeof eng, "%d", x->fits);
-        fprintf(f, "fit,%s,%s,%s,,%d,,,,,,,,,,%.5f,,,%.4f,%.5f,%s,%d\n", model, r->device, x->kv, x->ctx, r->bw_gb_s,
-                x->kv_mem_gib, x->seq_kv_mib, eng, x->fits_budget);
+        fprintf(f, "fit,%s,%s,%s,,%d,,,,,,,,,,%.5f,,,%.4f,%.5f,%s,%d,%.5f\n", model, r->device, x->kv, x->ctx,
+                r->bw_gb_s, x->kv_mem_gib, x->seq_kv_mib, eng, x->fits_budget, x->reserve_mib);
     }
     int bad = ferror(f);
     if (fclose(f) || bad) return omni_fail(OMNI_ERR_RUNTIME, "write failed: %s", path);

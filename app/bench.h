@@ -22,10 +22,15 @@
  *   roofline_tok_s  batch / (step bytes / bandwidth): the speed limit of this point
  *   roofline_pct    100 * decode_tok_s / roofline_tok_s
  *   kv_mem_gib      the KV budget of the fits-count (GiB = 2^30 B)
- *   seq_kv_mib      KV bytes one sequence of ctx tokens takes (page allocator arithmetic)
+ *   seq_kv_mib      KV bytes one sequence of ctx tokens is promised: the most it holds while it decodes (page
+ *                   allocator arithmetic, kv_budget_of's decode_bytes; prefill chunks in flight hold their extra
+ *                   window pages in one step reserve per cache, kv_step_extra_of)
  *   fits            sequences of ctx tokens the engine admitted at once within kv_mem_gib (empty when the device
  *                   does not run the format: then only fits_budget is known)
- *   fits_budget     the same count from the page allocator's budget arithmetic (must equal fits)
+ *   fits_budget     the same count from the page allocator's budget arithmetic: (kv_mem_gib - reserve_mib) /
+ *                   seq_kv_mib, rounded down (must equal fits)
+ *   reserve_mib     the cache's step reserve: the window pages prefill chunks hold beyond their sequences'
+ *                   seq_kv_mib while their step is in flight (kv_step_extra_of per chunk of a step)
  */
 #ifndef OMNI_APP_BENCH_H
 #define OMNI_APP_BENCH_H
@@ -52,6 +57,7 @@ typedef struct {
     int ctx;
     double kv_mem_gib, seq_kv_mib;
     int fits, fits_budget; /* fits -1: not counted by the engine (format not run on the device) */
+    double reserve_mib;    /* the cache's step reserve (prefill chunks in flight) */
 } bench_fit;
 
 typedef struct {

@@ -221,10 +221,16 @@ static void memory_table(FILE *f, const bench_results *r, const char **kv, int n
     fprintf(f, "| paper (H20): INT2 vs BF16 |");
     for (int j = 0; j < nc; j++) fprintf(f, " %.1fx smaller | |", PAPER_MEMORY);
     fprintf(f, "\n\n");
-    fprintf(f, "KV MiB per sequence: the most bytes one sequence of that length holds at any moment (page allocator "
-               "arithmetic, kv_budget_of, chunks of the engine's step size included); sequences that fit: what the "
-               "engine admitted at once within the budget%s.\n\n",
+    fprintf(f, "KV MiB per sequence: the most bytes one sequence of that length holds at any moment of its decode "
+               "(page allocator arithmetic, kv_budget_of); sequences that fit: what the engine admitted at once within "
+               "the budget%s, less one step reserve per cache for the window pages that prefill chunks hold while "
+               "their step is in flight (kv_step_extra_of:",
             arithmetic_only ? " (* the budget arithmetic alone: this device does not run the format yet)" : "");
+    for (int k = 0; k < nk; k++) {
+        const bench_fit *x = find_fit(r, kv[k], ctxs[0]);
+        fprintf(f, "%s %s %.2f MiB", k ? "," : "", kv[k], x ? x->reserve_mib : 0.0);
+    }
+    fprintf(f, "; a chunk waits for a later step when the reserve is used up).\n\n");
 }
 
 static void header(FILE *f, const bench_results *r, const bench_report_info *in) {

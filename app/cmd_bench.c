@@ -179,13 +179,18 @@ static int step_tokens(const bench_run *b, int max_seqs) {
     return max_seqs + (b->device == LLM_DEVICE_CPU ? 4 : 1) * prefill_chunk(b);
 }
 
-static omni_status engine_for(const bench_run *b, int max_seqs, int max_tokens, llm_engine **e) {
+static llm_engine_params engine_params(const bench_run *b, int max_seqs, int max_tokens) {
     llm_engine_params ep = llm_engine_default_params();
     ep.runner.device = b->device;
     ep.runner.n_threads = b->threads;
     ep.runner.max_seqs = max_seqs;
     ep.runner.max_tokens = max_tokens;
     ep.prefill_chunk = prefill_chunk(b);
+    return ep;
+}
+
+static omni_status engine_for(const bench_run *b, int max_seqs, int max_tokens, llm_engine **e) {
+    llm_engine_params ep = engine_params(b, max_seqs, max_tokens);
     return llm_engine_init(b->model, &ep, e);
 }
 
@@ -390,22 +395,29 @@ static omni_status measure_point(bench_run *b, const char *kv, int batch, int ct
 
 /* ---- sequences that fit ----------------------------------------------------------------------------------- */
 
-/* The page allocator's arithmetic: sequences of ctx tokens within the budget, each holding at most
- * kv_budget_of(ctx) bytes at any moment (chunks of the engine's step size). */
+/* The page allocator's arithmetic, as the engine admits: sequences of ctx tokens within the budget less the step
+ * reserve of prefill chunks in flight (kv_step_extra_of per chunk of a step, llm_engine_step_chunks), each promised
+ * the most bytes it holds while it decodes (kv_budget_of(ctx).decode_bytes; chunks of the engine's step size). */
 static omni_status budget_fits(const bench_run *b, const kv_format *f, int ctx, int64_t budget, int64_t *seq_bytes,
-                               int *fits) {
+                               int64_t *step_bytes, int *fits) {
     kv_params kp = llm_model_kv_params(b->model);
     kp.fmt = *f;
     kp.max_tokens = ctx;
     kp.max_seq_len = ctx;
     kp.max_chunk = step_tokens(b, LLM_RUNNER_MAX_SEQS); /* the fits engine's step size (engine_fits) */
+    const llm_engine_params ep = engine_params(b, LLM_RUNNER_MAX_SEQS, kp.max_chunk);
     kv_budget kb;
+    int64_t step_raw = 0;
     omni_status st = kv_budget_of(&kp, ctx, &kb);
+    if (!st) st = kv_step_extra_of(&kp, &step_raw);
     if (st) return st;
-    *seq_bytes = kb.bytes;
-    omni_log(2, "bench: allocator: %lld raw + %lld quant pages = %lld bytes per sequence of %d tokens\n",
-             (long long)kb.raw_pages, (long long)kb.quant_pages, (long long)kb.bytes, ctx);
-    *fits = kb.bytes > 0 ? (int)(budget / kb.bytes) : 0;
+    *seq_bytes = kb.decode_bytes;
+    step_raw *= llm_engine_step_chunks(&ep);
+    *step_bytes = step_raw * kb.raw_page_bytes;
+    omni_log(2, "bench: allocator: %lld raw + %lld quant pages = %lld bytes per sequence of %d tokens, a step reserve "
+             "of %lld raw pages\n", (long long)kb.decode_raw_pages, (long long)kb.quant_pages,
+             (long long)kb.decode_bytes, ctx, (long long)step_raw);
+    *fits = kb.decode_bytes > 0 && budget > *step_bytes ? (int)((budget - *step_bytes) / kb.decode_bytes) : 0;
     return OMNI_OK;
 }
 
@@ -464,15 +476,16 @@ static omni_status engine_fits(const bench_run *b, const kv_format *f, int ctx, 
 
 /* The fits row from the budget arithmetic (x->fits = -1 until engine_fits counts) and the format. */
 static omni_status budget_row(bench_run *b, const char *kv, int ctx, kv_format *f, bench_fit *x) {
-    int64_t budget = (int64_t)(b->kv_mem_gib * 1073741824.0), seq_bytes = 0;
+    int64_t budget = (int64_t)(b->kv_mem_gib * 1073741824.0), seq_bytes = 0, step_bytes = 0;
     omni_status st = kv_format_of(b, kv, f);
     memset(x, 0, sizeof *x);
     snprintf(x->kv, sizeof x->kv, "%s", kv);
     x->ctx = ctx;
     x->kv_mem_gib = b->kv_mem_gib;
     x->fits = -1;
-    if (!st) st = budget_fits(b, f, ctx, budget, &seq_bytes, &x->fits_budget);
+    if (!st) st = budget_fits(b, f, ctx, budget, &seq_bytes, &step_bytes, &x->fits_budget);
     x->seq_kv_mib = seq_bytes / 1048576.0;
+    x->reserve_mib = step_bytes / 1048576.0;
     return st;
 }
 

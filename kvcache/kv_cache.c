@@ -75,6 +75,10 @@ omni_status kv_seq_budget(const kv_cache *c, int64_t n_tokens, kv_budget *b) {
     return kv_pages_budget(c->pages, n_tokens, b);
 }
 
+void kv_step_pages(const kv_cache *c, int64_t L0, int64_t L1, int64_t *raw_pages, int64_t *quant_pages) {
+    kv_pages_step(c->pages, L0, L1, raw_pages, quant_pages);
+}
+
 omni_status kv_seq_add(kv_cache *c, int *seq_id) { return kv_pages_seq_add(c->pages, seq_id); }
 void kv_seq_remove(kv_cache *c, int seq_id) {
     if (c) kv_pages_seq_remove(c->pages, seq_id);

@@ -180,6 +180,39 @@ static int64_t max_raw_pages(const kv_geom *g, int64_t N) {
     return best;
 }
 
+/* The most raw pages a sequence holds while it grows to N one token per step (decode): max of peak_raw(L, L + 1)
+ * over L < N, which covers every committed state on the way. For L >= R + 32 the value depends only on L mod 32. */
+static int64_t decode_raw_pages(const kv_geom *g, int64_t N) {
+    if (!g->quantizing) return ceil_div(N, KV_GROUP);
+    int64_t best = 0, top = min64(N, g->R + 64);
+    for (int64_t L = 0; L < top; L++) {
+        int64_t v = peak_raw(g, L, L + 1);
+        best = v > best ? v : best;
+    }
+    return best;
+}
+
+/* Max of peak_raw(L0, L1) - decode_raw_pages(L1) over 0 <= L0 < L1, L1 - L0 <= max_chunk: what a step holds beyond
+ * the decode reservation of any sequence that reaches L1 (that reservation grows with N). Past L0 >= R + 64 and
+ * L1 >= L0 + R + 64 every term repeats with period 32 in L0 and in L1, so those ranges cover every case. */
+static int64_t step_extra_raw(const kv_geom *g) {
+    if (!g->quantizing) return 0; /* every new page stays: decode_raw_pages(L1) = ceil(L1 / 32) */
+    const int64_t n0 = g->R + 128, span = min64(g->max_chunk, g->R + 128);
+    int64_t dec[2 * (KV_MAX_WINDOW + 128) + 1], best = 0, run = 0; /* dec[L] = decode_raw_pages(L) */
+    dec[0] = 0;
+    for (int64_t L = 1; L <= n0 + span; L++) {
+        int64_t v = peak_raw(g, L - 1, L);
+        run = v > run ? v : run;
+        dec[L] = run;
+    }
+    for (int64_t L0 = 0; L0 < n0; L0++)
+        for (int64_t L1 = L0 + 1; L1 <= L0 + span; L1++) {
+            int64_t v = peak_raw(g, L0, L1) - dec[L1];
+            best = v > best ? v : best;
+        }
+    return best;
+}
+
 static omni_status budget_of(const kv_geom *g, int64_t N, kv_budget *b) {
     memset(b, 0, sizeof *b);
     if (N < 0 || N > g->seq_cap)
@@ -190,6 +223,8 @@ static omni_status budget_of(const kv_geom *g, int64_t N, kv_budget *b) {
     b->raw_pages = max_raw_pages(g, N);
     b->quant_pages = nq_of(g, N);
     b->bytes = b->raw_pages * b->raw_page_bytes + b->quant_pages * b->quant_page_bytes;
+    b->decode_raw_pages = decode_raw_pages(g, N);
+    b->decode_bytes = b->decode_raw_pages * b->raw_page_bytes + b->quant_pages * b->quant_page_bytes;
     b->committed_raw_pages = peak_raw(g, N, N);
     b->committed_quant_pages = b->quant_pages;
     b->committed_bytes = b->committed_raw_pages * b->raw_page_bytes + b->committed_quant_pages * b->quant_page_bytes;
@@ -206,6 +241,21 @@ omni_status kv_budget_of(const kv_params *p, int64_t n_tokens, kv_budget *b) {
 }
 
 omni_status kv_pages_budget(const kv_pages *a, int64_t n_tokens, kv_budget *b) { return budget_of(&a->g, n_tokens, b); }
+
+omni_status kv_step_extra_of(const kv_params *p, int64_t *raw_pages) {
+    *raw_pages = 0;
+    omni_status st = check_params(p);
+    if (st) return st;
+    kv_geom g;
+    plan_layout(p, NULL, &g);
+    *raw_pages = step_extra_raw(&g);
+    return OMNI_OK;
+}
+
+void kv_pages_step(const kv_pages *a, int64_t L0, int64_t L1, int64_t *raw_pages, int64_t *quant_pages) {
+    *raw_pages = L1 >= L0 && L0 >= 0 ? peak_raw(&a->g, L0, L1) : 0;
+    *quant_pages = L1 >= 0 ? nq_of(&a->g, L1) : 0;
+}
 
 /* ---------------------------------------------------------------- init */
 

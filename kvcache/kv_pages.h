@@ -45,6 +45,7 @@ int kv_pages_in_flight(const kv_pages *a, int seq_id);
 void kv_pages_usage(const kv_pages *a, kv_usage *u);
 void kv_pages_format_line(const kv_pages *a, char *buf, int cap); /* the KV line of kv_format_line */
 omni_status kv_pages_budget(const kv_pages *a, int64_t n_tokens, kv_budget *b);
+void kv_pages_step(const kv_pages *a, int64_t L0, int64_t L1, int64_t *raw_pages, int64_t *quant_pages);
 
 /* View of one layer over storage at raw_pool / quant_pool (page tables and lengths: the allocator's, host). */
 void kv_pages_layer_view(const kv_pages *a, int layer, uint8_t *raw_pool, uint8_t *quant_pool, kv_layer_view *v);

@@ -36,6 +36,9 @@
  * pages of a step in flight included. An engine that admits a request of N tokens only while the sums of the
  * admitted requests' raw_pages / quant_pages stay within the pool's raw / quant pages (kv_usage: in use + free),
  * the sum of their N within max_tokens and their count within max_seqs never sees OMNI_ERR_NOMEM from the cache.
+ * Tighter (llm/engine.c): promise each sequence only decode_raw_pages / quant_pages (what it holds while it grows
+ * one token per step) and keep one shared reserve of kv_step_extra_of raw pages per prefill chunk a step may hold:
+ * a step in flight holds at most that much more in all (kv_step_pages gives each chunk's excess exactly).
  * Pool sizing: raw pages = min(ceil(max_tokens / 32) + max_seqs, max_seqs * budget(max_seq_len).raw_pages),
  * quant pages = min(nq(max_tokens), max_seqs * nq(max_seq_len)) with nq(L) = max(0, (L - R) / 32) (0 when no
  * layer quantizes); hence a cache made for n sequences of N tokens (max_seqs n, max_tokens n * N, max_seq_len N)
@@ -188,6 +191,9 @@ typedef struct {
                                        different moments: reserve both) */
     int64_t bytes;                  /* raw_pages * raw_page_bytes + quant_pages * quant_page_bytes */
     int64_t committed_raw_pages, committed_quant_pages, committed_bytes; /* held with exactly n_tokens committed */
+    int64_t decode_raw_pages, decode_bytes; /* the most held while growing to n_tokens one token per step (with
+                                               quant_pages): an engine's per-sequence reservation when its prefill
+                                               steps take their extra pages from a shared reserve (kv_step_extra_of) */
     int64_t raw_page_bytes, quant_page_bytes;                           /* page sizes of this format */
 } kv_budget;
 
@@ -197,6 +203,15 @@ typedef struct {
 omni_status kv_budget_of(const kv_params *p, int64_t n_tokens, kv_budget *b);
 /* The same for a cache's parameters; n_tokens beyond max_seq_len -> OMNI_ERR_USAGE. */
 omni_status kv_seq_budget(const kv_cache *c, int64_t n_tokens, kv_budget *b);
+
+/* Steps in flight, for an engine that reserves decode_raw_pages / quant_pages per sequence plus one shared reserve
+ * of kv_step_extra_of raw pages for its prefill steps: kv_step_pages gives the pages one sequence holds while a
+ * step L0 -> L1 is in flight (L0 == L1: committed); such a step (L1 - L0 <= max_chunk) holds at most
+ * kv_step_extra_of raw pages more than decode_raw_pages of any N >= L1 (0 when no layer quantizes: every new page
+ * then stays; else about R / 32 + 1: the window of L0 waits for the commit while the window of L1 is written).
+ * So a step whose prefill entries' excesses sum to at most the reserve never exceeds the promised pages. */
+void kv_step_pages(const kv_cache *c, int64_t L0, int64_t L1, int64_t *raw_pages, int64_t *quant_pages);
+omni_status kv_step_extra_of(const kv_params *p, int64_t *raw_pages);
 
 /* The layout of one layer as stored by this cache (host pointers into its pool, its page tables and committed
  * lengths; kv_layout.h): what tests and other attention implementations read. Valid for the cache's life; the

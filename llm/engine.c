@@ -78,6 +78,10 @@ typedef struct {
     kv_cache *kv;
     int max_seqs, n_seqs, blocked;
     int64_t budget, resv_bytes, resv_raw, resv_quant, resv_tokens; /* promised to admitted sequences */
+    int64_t step_raw, step_bytes, step_left; /* the reserve of prefill steps in flight (kv_step_extra_of) and what
+                                                this step's prefill entries left of it */
+    int pool_covers;        /* the raw pool holds max_seqs sequences of max_len at their own prefill peaks: no
+                               mix of steps can run it out (only the byte budget binds) */
     int64_t pool_raw, pool_quant, pool_tokens, max_len, raw_pb, quant_pb;
     llm_cache_stats pub;    /* under mu */
 } cache_slot;
@@ -132,6 +136,11 @@ llm_engine_params llm_engine_default_params(void) {
     p.prefill_chunk = 512;
     p.max_logits_rows = 64;
     return p;
+}
+
+int llm_engine_step_chunks(const llm_engine_params *p) {
+    const int k = p->prefill_chunk > 0 ? p->runner.max_tokens / p->prefill_chunk : 1;
+    return k < 1 ? 1 : k;
 }
 
 llm_cache_params llm_cache_default_params(void) {
@@ -230,16 +239,17 @@ static int64_t pages_bytes(const cache_slot *c, int64_t raw, int64_t quant) {
     return raw * c->raw_pb + quant * c->quant_pb;
 }
 
-/* The most pages (and bytes) a sequence of n tokens of cache c can ever hold (kv_seq_budget); n beyond the
- * cache's longest sequence: INT64_MAX bytes (never fits). */
+/* What a sequence of n tokens of cache c is promised: the most pages (and bytes) it can hold while it decodes
+ * (kv_seq_budget's decode_raw_pages / quant_pages); its prefill steps hold more only with pages of the cache's step
+ * reserve (build_batch). n beyond the cache's longest sequence: INT64_MAX bytes (never fits). */
 static int64_t seq_need(const cache_slot *c, int64_t n, int64_t *raw, int64_t *quant) {
     kv_budget b;
     if (n > c->max_len || kv_seq_budget(c->kv, n, &b)) {
         *raw = *quant = INT64_MAX / 4;
         return INT64_MAX / 4;
     }
-    *raw = b.raw_pages, *quant = b.quant_pages;
-    return b.bytes;
+    *raw = b.decode_raw_pages, *quant = b.quant_pages;
+    return b.decode_bytes;
 }
 
 /* Pages held by a sequence with exactly n tokens committed. */
@@ -267,7 +277,10 @@ omni_status llm_engine_add_cache(llm_engine *e, const llm_cache_params *p, int *
     kv_budget b;
     kp.max_tokens = KV_GROUP;
     omni_status st = kv_budget_of(&kp, 0, &b); /* page sizes of this format (validates it too) */
+    if (!st) st = kv_step_extra_of(&kp, &c.step_raw); /* a prefill chunk's pages beyond its sequence's promise */
     if (st) return st;
+    c.step_raw *= llm_engine_step_chunks(&e->p);
+    c.step_bytes = c.step_raw * b.raw_page_bytes;
     if (p->budget_bytes > 0) { /* tokens enough that pages, not tokens, bind: a sequence of N tokens holds more
                                   than N / 32 - 1 pages of the smaller kind */
         int64_t min_pb = b.quant_page_bytes > 0 && b.quant_page_bytes < b.raw_page_bytes ? b.quant_page_bytes
@@ -279,7 +292,7 @@ omni_status llm_engine_add_cache(llm_engine *e, const llm_cache_params *p, int *
         kp.max_tokens = (int64_t)c.max_seqs * p->ctx_tokens;
         kp.max_seq_len = p->ctx_tokens;
         if ((st = kv_budget_of(&kp, p->ctx_tokens, &b))) return st;
-        c.budget = (int64_t)c.max_seqs * b.bytes;
+        c.budget = (int64_t)c.max_seqs * b.decode_bytes + c.step_bytes;
     }
     if ((st = llm_runner_cache_init(e->r, &kp, &c.kv))) return st;
     kv_usage u;
@@ -288,6 +301,8 @@ omni_status llm_engine_add_cache(llm_engine *e, const llm_cache_params *p, int *
     c.raw_pb = u.raw_page_bytes, c.quant_pb = u.quant_page_bytes;
     c.pool_tokens = kp.max_tokens;
     c.max_len = kp.max_seq_len > 0 ? kp.max_seq_len : kp.max_tokens;
+    kv_budget peak;
+    c.pool_covers = !kv_seq_budget(c.kv, c.max_len, &peak) && c.pool_raw >= (int64_t)c.max_seqs * peak.raw_pages;
     pthread_mutex_lock(&e->mu);
     *cache = e->n_caches;
     e->caches[e->n_caches++] = c;
@@ -296,9 +311,10 @@ omni_status llm_engine_add_cache(llm_engine *e, const llm_cache_params *p, int *
     return OMNI_OK;
 }
 
-/* Can cache c promise `raw`/`quant` more pages and `tokens` more tokens now? */
+/* Can cache c promise `raw`/`quant` more pages and `tokens` more tokens now (beside its step reserve)? */
 static int fits(const cache_slot *c, int64_t raw, int64_t quant, int64_t tokens) {
-    return c->resv_bytes + pages_bytes(c, raw, quant) <= c->budget && c->resv_raw + raw <= c->pool_raw &&
+    return c->resv_bytes + c->step_bytes + pages_bytes(c, raw, quant) <= c->budget &&
+           (c->pool_covers || c->resv_raw + c->step_raw + raw <= c->pool_raw) &&
            c->resv_quant + quant <= c->pool_quant && c->resv_tokens + tokens <= c->pool_tokens;
 }
 
@@ -426,7 +442,8 @@ static omni_status plan_request(llm_engine *e, rq *r, const llm_request *q) {
     r->max_gen = gen;
     const cache_slot *c = &e->caches[r->cache];
     int64_t raw, quant, bytes = seq_need(c, r->limit, &raw, &quant);
-    if (bytes > c->budget || raw > c->pool_raw || quant > c->pool_quant || r->limit > c->pool_tokens) {
+    if (bytes + c->step_bytes > c->budget || (!c->pool_covers && raw + c->step_raw > c->pool_raw) ||
+        quant > c->pool_quant || r->limit > c->pool_tokens) {
         char name[64];
         kv_format_name(kv_layer_format(c->kv, 0), name, sizeof name);
         if (r->limit > c->max_len || r->limit > c->pool_tokens)
@@ -434,8 +451,8 @@ static omni_status plan_request(llm_engine *e, rq *r, const llm_request *q) {
                              "%.2f MiB: sequences of at most %lld tokens)", (long long)r->limit, r->cache, name,
                              c->budget / 1048576.0, (long long)(c->max_len < c->pool_tokens ? c->max_len : c->pool_tokens));
         return omni_fail(OMNI_ERR_NOMEM, "request of up to %lld tokens needs %.2f MiB of KV pages, more than the whole "
-                         "budget of cache %d (%s, %.2f MiB)", (long long)r->limit, bytes / 1048576.0, r->cache, name,
-                         c->budget / 1048576.0);
+                         "budget of cache %d (%s, %.2f MiB, %.2f MiB of it kept for prefill steps)", (long long)r->limit,
+                         bytes / 1048576.0, r->cache, name, c->budget / 1048576.0, c->step_bytes / 1048576.0);
     }
     r->gen_cap = (int)(gen < inf ? gen : r->limit - r->n_prompt + 1) + 1;
     return OMNI_OK;
@@ -858,9 +875,20 @@ static int clip_spans(llm_engine *e, rq *r, int c0, int n) {
     return k;
 }
 
-/* Entries: decode tokens of running requests first, then prefill chunks in admission order. Returns n. */
+/* Raw pages a prefill chunk of r (len tokens) holds beyond r's promise while the step is in flight: taken from the
+ * cache's step reserve (kv_step_extra_of bounds every chunk's excess: one always fits an unused reserve). */
+static int64_t chunk_excess(const cache_slot *c, const rq *r, int len) {
+    const int64_t L0 = kv_seq_len(c->kv, r->seq), have = r->cv ? r->cv->resv_raw : r->resv_raw;
+    int64_t raw, quant;
+    kv_step_pages(c->kv, L0, L0 + len, &raw, &quant);
+    return raw > have ? raw - have : 0;
+}
+
+/* Entries: decode tokens of running requests first, then prefill chunks in admission order (a chunk waits for a
+ * later step when the cache's step reserve is used up). Returns n. */
 static int build_batch(llm_engine *e) {
     int S = e->p.runner.max_seqs, budget = e->p.runner.max_tokens, n = 0, rows = e->p.max_logits_rows, used = 0;
+    for (int i = 0; i < e->n_caches; i++) e->caches[i].step_left = e->caches[i].step_raw;
     for (rq *r = e->seen_first; r && n < S && used < budget; r = next_seen(e, r)) {
         if (!rq_active(r) || !r->admitted) continue;
         int32_t t = decode_input(r);
@@ -883,6 +911,10 @@ static int build_batch(llm_engine *e) {
         int c0 = r->n_done, len = r->n_prompt - c0;
         len = len < r->chunk ? len : r->chunk; /* never shortened by others: results do not depend on the batch */
         if (len > budget - used || (r->logits == LLM_LOGITS_ALL && len > rows)) continue;
+        cache_slot *cs = &e->caches[r->cache];
+        const int64_t excess = chunk_excess(cs, r, len);
+        if (excess > cs->step_left) continue;
+        cs->step_left -= excess;
         int last = c0 + len == r->n_prompt;
         llm_batch_entry *b = &e->batch[n];
         int32_t *p = e->posbuf + 3 * used;
@@ -950,6 +982,7 @@ static void publish_one(llm_engine *e, int i) {
         kv_get_usage(c->kv, &u);
         s.budget_bytes = c->budget;
         s.reserved_bytes = c->resv_bytes;
+        s.step_reserve_bytes = c->step_bytes;
         s.used_bytes = u.total_bytes;
         s.used_tokens = u.cells_used;
         s.raw_pages = u.raw_pages, s.quant_pages = u.quant_pages;

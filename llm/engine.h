@@ -2,7 +2,11 @@
  * sampling + stop conditions + max tokens + the KV cache to use) are batched continuously over one model and one
  * runner (llm/runner.h): requests join and leave between steps, prefill chunks are interleaved with decode tokens
  * under a per-step token budget, and a KV memory budget per cache admits a request only when every page it can
- * ever need is free (nothing is over-committed; a request that can never fit is refused at submit).
+ * ever need is free (nothing is over-committed; a request that can never fit is refused at submit). What a request
+ * is promised is what its sequence holds while it decodes (kv_budget's decode pages for its longest length); the
+ * window pages a prefill chunk holds beyond that while its step is in flight come from one step reserve per cache
+ * (kv_step_extra_of, ~R / 32 + 1 raw pages, for each of llm_engine_step_chunks chunks; kept out of the budget), and
+ * a chunk waits for a later step when the chunks of this step used it up.
  *
  * ---- Tutorial ----
  * 1. Make an engine and at least one cache (a KV format + a byte budget):
@@ -163,13 +167,16 @@ typedef struct {
     kv_format fmt;               /* default for all layers (kv_parse_mode) */
     const kv_format *layer_fmt;  /* optional [n_layers] per-layer formats (copied) */
     int64_t budget_bytes;        /* most bytes of KV pages in use at any time; 0: room for max_seqs sequences of
-                                    ctx_tokens each */
+                                    ctx_tokens each (and the step reserve) */
     int ctx_tokens;              /* with budget_bytes == 0 (default 4096) */
     int max_seqs;                /* sequences at once in this cache; 0: the runner's max_seqs */
 } llm_cache_params;
 
 /* bf16, window 128, budget 0 with ctx_tokens 4096, max_seqs 0. */
 llm_cache_params llm_cache_default_params(void);
+/* Prefill chunks of prefill_chunk tokens one step holds (runner.max_tokens / prefill_chunk, at least 1): the step
+ * reserve of each quantizing cache is kv_step_extra_of raw pages per chunk. */
+int llm_engine_step_chunks(const llm_engine_params *p);
 
 /* A KV cache on the engine's device; *cache is its index (0, 1, ...). At most LLM_ENGINE_MAX_CACHES. */
 #define LLM_ENGINE_MAX_CACHES 8
@@ -200,6 +207,7 @@ int64_t llm_engine_conv_len(llm_engine *e, int conv);       /* tokens held (-1: 
 typedef struct {
     int64_t budget_bytes;   /* the cache's budget */
     int64_t reserved_bytes; /* bytes promised to admitted requests and conversations */
+    int64_t step_reserve_bytes; /* bytes kept for prefill steps in flight (the rest of the budget is promised) */
     int64_t used_bytes;     /* bytes of pages in use (after the last step) */
     int64_t used_tokens;    /* tokens the cache's sequences hold (after the last step): with used_bytes, the
                                KV-memory-vs-tokens curve of a cache (the demo's chart) */

@@ -8,7 +8,7 @@ out=$(mktemp -d /tmp/omni_report_test_XXXXXX)
 trap 'rm -rf "$out"' EXIT
 cd "$src" || exit 1
 OUT=$out CONFIG=tests/fixtures/text/qvl-h64-hd128-gqa2-tied/config.json DEVICE=cpu BATCH=1,2 CTX=48,128 STEPS=3 \
-    KV_MEM=0.01 HF_POINTS=2x48,1x128 FILL_ABOVE=64 EXTRA="--bw-mib 8 -t 2 --kv-window 32" bash bench/report.sh local "$build" > "$out/stdout" 2>&1
+    KV_MEM=0.01 HF_POINTS=2x48,1x128 FILL_ABOVE=64 HF_LIMIT=150 OMNI_LIMIT=360 EXTRA="--bw-mib 8 -t 2 --kv-window 32" bash bench/report.sh local "$build" > "$out/stdout" 2>&1
 rc=$?
 fail=0
 check() { if ! eval "$1"; then echo "FAIL: $2" >&2; fail=1; fi; }

@@ -12,6 +12,8 @@
  *   - pure function == cache function; page bytes == the cache's;
  *   - a cache made for n sequences of N tokens (max_seq_len N) has pool_bytes <= n * budget bytes and grows all n
  *     to N along worst-case and random schedules without running out of pages;
+ *   - the decode budget (one-token steps) equals the model's maximum, and kv_step_extra_of equals the model's
+ *     largest excess of any step over the decode budget of its end length (searched over a longer range);
  *   - errors: N beyond max_seq_len (pure and cache), kv_forward beyond max_seq_len. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -58,6 +60,16 @@ static void m_peaks(const model_t *m, int64_t N, int64_t C, int64_t *pk, int64_t
             if (r > best) best = r, *a0 = L0, *a1 = L1;
         }
         pk[L1] = best;
+    }
+}
+
+/* dec[n] = max over L < n of the raw pages in flight of a one-token step L -> L + 1 (n = 0..N). */
+static void m_decode(const model_t *m, int64_t N, int64_t *dec) {
+    dec[0] = 0;
+    for (int64_t n = 1; n <= N; n++) {
+        int64_t r, q;
+        m_pages(m, n - 1, n, &r, &q);
+        dec[n] = r > dec[n - 1] ? r : dec[n - 1];
     }
 }
 
@@ -202,6 +214,30 @@ static void test_config(const cfg_t *cf, uint64_t seed) {
     }
     const int64_t mr = pk[N];
     free(pk);
+    /* decode budget == the model's maximum of one-token steps; the step reserve == the model's maximum excess of
+     * any step (L1 - L0 <= C) over the decode budget of N = L1, over a range longer than the function searches */
+    {
+        const int64_t NE = 2 * cf->R + 300;
+        int64_t *dec = malloc((size_t)(NE + 1) * sizeof(int64_t)), extra = -1, worst = 0;
+        m_decode(&m, NE, dec);
+        for (int64_t n = 0; n <= N; n++) {
+            kv_budget b;
+            kv_budget_of(&p, n, &b);
+            CHECK(b.decode_raw_pages == dec[n] && b.decode_bytes == dec[n] * b.raw_page_bytes + b.quant_pages *
+                  b.quant_page_bytes, "%s N %lld: decode budget %lld raw pages, model %lld", what, (long long)n,
+                  (long long)b.decode_raw_pages, (long long)dec[n]);
+        }
+        kv_params pe = cfg_params(cf, lf, NE, 1, 0);
+        CHECK(kv_step_extra_of(&pe, &extra) == OMNI_OK, "%s", omni_last_error());
+        for (int64_t L0 = 0; L0 < NE; L0++)
+            for (int64_t L1 = L0 + 1; L1 <= NE && L1 - L0 <= cf->C; L1++) {
+                int64_t r, q;
+                m_pages(&m, L0, L1, &r, &q);
+                worst = r - dec[L1] > worst ? r - dec[L1] : worst;
+            }
+        CHECK(extra == worst, "%s: step reserve %lld raw pages, model %lld", what, (long long)extra, (long long)worst);
+        free(dec);
+    }
     /* the real cache on the model's worst step reaches the budget */
     {
         int *sched = malloc((size_t)(N + 2) * sizeof(int)), ns = 0;
@@ -333,10 +369,15 @@ static void print_table(void) {
             p.n_layers = 36, p.n_kv_heads = 8, p.head_dim = 128, p.max_tokens = lens[li];
             kv_budget b;
             CHECK(kv_budget_of(&p, lens[li], &b) == OMNI_OK, "%s", omni_last_error());
-            printf("  %-6s N %6lld: %8.1f MiB peak (%lld raw + %lld quant pages), %8.1f MiB committed, %5lld seqs\n",
+            int64_t ex = 0;
+            kv_step_extra_of(&p, &ex);
+            printf("  %-6s N %6lld: %8.1f MiB peak (%lld raw + %lld quant pages), %8.1f MiB committed, %5lld seqs; "
+                   "%8.1f MiB decode + a %.1f MiB step reserve: %5lld seqs\n",
                    modes[mi], (long long)lens[li], b.bytes / 1048576.0, (long long)b.raw_pages,
                    (long long)b.quant_pages, b.committed_bytes / 1048576.0,
-                   (long long)(((int64_t)100 << 30) / b.bytes));
+                   (long long)(((int64_t)100 << 30) / b.bytes), b.decode_bytes / 1048576.0,
+                   ex * b.raw_page_bytes / 1048576.0,
+                   (long long)((((int64_t)100 << 30) - ex * b.raw_page_bytes) / b.decode_bytes));
         }
 }
 
