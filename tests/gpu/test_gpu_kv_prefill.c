@@ -314,8 +314,9 @@ int main(int argc, char **argv) {
     static const int64_t h3[] = {33, 200, 0};
     static const int c3[] = {40, 7, 65};
     uint64_t seed = 11;
-    if (tiny) {
-        pcase t = {"int2", 32, 4, 8, 2, 128, 0, 2, h3, 3, c3, 3, 0};
+    if (tiny) { /* the 200-token history under a 65-token chunk: kvc_prefill_hist's scratch too */
+        static const int c3t[] = {40, 65, 7};
+        pcase t = {"int2", 32, 4, 8, 2, 128, 0, 2, h3, 3, c3t, 3, 0};
         run_prefill(&t, seed++);
         run_segments(2, 72, 3, 40, seed++);
         return check_exit();
