@@ -5,11 +5,13 @@
  * One kernel, FlashAttention-2 on mma.m16n8k16: a CTA of 4 warps owns 64 query rows of one (segment, head), each
  * warp 16 rows whose Q fragments stay in registers. Keys and values come in tiles of 64 tokens through a
  * two-stage cp.async pipeline (the next tile loads while this one is used); S = Q·Kᵀ with ldmatrix fragments,
- * online softmax in exp2 with the scale folded in, P·V with P taken from the S accumulators (register reuse) and
- * V by ldmatrix.trans. Any even head_dim up to 128 runs at DP = 32, 64, 80 or 128 channels: the channels past
- * head_dim are zeros in shared memory (they add nothing to a score, and their outputs are not written), so the
- * towers need no padded copies. Rows: 16-byte cp.async when head_dim, the row strides and the bases allow, else
- * element loads. Only the last key tile of a segment is masked.
+ * online softmax in exp2 (the scale folded into one FMA per score; the accumulators rescaled only when a row's
+ * maximum moved), P·V with P taken from the S accumulators (register reuse) and V by ldmatrix.trans. Any even
+ * head_dim up to 128 runs at DP = 32, 64, 80 or 128 channels: the channels past head_dim are zeros in shared memory
+ * (they add nothing to a score); of the output, only NV n-tiles of 8 channels are computed (72 of 80 for the
+ * Qwen3-VL towers) and the channels past head_dim are not written, so the towers need no padded copies. Rows:
+ * 16-byte cp.async when head_dim, the row strides and the bases allow, else element loads. Only the last key tile
+ * of a segment is masked (a second instance of the tile step).
  * Shared memory (DS = DP + 8 elements per row: conflict-free ldmatrix): Q [64][DS], K and V [2][64][DS] =
  * 56 KB at DP 80, 87 KB at DP 128. Launch shape: (ceil(max_seg / 64), n_seg * n_heads). */
 #include "kvc_common.cuh"
@@ -80,10 +82,11 @@ __device__ __forceinline__ void ksg_tile(const ksg_args &a, uint16_t (*dst)[DP +
     }
 }
 
-/* One key tile (n valid keys) against this warp's 16 rows: S = Q·Kᵀ, online softmax, O += P·V. */
-template <int DP>
+/* One key tile against this warp's 16 rows: S = Q·Kᵀ, online softmax, O += P·V. MASK: only keys < n are valid
+ * (the segment's last tile), else all 64. The running max m is kept in raw score units (the scale is > 0). */
+template <int DP, int NV, bool MASK>
 __device__ __forceinline__ void ksg_step(const uint32_t (&qa)[DP / 16][4], const uint16_t (*k)[DP + 8],
-                                         const uint16_t (*v)[DP + 8], int n, float qscale, float (&o)[DP / 8][4],
+                                         const uint16_t (*v)[DP + 8], int n, float qscale, float (&o)[NV][4],
                                          float (&m)[2], float (&l)[2]) {
     const int lane = threadIdx.x & 31, t = lane & 3;
     float s[KSG_N / 8][4];
@@ -102,31 +105,34 @@ __device__ __forceinline__ void ksg_step(const uint32_t (&qa)[DP / 16][4], const
             kvc_mma_bf16(s[2 * np], qa[ks], b[0], b[1]);
             kvc_mma_bf16(s[2 * np + 1], qa[ks], b[2], b[3]);
         }
-    /* scale (log2 domain), mask the keys past n, running max of rows g (c0, c1) and g + 8 (c2, c3) */
+    /* mask the keys past n, running max of rows g (c0, c1) and g + 8 (c2, c3) */
     float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
     for (int nt = 0; nt < KSG_N / 8; nt++)
 #pragma unroll
         for (int i = 0; i < 4; i++) {
-            const int key = 8 * nt + 2 * t + (i & 1);
-            s[nt][i] = key < n ? s[nt][i] * qscale : -INFINITY;
+            if (MASK && 8 * nt + 2 * t + (i & 1) >= n) s[nt][i] = -INFINITY;
             mx[i >> 1] = fmaxf(mx[i >> 1], s[nt][i]);
         }
+    float corr[2], mb[2];
 #pragma unroll
     for (int u = 0; u < 2; u++) {
         mx[u] = fmaxf(mx[u], __shfl_xor_sync(0xffffffffu, mx[u], 1));
         mx[u] = fmaxf(mx[u], __shfl_xor_sync(0xffffffffu, mx[u], 2));
-        const float mn = fmaxf(m[u], mx[u]); /* finite: every tile has a key */
-        const float corr = kvc_ex2(m[u] - mn); /* m = -inf before the first tile: 0 */
-        m[u] = mn, l[u] *= corr;
-#pragma unroll
-        for (int nt = 0; nt < DP / 8; nt++) o[nt][2 * u] *= corr, o[nt][2 * u + 1] *= corr;
+        const float mn = fmaxf(m[u], mx[u]);       /* finite: every tile has a key */
+        corr[u] = kvc_ex2((m[u] - mn) * qscale);   /* m = -inf before the first tile: 0 */
+        m[u] = mn, l[u] *= corr[u], mb[u] = mn * qscale;
     }
+    if (__any_sync(0xffffffffu, corr[0] != 1.0f || corr[1] != 1.0f)) /* a row's max moved (warp-uniform branch) */
+#pragma unroll
+        for (int nt = 0; nt < NV; nt++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) o[nt][i] *= corr[i >> 1];
 #pragma unroll
     for (int nt = 0; nt < KSG_N / 8; nt++)
 #pragma unroll
         for (int i = 0; i < 4; i++) {
-            s[nt][i] = kvc_ex2(s[nt][i] - m[i >> 1]);
+            s[nt][i] = kvc_ex2(fmaf(s[nt][i], qscale, -mb[i >> 1]));
             l[i >> 1] += s[nt][i];
         }
     /* P as bf16 A fragments per 16 keys (n-tiles 2 ks, 2 ks + 1), V by ldmatrix.trans: keys 16 ks + (lane & 7)
@@ -145,12 +151,12 @@ __device__ __forceinline__ void ksg_step(const uint32_t (&qa)[DP / 16][4], const
             uint32_t b[4];
             kvc_ldsm4_t(b, &v[16 * ks + vkey][16 * np + vcol]);
             kvc_mma_bf16(o[2 * np], p, b[0], b[1]);
-            kvc_mma_bf16(o[2 * np + 1], p, b[2], b[3]);
+            if (2 * np + 1 < NV) kvc_mma_bf16(o[2 * np + 1], p, b[2], b[3]);
         }
     }
 }
 
-template <int DP> __global__ void __launch_bounds__(KSG_NT) ksg_kernel(const __grid_constant__ ksg_args a) {
+template <int DP, int NV> __global__ void __launch_bounds__(KSG_NT) ksg_kernel(const __grid_constant__ ksg_args a) {
     KVC_DYN_SMEM(uint8_t, raw);
     ksg_smem<DP> &sm = *reinterpret_cast<ksg_smem<DP> *>(raw);
     const int tile = blockIdx.x, seg = blockIdx.y / a.H, h = blockIdx.y % a.H;
@@ -164,9 +170,9 @@ template <int DP> __global__ void __launch_bounds__(KSG_NT) ksg_kernel(const __g
     ksg_tile<DP>(a, sm.k[0], kb, min(KSG_N, len));
     ksg_tile<DP>(a, sm.v[0], vb, min(KSG_N, len));
     ksg_commit();
-    float o[DP / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+    float o[NV][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
 #pragma unroll
-    for (int nt = 0; nt < DP / 8; nt++)
+    for (int nt = 0; nt < NV; nt++)
 #pragma unroll
         for (int i = 0; i < 4; i++) o[nt][i] = 0.0f;
     uint32_t qa[DP / 16][4];
@@ -187,7 +193,11 @@ template <int DP> __global__ void __launch_bounds__(KSG_NT) ksg_kernel(const __g
             for (int ks = 0; ks < DP / 16; ks++)
                 kvc_ldsm4(qa[ks], &sm.q[16 * warp + (lane & 15)][16 * ks + 8 * (lane >> 4)]);
         }
-        ksg_step<DP>(qa, sm.k[buf], sm.v[buf], min(KSG_N, len - it * KSG_N), a.qscale, o, m, l);
+        const int n = min(KSG_N, len - it * KSG_N);
+        if (n < KSG_N)
+            ksg_step<DP, NV, true>(qa, sm.k[buf], sm.v[buf], n, a.qscale, o, m, l);
+        else
+            ksg_step<DP, NV, false>(qa, sm.k[buf], sm.v[buf], n, a.qscale, o, m, l);
         __syncthreads(); /* this buffer is refilled at it + 1 */
     }
     /* out = o / l for rows g, g + 8 of this warp (channels 8 nt + 2 t, + 1; those < D) */
@@ -203,23 +213,23 @@ template <int DP> __global__ void __launch_bounds__(KSG_NT) ksg_kernel(const __g
         const float inv = 1.0f / l[u];
         uint16_t *dst = a.out + (int64_t)(s0 + r) * a.o_row + hoff;
 #pragma unroll
-        for (int nt = 0; nt < DP / 8; nt++) {
+        for (int nt = 0; nt < NV; nt++) {
             const int c = 8 * nt + 2 * t;
             if (c < a.D) *(uint32_t *)(dst + c) = kvc_bf16x2(o[nt][2 * u] * inv, o[nt][2 * u + 1] * inv);
         }
     }
 }
 
-template <int DP> static cudaError_t ksg_launch(const ksg_args &a, int tiles, int rows, cudaStream_t st) {
+template <int DP, int NV> static cudaError_t ksg_launch(const ksg_args &a, int tiles, int rows, cudaStream_t st) {
     const size_t smem = sizeof(ksg_smem<DP>);
     static int ready = 0; /* the shared-memory limit is raised once (not inside a later graph capture) */
     if (!ready) {
-        cudaError_t e = cudaFuncSetAttribute((const void *)ksg_kernel<DP>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             (int)smem);
+        cudaError_t e = cudaFuncSetAttribute((const void *)ksg_kernel<DP, NV>,
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
         if (e != cudaSuccess) return e;
         ready = 1;
     }
-    return kvc_launch(ksg_kernel<DP>, dim3(tiles, rows), dim3(KSG_NT), smem, st, 0, a);
+    return kvc_launch(ksg_kernel<DP, NV>, dim3(tiles, rows), dim3(KSG_NT), smem, st, 0, a);
 }
 
 extern "C" omni_status kvc_tower_attn(int n_heads, int head_dim, const int32_t *cu_seg, int n_seg, int max_seg,
@@ -240,12 +250,14 @@ extern "C" omni_status kvc_tower_attn(int n_heads, int head_dim, const int32_t *
     const int tiles = (max_seg + KSG_M - 1) / KSG_M, rows = n_seg * n_heads;
     cudaError_t e;
     if (head_dim <= 32)
-        e = ksg_launch<32>(a, tiles, rows, (cudaStream_t)stream);
+        e = ksg_launch<32, 4>(a, tiles, rows, (cudaStream_t)stream);
     else if (head_dim <= 64)
-        e = ksg_launch<64>(a, tiles, rows, (cudaStream_t)stream);
+        e = ksg_launch<64, 8>(a, tiles, rows, (cudaStream_t)stream);
+    else if (head_dim <= 72) /* Qwen3-VL: the P·V n-tile of channels 72..79 is skipped */
+        e = ksg_launch<80, 9>(a, tiles, rows, (cudaStream_t)stream);
     else if (head_dim <= 80)
-        e = ksg_launch<80>(a, tiles, rows, (cudaStream_t)stream);
+        e = ksg_launch<80, 10>(a, tiles, rows, (cudaStream_t)stream);
     else
-        e = ksg_launch<128>(a, tiles, rows, (cudaStream_t)stream);
+        e = ksg_launch<128, 16>(a, tiles, rows, (cudaStream_t)stream);
     return kvc_cuda_check(e, "tower attention launch");
 }
