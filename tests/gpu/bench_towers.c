@@ -124,17 +124,19 @@ typedef struct {
     void *stream;
 } split_args;
 
-/* The block GEMMs of the whole tower: depth x (qkv, proj, fc1, fc2) at N rows, biased bf16 as the tower runs them. */
-static void run_gemms(void *p) {
-    split_args *a = p;
+/* The block GEMMs of the whole tower: depth x (qkv, proj, fc1, fc2) at N rows, biased bf16 as the tower runs them
+ * (b = the weights' first values), or without the bias (b NULL: the cuBLAS GEMM alone, no fp32 scratch pass). */
+static void gemms(split_args *a, const uint16_t *b) {
     const int N = a->N, D = a->c->hidden, I = a->c->intermediate;
     for (int l = 0; l < a->c->depth; l++) {
-        OK(omni_cuda_linear(a->ctx, a->y, OMNI_BF16, a->x, a->w, a->w, N, 3 * D, D));
-        OK(omni_cuda_linear(a->ctx, a->y, OMNI_BF16, a->x, a->w, a->w, N, D, D));
-        OK(omni_cuda_linear(a->ctx, a->y, OMNI_BF16, a->x, a->w, a->w, N, I, D));
-        OK(omni_cuda_linear(a->ctx, a->y, OMNI_BF16, a->x, a->w, a->w, N, D, I));
+        OK(omni_cuda_linear(a->ctx, a->y, OMNI_BF16, a->x, a->w, b, N, 3 * D, D));
+        OK(omni_cuda_linear(a->ctx, a->y, OMNI_BF16, a->x, a->w, b, N, D, D));
+        OK(omni_cuda_linear(a->ctx, a->y, OMNI_BF16, a->x, a->w, b, N, I, D));
+        OK(omni_cuda_linear(a->ctx, a->y, OMNI_BF16, a->x, a->w, b, N, D, I));
     }
 }
+static void run_gemms(void *p) { gemms(p, ((split_args *)p)->w); }
+static void run_gemms_nobias(void *p) { gemms(p, NULL); }
 
 /* The segment attention of the whole tower: depth x one N-token segment (kvc_tower_attn, as the tower runs it). */
 static void run_attn(void *p) {
@@ -192,6 +194,7 @@ static void vision_split(const vision_config *c, int N, double fwd_ms, int iters
     const double attn = time_events(run_attn, &a, a.stream, iters, NULL);
     const double attn_pf = time_events(run_attn_prefill, &a, a.stream, iters, NULL);
     const double gemm = time_events(run_gemms, &a, a.stream, iters, NULL);
+    const double gemm_nb = time_events(run_gemms_nobias, &a, a.stream, iters, NULL);
     const double rest = time_events(run_rest, &a, a.stream, iters, NULL);
     const double gflop = 2.0 * N * D * (3.0 * D + D + 2.0 * I) * c->depth / 1e9;
     const double aflop = 4.0 * N * N * D * c->depth / 1e9;
@@ -200,6 +203,7 @@ static void vision_split(const vision_config *c, int N, double fwd_ms, int iters
     row(label, "split: kvc_attn_segments instead ms (x depth)", attn_pf, "ms");
     row(label, "split: block GEMMs ms (x depth)", gemm, "ms");
     row(label, "split: block GEMMs TFLOP/s", gflop / gemm, "TFLOP/s");
+    row(label, "split: block GEMMs without bias ms (x depth)", gemm_nb, "ms");
     row(label, "split: block norms, rope, gelu, adds ms (x depth)", rest, "ms");
     row(label, "split: rest (pos-embed, patch GEMM, mergers, gaps) ms", fwd_ms - attn - gemm - rest, "ms");
     omni_cuda_free(a.x), omni_cuda_free(a.w), omni_cuda_free(a.y), omni_cuda_free(a.qkv), omni_cuda_free(a.att);
