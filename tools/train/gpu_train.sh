@@ -51,6 +51,9 @@ else  # 16 cores, shared with other work: 12 CPU data workers, 8 render images (
     common="" ocr_x="--workers 8 --batch 256 --replay 200" speech_x="--workers 4 --batch 128 --replay 200"
     text_x="--workers 2 --batch 16"
 fi
+# OCR_ARGS / SPEECH_ARGS / TEXT_ARGS (environment): more options for one model, e.g. a lower peak --lr for a short
+# resumed round
+ocr_x="$ocr_x ${OCR_ARGS:-}" speech_x="$speech_x ${SPEECH_ARGS:-}" text_x="$text_x ${TEXT_ARGS:-}"
 if [ -n "$RESUME" ] && ls "$RESUME"/models.tar.xz.part* >/dev/null 2>&1; then  # a packed result of this script
     mkdir -p "$W/resume" && cat "$RESUME"/models.tar.xz.part* | tar -xJ -C "$W/resume" && RESUME=$W/resume
     echo "gpu_train: unpacked $(ls "$RESUME") to resume from"
