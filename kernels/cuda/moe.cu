@@ -520,7 +520,39 @@ extern "C" omni_status omni_cuda_moe_decode_split(uint16_t *y, const uint16_t *x
  * columns), so the weight stream goes on across the phase change. Tickets go to running blocks in order and an
  * item only waits for lower tickets, so no residency assumption is needed (graphs, other streams). The last
  * block to leave (ctl[3]) zeroes the counters for the next call. The values are the three-kernel path's bits.
- * ctl[c] is word c·CTL_STRIDE of the scratch's ticket (OMNI_CUDA_MOE_CTL_BYTES). */
+ * ctl[c] is word c·CTL_STRIDE of the scratch's ticket (OMNI_CUDA_MOE_CTL_BYTES). Launched as a programmatic
+ * dependent: while the kernel before it finishes, the blocks only pull router rows into L2. */
+
+/* Programmatic dependent launch (sm_90): the kernel may start while the one before it in the stream runs;
+ * moe_pdl_wait returns once that kernel has completed and its writes are visible (at once without the attribute
+ * or on the emulator); moe_pdl_launch_dependents lets the next kernel be scheduled before this one ends. */
+#ifdef KVC_EMU
+static inline void moe_pdl_wait() {}
+static inline void moe_pdl_launch_dependents() {}
+static inline void moe_prefetch_l2(const void *) {}
+#else
+__device__ __forceinline__ void moe_pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+__device__ __forceinline__ void moe_pdl_launch_dependents() { asm volatile("griddepcontrol.launch_dependents;"); }
+__device__ __forceinline__ void moe_prefetch_l2(const void *p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
+#endif
+
+/* k<<<grid, block, 0, st>>>(args) with programmatic stream serialization (a plain launch on the emulator, whose
+ * errors OMNI_CUDA_LAUNCHED reports). */
+template <typename... KP, typename... A>
+static cudaError_t moe_launch_pdl(void (*k)(KP...), int grid, int block, cudaStream_t st, A... args) {
+#ifdef KVC_EMU
+    omni_launch(k, grid, block, 0, st, args...);
+    return cudaSuccess;
+#else
+    cudaLaunchAttribute attr;
+    attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr.val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(grid), cfg.blockDim = dim3(block), cfg.dynamicSmemBytes = 0, cfg.stream = st;
+    cfg.attrs = &attr, cfg.numAttrs = 1;
+    return cudaLaunchKernelEx(&cfg, k, (KP)args...);
+#endif
+}
 
 #define FUSED_MAX_ENTRIES 64 /* T·k up to which the fused kernel runs (routing kept in shared memory) */
 #define CTL_STRIDE 32        /* words between the counters: one 128-byte line each (polls beside atomics) */
@@ -539,6 +571,14 @@ moe_dec_fused_kernel(uint16_t *y, const uint16_t *x, int64_t ldx, const uint16_t
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int n_r = (E + DEC_WARPS - 1) / DEC_WARPS, n_gc = (I + DEC_WARPS - 1) / DEC_WARPS;
     const int n_g = T * k * n_gc, n_hc = (H + DEC_WARPS - 1) / DEC_WARPS, total = n_r + n_g + T * n_hc;
+    /* launched as a programmatic dependent: the kernel before (the norm that writes x) may still run. Until it is
+     * done only weights are touched: block b pulls router item b's rows into L2 (whoever takes that item later
+     * finds them there); the counters, x and every output wait (the call before this one zeroed the counters). */
+    if (blockIdx.x < n_r && blockIdx.x * DEC_WARPS + warp < E)
+        for (int c = lane * 64; c < H; c += 32 * 64) /* one 128-byte line per lane and step */
+            moe_prefetch_l2(wr + (int64_t)(blockIdx.x * DEC_WARPS + warp) * H + c);
+    moe_pdl_wait();
+    moe_pdl_launch_dependents(); /* the next kernel may become resident; its own wait still covers our writes */
     if (threadIdx.x == 0) s_item[0] = (int)atomicAdd(&ctl[0], 1u);
     __syncthreads();
     int item = s_item[0], par = 0;
@@ -654,8 +694,8 @@ static omni_status fused_launch(uint16_t *y, const uint16_t *x, int64_t ldx, con
     const int cap = fused_blocks<CH, CI>();
     if (cap <= 0) return omni_fail(OMNI_ERR_RUNTIME, "omni_cuda_moe_decode: occupancy query failed");
     const int grid = (int)(total < cap ? total : cap);
-    omni_launch(moe_dec_fused_kernel<CH, CI>, grid, DEC_WARPS * 32, 0, st, y, x, ldx, router, gate_up, down, s->logits,
-                s->sel_e, s->sel_w, s->act, s->ticket, T, E, k, H, I, norm);
+    OMNI_CUDA_TRY(moe_launch_pdl(moe_dec_fused_kernel<CH, CI>, grid, DEC_WARPS * 32, st, y, x, ldx, router, gate_up,
+                                 down, s->logits, s->sel_e, s->sel_w, s->act, s->ticket, T, E, k, H, I, norm));
     OMNI_CUDA_LAUNCHED();
     return OMNI_OK;
 }
