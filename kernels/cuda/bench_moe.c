@@ -6,7 +6,7 @@
  * bandwidth; prefill (T = 512, 4096): omni_cuda_moe_prefill (batched cuBLAS over a capacity per expert) vs the
  * grouped-kernel path (router, route, grouping, grouped linears, SwiGLU, combine), in TFLOP/s of the expert GEMMs. CUDA events around each call, median of RUNS after warm-up; NBUF different inputs
  * in rotation so that the experts change between calls (one call reads ~76 MB, beyond the 60 MB L2).
- * Usage: omni_bench_moe  (stdout: one line per row) */
+ * Usage: omni_bench_moe [--decode]  (--decode: decode T = 1, 2 only; stdout: one line per row) */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -152,7 +152,8 @@ static double active_bytes(void) {
     return (double)n * 3 * I * H * 2 + (double)E * H * 2;
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    const int decode_only = argc > 1 && strcmp(argv[1], "--decode") == 0;
     int nd = 0;
     CK(omni_cuda_available(&nd));
     if (nd == 0) {
@@ -204,7 +205,7 @@ int main(void) {
     g_pws_bytes = omni_cuda_moe_prefill_scratch(T_MAX, E, KTOP, H, I);
     CK(omni_cuda_malloc(&g_pws, g_pws_bytes));
     const int dec_t[] = {1, 2, 4, 8};
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < (decode_only ? 2 : 4); i++) {
         g_T = dec_t[i];
         double md, mx;
         double ms, mxs;
@@ -222,7 +223,7 @@ int main(void) {
 #undef PCT
     }
     const int pre_t[] = {512, 4096};
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < (decode_only ? 0 : 2); i++) {
         g_T = pre_t[i];
         const double flops = 2.0 * g_T * KTOP * 3.0 * I * H;
         double md, mx;

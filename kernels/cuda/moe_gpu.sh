@@ -2,11 +2,11 @@
 # moe_gpu.sh - the decode MoE work of issue 9 on the H200 in one command, from binaries packed here by
 # kernels/cuda/h200_run.sh (build/dev: test_gpu_llm_ops, omni_bench_moe, omni_bench_llm_cuda, lib.tar.xz).
 #   here:    kernels/cuda/h200_run.sh pack build
-#   device:  OUT=$OUT bash kernels/cuda/moe_gpu.sh build [tests] [racecheck] [bench] [omni] [ncu]   (repo root)
+#   device:  OUT=$OUT bash kernels/cuda/moe_gpu.sh build [tests] [short] [racecheck] [bench] [bench-decode] [omni] [ncu]
 # tests: test_gpu_llm_ops (every op vs its C reference; the MoE decode one kernel vs three kernels bit for bit),
 #        then test_gpu_llm_ops --short under compute-sanitizer memcheck; racecheck: the same under racecheck;
-# bench: omni_bench_moe (decode T = 1/2/4/8: one kernel vs three kernels vs per-entry, eager and in graphs;
-#        prefill); omni: omni_bench_llm_cuda on the Omni-30B-A3B config at bs1/4K (random weights made on the
+# short: test_gpu_llm_ops --short alone (~10 s); bench: omni_bench_moe (decode T = 1/2/4/8: one kernel vs three
+#        kernels vs per-entry, eager and in graphs; prefill); bench-decode: the same for decode T = 1, 2 only; omni: omni_bench_llm_cuda on the Omni-30B-A3B config at bs1/4K (random weights made on the
 #        device); ncu: one launch of the one-kernel decode at T = 1 under Nsight Compute (clocks left alone).
 # Logs: $OUT/moe_tests.log, moe_sanitizer.log, bench_moe.log, omni30b.log (+ .csv), ncu_moe.log. Each step has
 # its own time cap; one summary line per step on stdout.
@@ -40,9 +40,16 @@ for step in "$@"; do
             { echo "==== $tool rc=$rc"; cat /tmp/moe_san.log; } >> "$OUT/moe_sanitizer.log"
             echo "$tool test_gpu_llm_ops --short rc=$rc $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' /tmp/moe_san.log | head -1) $(grep -E '^[0-9]+ passed' /tmp/moe_san.log | tail -1)"
         done ;;
-    bench)
-        el bench
-        timeout 90 "$D/omni_bench_moe" > "$OUT/bench_moe.log" 2>&1
+    short)
+        el short
+        timeout 60 "$D/test_gpu_llm_ops" --short > "$OUT/moe_tests_short.log" 2>&1
+        echo "test_gpu_llm_ops --short rc=$? $(grep -E '^[0-9]+ passed' "$OUT/moe_tests_short.log" | tail -1)"
+        grep -E "FAIL|FATAL" "$OUT/moe_tests_short.log" | head -10 ;;
+    bench | bench-decode)
+        el "$step"
+        arg=
+        [ "$step" = bench-decode ] && arg=--decode
+        timeout 90 "$D/omni_bench_moe" $arg > "$OUT/bench_moe.log" 2>&1
         echo "omni_bench_moe rc=$?"
         cut -c1-260 "$OUT/bench_moe.log" ;;
     omni)
