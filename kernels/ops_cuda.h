@@ -195,16 +195,21 @@ typedef struct {
  * omni_cuda_moe_route's routing (also left in s->sel_e / s->sel_w), gate/up rounded to bf16,
  * omni_cuda_swiglu_bf16's SwiGLU, down rounded to bf16 and omni_cuda_moe_combine's sum: the values of the
  * per-entry path up to fp32 summation order. Every weight row an entry needs is streamed once per entry (tokens
- * sharing an expert read it again, from L2). One kernel (router, gate/up, down as ordered work items of a grid
- * of resident blocks) for T·k <= 64 and E <= 512, else omni_cuda_moe_decode_split; both give the same bits.
+ * sharing an expert read it again, from L2). Three kernels (router + routing by its last block; gate/up + SwiGLU;
+ * down + combine): omni_cuda_moe_decode_split.
  * x: [T] rows of stride ldx; router [E, H]; gate_up [E][2I][H]; down [E][H][I]; y: [T, H] bf16, not aliasing x.
  * H, I, ldx multiples of 8, x and the weights 16-byte aligned; 1 <= k <= min(E, 32), T·k <= 65535. One call at
  * a time per scratch (the counters). */
 omni_status omni_cuda_moe_decode(uint16_t *y, const uint16_t *x, int64_t ldx, const uint16_t *router,
                                  const uint16_t *gate_up, const uint16_t *down, int T, int E, int k, int H, int I,
                                  int norm, const omni_cuda_moe_scratch *s, void *stream);
-/* The same in three kernels (router + routing by the last block; gate/up + SwiGLU; down + combine), any size that
- * omni_cuda_moe_decode takes (kept for the comparison in tests and omni_bench_moe). */
+/* The same in one kernel (router, gate/up, down as ordered work items of a grid of resident blocks; a programmatic
+ * dependent launch) for T·k <= 64 and E <= 512, else the three kernels; the same bits. Slower than the three
+ * kernels on the H200 so far (bench/NOTES.md); kept for tests and omni_bench_moe. */
+omni_status omni_cuda_moe_decode_fused(uint16_t *y, const uint16_t *x, int64_t ldx, const uint16_t *router,
+                                       const uint16_t *gate_up, const uint16_t *down, int T, int E, int k, int H,
+                                       int I, int norm, const omni_cuda_moe_scratch *s, void *stream);
+/* The three kernels behind omni_cuda_moe_decode. */
 omni_status omni_cuda_moe_decode_split(uint16_t *y, const uint16_t *x, int64_t ldx, const uint16_t *router,
                                        const uint16_t *gate_up, const uint16_t *down, int T, int E, int k, int H,
                                        int I, int norm, const omni_cuda_moe_scratch *s, void *stream);

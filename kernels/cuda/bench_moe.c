@@ -1,6 +1,6 @@
 /* bench_moe.c - benchmark (not a test; test_gpu_llm_ops validates the ops): the sparse MoE block at the Qwen3-Omni
  * thinker's shapes (E 128, k 8, H 2048, I 768), random bf16 weights and random inputs (uniform-ish routing).
- * Decode (T = 1, 2, 4, 8): omni_cuda_moe_decode (one kernel) vs omni_cuda_moe_decode_split (three kernels) vs
+ * Decode (T = 1, 2, 4, 8): omni_cuda_moe_decode_fused (one kernel) vs omni_cuda_moe_decode_split (three kernels) vs
  * the per-entry path (router linear + route + entry GEMVs + SwiGLU + combine) in the same run, also inside CUDA
  * graphs (no launch gaps), as bytes of the active experts' weights (+ router) over the time, against the copy
  * bandwidth; prefill (T = 512, 4096): omni_cuda_moe_prefill (batched cuBLAS over a capacity per expert) vs the
@@ -59,7 +59,8 @@ static int g_T;
 
 static void run_decode(int b) {
     const omni_cuda_moe_scratch sc = {g_lg, g_se, g_sw, g_act, g_ticket};
-    CK(omni_cuda_moe_decode(g_y, g_x + (int64_t)b * T_MAX * H, H, g_rw, g_gu, g_dn, g_T, E, KTOP, H, I, 1, &sc, g_s));
+    CK(omni_cuda_moe_decode_fused(g_y, g_x + (int64_t)b * T_MAX * H, H, g_rw, g_gu, g_dn, g_T, E, KTOP, H, I, 1, &sc,
+                                  g_s));
 }
 
 static void run_split(int b) {

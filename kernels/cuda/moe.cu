@@ -703,6 +703,14 @@ static omni_status fused_launch(uint16_t *y, const uint16_t *x, int64_t ldx, con
 extern "C" omni_status omni_cuda_moe_decode(uint16_t *y, const uint16_t *x, int64_t ldx, const uint16_t *router,
                                             const uint16_t *gate_up, const uint16_t *down, int T, int E, int k, int H,
                                             int I, int norm, const omni_cuda_moe_scratch *s, void *stream) {
+    /* the three kernels: faster than the one kernel on the H200 so far (call B4: 42.9 vs 51.4 us at T = 1) */
+    return omni_cuda_moe_decode_split(y, x, ldx, router, gate_up, down, T, E, k, H, I, norm, s, stream);
+}
+
+extern "C" omni_status omni_cuda_moe_decode_fused(uint16_t *y, const uint16_t *x, int64_t ldx, const uint16_t *router,
+                                                  const uint16_t *gate_up, const uint16_t *down, int T, int E, int k,
+                                                  int H, int I, int norm, const omni_cuda_moe_scratch *s,
+                                                  void *stream) {
     if (T < 1 || (int64_t)T * k > FUSED_MAX_ENTRIES || E > DEC_ROUTE_E || k < 1 || k > E || k > MOE_MAX_K || H <= 0 ||
         I <= 0 || H % 8 || I % 8 || ldx % 8 || ldx < H || !is_aligned(x, 16) || !is_aligned(router, 16) ||
         !is_aligned(gate_up, 16) || !is_aligned(down, 16) || !s || !is_aligned(s->act, 16))

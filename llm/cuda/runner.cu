@@ -693,7 +693,7 @@ static omni_status mlp_moe_forced(llm_cuda *r, int l, const lcw_layer *L, int T)
 static omni_status mlp_moe(llm_cuda *r, int l, const lcw_layer *L, int T) {
     const int H = r->H, I = r->I, E = r->E, K = r->K;
     if (r->force_T) return mlp_moe_forced(r, l, L, T);
-    if (T * K <= ENTRY_MAX) /* router, gate/up + SwiGLU, down + combine: one kernel (three past its limits) */
+    if (T * K <= ENTRY_MAX) /* router, gate/up + SwiGLU, down + combine: three kernels */
         OP(r, P_EXPERTS, omni_cuda_moe_decode(r->hb, r->ha, H, L->router, L->gate_up, L->down, T, E, K, H, I,
                                               r->norm_topk, &r->moe, r->s));
     else

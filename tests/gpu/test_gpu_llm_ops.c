@@ -356,20 +356,20 @@ static void moe_case(int T, int E, int k, int H, int I, int norm, int path, int 
     unsigned *dticket = dev_buf(NULL, OMNI_CUDA_MOE_CTL_BYTES);
     uint16_t *yh = xmalloc(2 * (size_t)T * H), *yh2 = xmalloc(2 * (size_t)T * H), *yh3 = xmalloc(2 * (size_t)T * H);
     unsigned ctl[OMNI_CUDA_MOE_CTL_BYTES / 4];
-    if (decode) { /* the three-kernel path, then omni_cuda_moe_decode twice: the counters must come back to zero
-                   * and every call give the same bits; the routing checked below is the last call's (poisoned
-                   * before it) */
+    if (decode) { /* omni_cuda_moe_decode (three kernels), then the one kernel twice: the counters must come back
+                   * to zero and every call give the same bits; the routing checked below is the last call's
+                   * (poisoned before it) */
         const omni_cuda_moe_scratch sc = {dlg, dsel, dw, dact, dticket};
         TRY(omni_cuda_memset(dticket, 0, OMNI_CUDA_MOE_CTL_BYTES, g_stream));
-        TRY(omni_cuda_moe_decode_split(dy, dx, H, drw, dgu, ddn, T, E, k, H, I, norm, &sc, g_stream));
+        TRY(omni_cuda_moe_decode(dy, dx, H, drw, dgu, ddn, T, E, k, H, I, norm, &sc, g_stream));
         TRY(omni_cuda_d2h(yh3, dy, 2 * (size_t)T * H, g_stream));
         TRY(omni_cuda_memset(dy, 0xff, 2 * (size_t)T * H, g_stream));
-        TRY(omni_cuda_moe_decode(dy, dx, H, drw, dgu, ddn, T, E, k, H, I, norm, &sc, g_stream));
+        TRY(omni_cuda_moe_decode_fused(dy, dx, H, drw, dgu, ddn, T, E, k, H, I, norm, &sc, g_stream));
         TRY(omni_cuda_d2h(yh2, dy, 2 * (size_t)T * H, g_stream));
         TRY(omni_cuda_memset(dy, 0xff, 2 * (size_t)T * H, g_stream));
         TRY(omni_cuda_memset(dsel, 0xff, 4 * (size_t)nE, g_stream));
         TRY(omni_cuda_memset(dw, 0xff, 4 * (size_t)nE, g_stream));
-        TRY(omni_cuda_moe_decode(dy, dx, H, drw, dgu, ddn, T, E, k, H, I, norm, &sc, g_stream));
+        TRY(omni_cuda_moe_decode_fused(dy, dx, H, drw, dgu, ddn, T, E, k, H, I, norm, &sc, g_stream));
         TRY(omni_cuda_d2h(ctl, dticket, sizeof ctl, g_stream));
     } else if (prefill) { /* scratch starts as NaN, canary behind it; twice (reuse; rows may change path: no bits) */
         size_t sb = omni_cuda_moe_prefill_scratch(T, E, k, H, I);
