@@ -54,7 +54,7 @@ for step in "$@"; do
         cut -c1-260 "$OUT/bench_moe.log" ;;
     omni)
         el omni
-        timeout 60 "$D/omni_bench_llm_cuda" assets/configs/Qwen3-Omni-30B-A3B-Instruct --ctx 4096 --prefill 4096 \
+        timeout ${OMNI_CAP:-60} "$D/omni_bench_llm_cuda" assets/configs/Qwen3-Omni-30B-A3B-Instruct --ctx 4096 --prefill 4096 \
             --label Omni-30B-A3B --csv "$OUT/omni30b.csv" > "$OUT/omni30b.log" 2>&1
         echo "omni_bench_llm_cuda rc=$?"
         grep -E "decode|prefill|split|peak|roofline" "$OUT/omni30b.log" | cut -c1-260 | head -12 ;;
