@@ -145,7 +145,7 @@ __device__ __forceinline__ void wait_geq(const unsigned *p, unsigned target) {
         unsigned v;
         asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
         if (v >= target) return;
-        __nanosleep(64);
+        __nanosleep(128);
     }
 }
 #endif

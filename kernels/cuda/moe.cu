@@ -513,8 +513,9 @@ extern "C" omni_status omni_cuda_moe_decode_split(uint16_t *y, const uint16_t *x
  * A grid of at most the resident blocks takes numbered items from a ticket (ctl[0]) in order: the router rows
  * (n_r = ceil(E / DEC_WARPS) items, a warp per expert row as moe_dec_router_kernel), then gate/up + SwiGLU
  * (T·k·ceil(I / DEC_WARPS) items, a warp per (entry, column) as moe_dec_gate_up_kernel), then down + combine
- * (T·ceil(H / DEC_WARPS) items, a warp per (token, hidden row) as moe_dec_down_kernel). Every warp of an item
- * counts itself done after its writes (fence, then ctl[1] for router rows, ctl[2] for gate/up columns). A block
+ * (T·ceil(H / DEC_WARPS) items, a warp per (token, hidden row) as moe_dec_down_kernel). A finished item is
+ * counted once by its block (its writers fence, the block meets, thread 0 adds to ctl[1] for router items, ctl[2]
+ * for gate/up items: one count per warp queued ~6000 atomics on one address, call B4). A block
  * routes every token itself (from the f32 logits into shared memory) before its first gate/up or down item, once
  * ctl[1] says all logits are there; a down warp issues its first weight loads, then waits for ctl[2] (all gate/up
  * columns), so the weight stream goes on across the phase change. Tickets go to running blocks in order and an
@@ -597,13 +598,10 @@ moe_dec_fused_kernel(uint16_t *y, const uint16_t *x, int64_t ldx, const uint16_t
                     if (lane == 0) logits[(int64_t)t * E + e] = acc[0];
                 }
             }
-            if (lane == 0) {
-                __threadfence();
-                atomicAdd(&ctl[CTL_STRIDE], 1u);
-            }
+            if (lane == 0) __threadfence(); /* its logits before the block's count (after the item) */
         } else {
             if (!routed) { /* block-uniform: every token's routing and its ascending expert order */
-                if (threadIdx.x == 0) wait_geq(&ctl[CTL_STRIDE], (unsigned)(n_r * DEC_WARPS));
+                if (threadIdx.x == 0) wait_geq(&ctl[CTL_STRIDE], (unsigned)n_r);
                 __syncthreads();
                 for (int t = warp; t < T; t += DEC_WARPS) {
                     route_token(s_e + t * k, s_w + t * k, logits + (int64_t)t * E, E, k, norm, lane, s_p[warp]);
@@ -634,10 +632,7 @@ moe_dec_fused_kernel(uint16_t *y, const uint16_t *x, int64_t ldx, const uint16_t
                         st_bf(act, (int64_t)j * I + i, bf(g / (1.f + expf(-g))) * u);
                     }
                 }
-                if (lane == 0) {
-                    __threadfence();
-                    atomicAdd(&ctl[2 * CTL_STRIDE], 1u);
-                }
+                if (lane == 0) __threadfence(); /* its column before the block's count */
             } else { /* down + combine of token t, hidden row h */
                 const int it = item - n_r - n_g, t = it / n_hc, h = (it % n_hc) * DEC_WARPS + warp;
                 if (h < H) {
@@ -653,7 +648,7 @@ moe_dec_fused_kernel(uint16_t *y, const uint16_t *x, int64_t ldx, const uint16_t
                         }
                         float o[DEC_KG];
                         warp_dots<DEC_KG, CI, true>(o, w, xs, I / 8, lane, gu_seen ? NULL : &ctl[2 * CTL_STRIDE],
-                                                    (unsigned)(n_g * DEC_WARPS));
+                                                    (unsigned)n_g);
                         gu_seen = true;
 #pragma unroll
                         for (int q = 0; q < DEC_KG; q++)
@@ -666,6 +661,8 @@ moe_dec_fused_kernel(uint16_t *y, const uint16_t *x, int64_t ldx, const uint16_t
         par ^= 1;
         if (threadIdx.x == 0) s_item[par] = (int)next; /* the slot last read an item ago (one barrier per item) */
         __syncthreads();
+        if (threadIdx.x == 0 && item < n_r + n_g) /* one count per finished router / gate/up item */
+            atomicAdd(&ctl[(item < n_r ? 1 : 2) * CTL_STRIDE], 1u);
         item = s_item[par];
     }
     __threadfence();
