@@ -31,6 +31,40 @@ static inline void omni_launch(void (*k)(KP...), dim3 grid, dim3 block, size_t s
 #endif
 }
 
+/* Programmatic dependent launch (sm_90) for the decode chain: a kernel started by omni_launch_pdl may begin while
+ * the kernel before it in the stream still runs (once that one called omni_pdl_trigger, or as it exits). It must
+ * call omni_pdl_wait before it reads anything an earlier kernel wrote and before it writes anything (the wait
+ * returns when the kernel before it has completed and its writes are visible); work on inputs nobody writes
+ * (weights) may come first. omni_pdl_trigger lets the next such kernel be scheduled. Both are no-ops when the
+ * kernel was launched plainly, and under the emulator. */
+__device__ __forceinline__ void omni_pdl_wait() {
+#if !defined(KVC_EMU) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void omni_pdl_trigger() {
+#if !defined(KVC_EMU) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+/* omni_launch with the programmatic-serialization attribute (the kernel calls omni_pdl_wait first, see above).
+ * Errors surface through cudaGetLastError as with omni_launch. */
+template <typename... KP, typename... A>
+static inline void omni_launch_pdl(void (*k)(KP...), dim3 grid, dim3 block, size_t smem, cudaStream_t st, A... args) {
+#ifdef KVC_EMU
+    omni_launch(k, grid, block, smem, st, args...);
+#else
+    cudaLaunchAttribute attr;
+    attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr.val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid, cfg.blockDim = block, cfg.dynamicSmemBytes = smem, cfg.stream = st;
+    cfg.attrs = &attr, cfg.numAttrs = 1;
+    (void)cudaLaunchKernelEx(&cfg, k, (KP)args...); /* a failed launch is also the last error */
+#endif
+}
+
 /* Dynamic shared memory of a kernel as a T * (extern __shared__ on the GPU, the emulator's per-CTA buffer). */
 #ifdef KVC_EMU
 #define OMNI_DYN_SMEM(T, name) T *name = (T *)emu::dyn_smem()
@@ -148,6 +182,13 @@ __device__ __forceinline__ void wait_geq(const unsigned *p, unsigned target) {
         __nanosleep(128);
     }
 }
+#endif
+
+/* Hint: bring the 128-byte line holding p into L2 (no register, no L1). */
+#ifdef KVC_EMU
+static inline void prefetch_l2(const void *p) { (void)p; }
+#else
+__device__ __forceinline__ void prefetch_l2(const void *p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
 #endif
 
 static inline int ew_blocks(int64_t n) {

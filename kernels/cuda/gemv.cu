@@ -4,7 +4,9 @@
  * (8 bf16), chunk c = lane, lane + 32, ... with U chunks per lane in flight, W past L1 (no_allocate), x through
  * the read-only cache (every warp of the block reads the same x chunks: L1 hits). fp32 FMA
  * accumulation per lane, then a butterfly sum over the warp and one rounding (bias added in fp32 first), the same
- * numerics class as cuBLAS with fp32 accumulation. 8 warps per block; grid.x covers N, grid.y the batch. */
+ * numerics class as cuBLAS with fp32 accumulation. 8 warps per block; grid.x covers N, grid.y the batch.
+ * Version 2 (decode chain): launched as a programmatic dependent launch; W of the first step in registers and of
+ * the second in L2 before the wait for x (see omni_pdl_wait). */
 #include <stdint.h>
 
 #include "common.cuh"
@@ -20,8 +22,13 @@ template <int M, int R, int U, int MINB, bool F32OUT>
 __global__ void __launch_bounds__(GEMV_WARPS * 32, MINB) gemv_kernel(omni_gemv_args a) {
     const int lane = threadIdx.x & 31;
     const int n0 = (blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5)) * R;
-    if (n0 >= a.N) return;
+    if (n0 >= a.N) {
+        omni_pdl_wait();
+        omni_pdl_trigger();
+        return;
+    }
     const int b = blockIdx.y, K = a.K, nc = K / 8, rows = a.N - n0 < R ? a.N - n0 : R;
+    if (a.wsel || a.xsel) omni_pdl_wait(); /* selections (MoE routing) come from an earlier kernel */
     const int64_t we = a.wsel ? a.wsel[b] : b, xr = a.xsel ? a.xsel[b] : b / (a.xdiv > 1 ? a.xdiv : 1);
     const uint16_t *w = a.w + we * a.w_bstride + (int64_t)n0 * K;
     const uint16_t *x = a.x + xr * a.x_bstride;
@@ -34,13 +41,32 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32, MINB) gemv_kernel(omni_gemv_a
 #pragma unroll
     for (int r = 0; r < R; r++) wr[r] = w + (int64_t)(r < rows ? r : 0) * K; /* rows past N re-read row 0 */
     int c0 = lane;
-    /* full steps: U chunks per lane, every load issued before the first FMA */
-    for (; c0 + 32 * (U - 1) < nc; c0 += 32 * U) {
-        uint4 wv[U][R], xv[U][M];
+    /* The weights are nobody's output: the first full step's W is loaded and the second one's prefetched into L2
+     * before waiting for the kernel that writes x (programmatic dependent launch), so a decode GEMV streams W while
+     * the small kernel before it finishes. */
+    uint4 wv[U][R];
+    const int full = c0 + 32 * (U - 1) < nc;
+    if (full) {
 #pragma unroll
-        for (int u = 0; u < U; u++) {
+        for (int u = 0; u < U; u++)
 #pragma unroll
             for (int r = 0; r < R; r++) wv[u][r] = ld_stream((const uint4 *)wr[r] + c0 + 32 * u);
+        if (c0 + 32 * (2 * U - 1) < nc && (lane & 7) == 0) /* one lane per 128-byte line */
+#pragma unroll
+            for (int u = 0; u < U; u++)
+#pragma unroll
+                for (int r = 0; r < R; r++) prefetch_l2((const uint4 *)wr[r] + c0 + 32 * (U + u));
+    }
+    omni_pdl_wait();
+    omni_pdl_trigger();
+    /* full steps: U chunks per lane, every load issued before the first FMA */
+    for (int first = 1; c0 + 32 * (U - 1) < nc; c0 += 32 * U, first = 0) {
+        uint4 xv[U][M];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            if (!first)
+#pragma unroll
+                for (int r = 0; r < R; r++) wv[u][r] = ld_stream((const uint4 *)wr[r] + c0 + 32 * u);
 #pragma unroll
             for (int m = 0; m < M; m++) xv[u][m] = ld_ro((const uint4 *)(x + m * a.ldx) + c0 + 32 * u);
         }
@@ -92,9 +118,9 @@ template <int M, int R, int U, int MINB>
 static void launch_m(const omni_gemv_args *a, cudaStream_t s) {
     dim3 grid((a->N + GEMV_WARPS * R - 1) / (GEMV_WARPS * R), a->batch);
     if (a->f32_out)
-        omni_launch(gemv_kernel<M, R, U, MINB, true>, grid, GEMV_WARPS * 32, 0, s, *a);
+        omni_launch_pdl(gemv_kernel<M, R, U, MINB, true>, grid, GEMV_WARPS * 32, 0, s, *a);
     else
-        omni_launch(gemv_kernel<M, R, U, MINB, false>, grid, GEMV_WARPS * 32, 0, s, *a);
+        omni_launch_pdl(gemv_kernel<M, R, U, MINB, false>, grid, GEMV_WARPS * 32, 0, s, *a);
 }
 
 omni_status omni_gemv_launch(const omni_gemv_args *a, cudaStream_t s) {

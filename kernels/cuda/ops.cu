@@ -2,7 +2,8 @@
  *
  * Version 1 (this file): one block per row for row ops (block-wide fp32 reductions through warp shuffles and a
  * 32-float shared array; rmsnorm: 16 or 32 lanes per row up to 1024, 4/16-byte accesses where alignment allows),
- * grid-stride loops for element-wise ops.
+ * grid-stride loops for element-wise ops. rmsnorm / add_rmsnorm run as programmatic dependent launches (common.cuh:
+ * omni_launch_pdl), as every kernel of the decode chain between the GEMVs.
  * The arithmetic mirrors PyTorch's bf16 kernels: load bf16 -> fp32 math -> round-to-nearest-even to bf16
  * at the points named in ops_cuda.h. No fast-math intrinsics (expf, erff, tanhf, rsqrtf, IEEE division). */
 #include <math.h>
@@ -50,6 +51,8 @@ template <int VEC>
 __global__ void rmsnorm_block_kernel(uint16_t *y, uint16_t *x, const uint16_t *a, const uint16_t *w, int dim,
                                      float eps) {
     __shared__ float sh[32];
+    omni_pdl_wait();
+    omni_pdl_trigger();
     int64_t off = (int64_t)blockIdx.x * dim;
     int nv = dim / VEC;
     float ss = block_sum(rms_sumsq<VEC>(x + off, a ? a + off : NULL, nv, threadIdx.x, blockDim.x), sh);
@@ -61,6 +64,8 @@ __global__ void rmsnorm_block_kernel(uint16_t *y, uint16_t *x, const uint16_t *a
 template <int VEC, int LANES>
 __global__ void rmsnorm_lanes_kernel(uint16_t *y, uint16_t *x, const uint16_t *a, const uint16_t *w, int rows, int dim,
                                      float eps) {
+    omni_pdl_wait();
+    omni_pdl_trigger();
     int row = blockIdx.x * (blockDim.x / LANES) + threadIdx.x / LANES, lane = threadIdx.x % LANES;
     int64_t off = (int64_t)(row < rows ? row : 0) * dim;
     int nv = row < rows ? dim / VEC : 0;
@@ -73,11 +78,11 @@ template <int VEC>
 static void rmsnorm_launch(uint16_t *y, uint16_t *x, const uint16_t *a, const uint16_t *w, int rows, int dim,
                            float eps, cudaStream_t s) {
     if (dim > 1024) {
-        omni_launch(rmsnorm_block_kernel<VEC>, rows, row_threads(dim / VEC), 0, s, y, x, a, w, dim, eps);
+        omni_launch_pdl(rmsnorm_block_kernel<VEC>, rows, row_threads(dim / VEC), 0, s, y, x, a, w, dim, eps);
     } else if (dim / VEC >= 32) {
-        omni_launch(rmsnorm_lanes_kernel<VEC, 32>, (rows + 7) / 8, ROW_THREADS, 0, s, y, x, a, w, rows, dim, eps);
+        omni_launch_pdl(rmsnorm_lanes_kernel<VEC, 32>, (rows + 7) / 8, ROW_THREADS, 0, s, y, x, a, w, rows, dim, eps);
     } else {
-        omni_launch(rmsnorm_lanes_kernel<VEC, 16>, (rows + 15) / 16, ROW_THREADS, 0, s, y, x, a, w, rows, dim, eps);
+        omni_launch_pdl(rmsnorm_lanes_kernel<VEC, 16>, (rows + 15) / 16, ROW_THREADS, 0, s, y, x, a, w, rows, dim, eps);
     }
 }
 

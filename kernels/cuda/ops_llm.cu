@@ -1,6 +1,8 @@
 /* ops_llm.cu - the decoder fusions of kernels/ops_cuda.h: per-head q/k RMSNorm + multi-stream RoPE with the
  * tables made on the device, SwiGLU over a fused gate/up row, embedding gather with substituted rows, scattered
  * residual add (DeepStack), f32 <-> bf16 conversion.
+ * The decode-chain kernels (q/k norm + RoPE, SwiGLU, embedding rows) run as programmatic dependent launches
+ * (common.cuh: omni_launch_pdl; they wait for the kernel before first).
  * Arithmetic as in ops.cu: bf16 in, fp32 math, round-to-nearest-even to bf16 where PyTorch rounds; IEEE cosf,
  * sinf, expf, rsqrtf (no fast-math). */
 #include <math.h>
@@ -31,6 +33,8 @@ qk_norm_rope_kernel(qkr_io io, const uint16_t *qw, const uint16_t *kw, float eps
     constexpr int D = 32 * VEC, HALF = D / 2;
     __shared__ float cs[HALF], sn[HALF];
     const int t = blockIdx.x;
+    omni_pdl_wait(); /* programmatic dependent launch: the qkv rows come from the kernel before */
+    omni_pdl_trigger();
     for (int j = threadIdx.x; j < HALF; j += blockDim.x) {
         float f = (float)pos[slot_stream[j] * pos_stride + t] * inv_freq[j];
         cs[j] = bf(cosf(f));
@@ -89,7 +93,7 @@ static omni_status qkr_launch(const qkr_io *io, int T, int D, const uint16_t *q_
                                  : D == 64  ? qk_norm_rope_kernel<2>
                                  : D == 128 ? qk_norm_rope_kernel<4>
                                             : qk_norm_rope_kernel<8>;
-    omni_launch(k, grid, QKR_WARPS * 32, 0, s, *io, q_w, k_w, eps, pos, pos_stride, inv_freq, slot_stream);
+    omni_launch_pdl(k, grid, QKR_WARPS * 32, 0, s, *io, q_w, k_w, eps, pos, pos_stride, inv_freq, slot_stream);
     OMNI_CUDA_LAUNCHED();
     return OMNI_OK;
 }
@@ -118,6 +122,8 @@ extern "C" omni_status omni_cuda_qkv_norm_rope_bf16(const uint16_t *qkv, int64_t
 /* VEC consecutive outputs per thread; the row of output vector i is i / (I / VEC). */
 template <int VEC> __global__ void swiglu_kernel(uint16_t *y, const uint16_t *gu, int64_t nvec, int I) {
     const int per_row = I / VEC;
+    omni_pdl_wait();
+    omni_pdl_trigger();
     GRID_STRIDE(i, nvec) {
         int64_t r = i / per_row, c = i % per_row;
         const uint16_t *g = gu + r * 2 * I;
@@ -136,10 +142,10 @@ extern "C" omni_status omni_cuda_swiglu_bf16(uint16_t *y, const uint16_t *gu, in
     cudaStream_t s = (cudaStream_t)stream;
     if (I % 8 == 0 && is_aligned(y, 16) && is_aligned(gu, 16)) {
         int64_t nv = (int64_t)rows * I / 8;
-        omni_launch(swiglu_kernel<8>, ew_blocks(nv), EW_THREADS, 0, s, y, gu, nv, I);
+        omni_launch_pdl(swiglu_kernel<8>, ew_blocks(nv), EW_THREADS, 0, s, y, gu, nv, I);
     } else {
         int64_t nv = (int64_t)rows * I;
-        omni_launch(swiglu_kernel<1>, ew_blocks(nv), EW_THREADS, 0, s, y, gu, nv, I);
+        omni_launch_pdl(swiglu_kernel<1>, ew_blocks(nv), EW_THREADS, 0, s, y, gu, nv, I);
     }
     OMNI_CUDA_LAUNCHED();
     return OMNI_OK;
@@ -153,6 +159,8 @@ __global__ void embed_rows_kernel(uint16_t *y, const uint16_t *table, int64_t vo
                                   const int32_t *src_row, const uint16_t *rows) {
     typedef typename vec_of<VEC>::T V;
     const int i = blockIdx.x, nv = dim / VEC;
+    omni_pdl_wait();
+    omni_pdl_trigger();
     const int32_t sr = src_row ? src_row[i] : -1, id = ids[i];
     const V *src = sr >= 0 ? (const V *)(rows + (int64_t)sr * dim)
                            : (id >= 0 && id < vocab ? (const V *)(table + (int64_t)id * dim) : NULL);
@@ -170,9 +178,9 @@ extern "C" omni_status omni_cuda_embed_rows_bf16(uint16_t *y, const uint16_t *ta
     if (n == 0) return OMNI_OK;
     cudaStream_t s = (cudaStream_t)stream;
     if (dim % 8 == 0 && is_aligned(y, 16) && is_aligned(table, 16) && is_aligned(rows, 16))
-        omni_launch(embed_rows_kernel<8>, n, row_threads(dim / 8), 0, s, y, table, vocab, dim, ids, src_row, rows);
+        omni_launch_pdl(embed_rows_kernel<8>, n, row_threads(dim / 8), 0, s, y, table, vocab, dim, ids, src_row, rows);
     else
-        omni_launch(embed_rows_kernel<1>, n, row_threads(dim), 0, s, y, table, vocab, dim, ids, src_row, rows);
+        omni_launch_pdl(embed_rows_kernel<1>, n, row_threads(dim), 0, s, y, table, vocab, dim, ids, src_row, rows);
     OMNI_CUDA_LAUNCHED();
     return OMNI_OK;
 }

@@ -98,6 +98,12 @@ void llm_cuda_inject_failure(llm_cuda *r, int n);
  * runs eagerly, through the per-entry expert kernels, and must have exactly T rows. NULL sel stops. */
 omni_status llm_cuda_force_routing(llm_cuda *r, const int32_t *sel, int T);
 
+/* Tests: make sequence `seq` of this runner's cache `kv` hold the committed history of sequence src_seq of a host
+ * cache `src` (kv_init, the same format and length): packed blocks byte for byte, raw (window, sink) rows rounded to
+ * bf16. The GPU then attends to exactly the CPU's quantization codes (its own differ wherever a bf16 k/v value and
+ * the CPU's f32 one fall on both sides of a rounding boundary). */
+omni_status llm_cuda_cache_copy_history(llm_cuda *r, kv_cache *kv, int seq, const kv_cache *src, int src_seq);
+
 /* Benchmarks: append n_tokens positions of random bf16 K/V (values ~ N(0,1)-like) to sequence `seq` of a cache of
  * this runner, with the cache's bookkeeping (kv_reserve / kv_commit in max_tokens pieces) - a long context
  * without running its prefill. */

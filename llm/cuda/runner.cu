@@ -1038,6 +1038,82 @@ omni_status llm_cuda_step(llm_cuda *r, int n, llm_batch_entry *b) {
     return st;
 }
 
+/* ---- tests: a host cache's history on the device ----------------------------------------------------------- */
+
+/* n rows of D elements (src element size se: 4 f32 / 2 bf16) to device rows of element size de, through buf. */
+static omni_status copy_rows(uint8_t *dst, int de, const uint8_t *src, int se, int n, int D, uint16_t *buf) {
+    if (se == de) {
+        OMNI_CUDA_TRY(cudaMemcpy(dst, src, (size_t)n * D * se, cudaMemcpyHostToDevice));
+        return OMNI_OK;
+    }
+    if (se != 4 || de != 2) return omni_fail(OMNI_ERR_USAGE, "llm_cuda: raw rows of %d bytes into %d", se, de);
+    for (int64_t i = 0; i < (int64_t)n * D; i++) buf[i] = omni_f32_to_bf16(((const float *)src)[i]);
+    OMNI_CUDA_TRY(cudaMemcpy(dst, buf, (size_t)n * D * 2, cudaMemcpyHostToDevice));
+    return OMNI_OK;
+}
+
+/* The history of one layer (see llm_cuda_cache_copy_history); rtab / qtab: the device table rows of seq. */
+static omni_status copy_layer(const kv_layer_view *dv, const kv_layer_view *hv, int hslot, const int32_t *rtab,
+                              const int32_t *qtab, int64_t L, uint16_t *buf) {
+    const int D = dv->head_dim, nq = kv_view_nq(hv, L), nb = (int)((L + KV_BLOCK - 1) / KV_BLOCK);
+    if (dv->quant != hv->quant || dv->kbits != hv->kbits || dv->vbits != hv->vbits || dv->window != hv->window ||
+        dv->n_sink != hv->n_sink || dv->rotate != hv->rotate || dv->scale != hv->scale || kv_view_nq(dv, L) != nq)
+        return omni_fail(OMNI_ERR_USAGE, "llm_cuda_cache_copy_history: layer %d formats differ", dv->layer);
+    for (int b = 0; b < nb; b++) {
+        const int n = L - (int64_t)b * KV_BLOCK < KV_BLOCK ? (int)(L - (int64_t)b * KV_BLOCK) : KV_BLOCK;
+        for (int g = 0; g < dv->n_kv_heads; g++)
+            for (int is_v = 0; is_v < 2; is_v++) {
+                const int de = is_v ? dv->v_esz : dv->k_esz, se = is_v ? hv->v_esz : hv->k_esz;
+                if (b < nq) { /* packed (or the raw layout of a layer that does not quantize) */
+                    const int32_t hp = kv_view_quant_page(hv, hslot, b);
+                    uint8_t *d = kv_view_quant_block(dv, qtab[b], g, is_v);
+                    const uint8_t *h = kv_view_quant_block(hv, hp, g, is_v);
+                    if (!dv->quant) {
+                        RUN(copy_rows(d, de, h, se, n, D, buf));
+                        continue;
+                    }
+                    const int64_t bytes = is_v ? kv_value_block_bytes(D, dv->vbits)
+                                               : kv_key_block_bytes(D, dv->kbits, dv->scale);
+                    OMNI_CUDA_TRY(cudaMemcpy(d, h, (size_t)bytes, cudaMemcpyHostToDevice));
+                    if (b > 0 || dv->n_sink == 0) continue;
+                }
+                const int rows = b < nq ? dv->n_sink : n; /* block 0's sinks stay raw */
+                RUN(copy_rows(kv_view_raw_rows(dv, rtab[b], g, is_v), de,
+                              kv_view_raw_rows(hv, kv_view_raw_page(hv, hslot, b), g, is_v), se, rows, D, buf));
+            }
+    }
+    return OMNI_OK;
+}
+
+omni_status llm_cuda_cache_copy_history(llm_cuda *r, kv_cache *kv, int seq, const kv_cache *src, int src_seq) {
+    const int c = cache_index(r, kv);
+    const int64_t L = kv_seq_len(kv, seq);
+    if (!c || !src || L < 0 || L != kv_seq_len(src, src_seq))
+        return omni_fail(OMNI_ERR_USAGE, "llm_cuda_cache_copy_history: sequence %d (%lld tokens) vs %d", seq,
+                         (long long)L, src_seq);
+    dev_cache *dc = &r->caches[c];
+    RUN(mirror_slots(dc));
+    RUN(kv_dev_step(dc->dev, 0, NULL, NULL)); /* pending table changes to the device (no step: nothing to commit) */
+    RUN(kv_dev_upload(dc->dev, r->s));
+    OMNI_CUDA_TRY(cudaStreamSynchronize(r->s));
+    const kv_layer_view *v0 = &dc->views[0];
+    const size_t ts = (size_t)v0->tab_stride;
+    int32_t *tabs = (int32_t *)malloc(sizeof(int32_t) * 2 * ts);
+    uint16_t *buf = (uint16_t *)malloc(sizeof(uint16_t) * KV_BLOCK * v0->head_dim);
+    omni_status st = tabs && buf ? OMNI_OK : omni_fail(OMNI_ERR_NOMEM, "llm_cuda: out of host memory");
+    if (!st && cudaMemcpy(tabs, v0->raw_tab + seq * ts, 4 * ts, cudaMemcpyDeviceToHost) != cudaSuccess)
+        st = omni_fail(OMNI_ERR_RUNTIME, "llm_cuda_cache_copy_history: table read");
+    if (!st && cudaMemcpy(tabs + ts, v0->quant_tab + seq * ts, 4 * ts, cudaMemcpyDeviceToHost) != cudaSuccess)
+        st = omni_fail(OMNI_ERR_RUNTIME, "llm_cuda_cache_copy_history: table read");
+    for (int l = 0; l < r->L && !st; l++) {
+        kv_layer_view hv;
+        st = kv_cache_layer_view(src, l, &hv);
+        if (!st) st = copy_layer(&dc->views[l], &hv, src_seq, tabs, tabs + ts, L, buf);
+    }
+    free(tabs), free(buf);
+    return st;
+}
+
 /* ---- benchmarks: a long context without its prefill -------------------------------------------------------- */
 
 /* n rows of random bf16 k and v (a sum of 4 uniforms: mean 0, variance 1/3) for the append of a fill step. */
