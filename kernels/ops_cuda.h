@@ -137,6 +137,12 @@ omni_status omni_cuda_f32_to_bf16(uint16_t *y, const float *x, int64_t n, void *
 /* y = (float)x, n elements (bf16 logits or hidden states to f32). */
 omni_status omni_cuda_bf16_to_f32(float *y, const uint16_t *x, int64_t n, void *stream);
 
+/* Hint (no result): bring [p, p + bytes) into the L2 cache, when the step's rows attend to few keys in all
+ * (Σ_i (row_pos[i] + 1) <= max_keys over row_pos [n], device; NULL: always) - i.e. while a short-context decode
+ * attention leaves HBM idle, the next weights can stream in. Launched on a side stream by the runner. */
+omni_status omni_cuda_l2_prefetch(const void *p, size_t bytes, const int32_t *row_pos, int n, int64_t max_keys,
+                                  void *stream);
+
 /* ---- sparse MoE (Qwen3-Omni thinker), no host round trip --------------------------------------------------
  * A step: router logits (omni_cuda_linear, f32 out) -> omni_cuda_moe_route -> either the per-entry GEMVs (few
  * tokens: omni_cuda_moe_entry_linear for gate/up, omni_cuda_swiglu_bf16, entry_linear for down) or the grouped

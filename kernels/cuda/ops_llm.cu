@@ -200,6 +200,30 @@ extern "C" omni_status omni_cuda_add_rows_bf16(uint16_t *x, int dim, const int32
     return OMNI_OK;
 }
 
+/* ---- L2 prefetch ------------------------------------------------------------------------------------------- */
+
+__global__ void l2_prefetch_kernel(const char *p, int64_t lines, const int32_t *row_pos, int n, int64_t max_keys) {
+    if (row_pos) {
+        int64_t keys = 0;
+        for (int i = 0; i < n; i++) keys += (int64_t)row_pos[i] + 1;
+        if (keys > max_keys) return;
+    }
+    GRID_STRIDE(i, lines) prefetch_l2(p + i * 128);
+}
+
+extern "C" omni_status omni_cuda_l2_prefetch(const void *p, size_t bytes, const int32_t *row_pos, int n,
+                                             int64_t max_keys, void *stream) {
+    if (!p || n < 0) return omni_fail(OMNI_ERR_USAGE, "%s: n %d", __func__, n);
+    const int64_t lines = (int64_t)(bytes / 128);
+#ifdef KVC_EMU
+    return OMNI_OK; /* a hint: nothing to emulate */
+#endif
+    if (lines == 0) return OMNI_OK;
+    omni_launch(l2_prefetch_kernel, 132, 256, 0, (cudaStream_t)stream, (const char *)p, lines, row_pos, n, max_keys);
+    OMNI_CUDA_LAUNCHED();
+    return OMNI_OK;
+}
+
 /* ---- conversions ------------------------------------------------------------------------------------------- */
 
 __global__ void f32_to_bf16_kernel(uint16_t *y, const float *x, int64_t n) {

@@ -15,7 +15,11 @@
  * Step inputs travel in pinned buffers: int32 [ids T | pos 3T | src_row T | row_slot T | row_pos T | out_row T |
  * ent_slot T | ent_new T | ent_row0 T + 1 | ds_dst 4T] (offsets depend on T only, so a graph of bucket T always
  * reads the same addresses), bf16 span rows [n_sp][H] and DeepStack rows [level][n][H], and per output row the
- * sampling parameters and uniform. */
+ * sampling parameters and uniform.
+ * The small kernels and the decode GEMVs are programmatic dependent launches (each may start while the one before
+ * finishes; kernels/cuda/common.cuh). Decode-sized steps (T <= max_seqs) also fork a side branch (stream s2,
+ * after the qkv GEMV, joined before o_proj) that prefetches o_proj's weights into L2 while a short-context attention leaves
+ * HBM idle (omni_cuda_l2_prefetch; OMNI_CUDA_PREFETCH=0 at init turns it off). */
 #include "llm/cuda/llm_cuda.h"
 
 #include <math.h>
@@ -43,6 +47,8 @@
 #define MAX_CACHES 16  /* KV caches per runner (index 0 unused) */
 #define OUT_MIN 64     /* output rows per lm_head pass: max(max_seqs, OUT_MIN) */
 #define HIST_MAX 131072 /* packed history tokens dequantized once per layer and prefill step (kvc_prefill_hist) */
+#define PF_BYTES (24 << 20) /* o_proj weights prefetched into L2 during a short-context attention (of ~50 MB) */
+#define PF_KEYS 8192        /* ... when the step's rows attend to at most this many keys in all */
 
 typedef struct {
     int T;            /* bucket */
@@ -75,6 +81,9 @@ struct llm_cuda {
     float eps;
     omni_cuda_ctx *ctx;
     cudaStream_t s;
+    cudaStream_t s2;            /* side stream: L2 prefetch of o_proj's weights beside the attention (decode) */
+    cudaEvent_t ev_fork, ev_join;
+    int prefetch;               /* OMNI_CUDA_PREFETCH=0 at init turns the side-stream prefetch off (A/B timing) */
     lcw_weights w;
     dev_cache caches[MAX_CACHES + 1];
     kvc_attn *attn; /* tensor-core attention workspace (head_dim 64/128) */
@@ -247,6 +256,11 @@ static omni_status init_common(llm_cuda *r, size_t weight_bytes) {
                          r->p.device, n_dev);
     if ((st = omni_cuda_ctx_init(&r->ctx, r->p.device))) return st;
     r->s = (cudaStream_t)omni_cuda_ctx_stream(r->ctx);
+    OMNI_CUDA_TRY(cudaStreamCreateWithFlags(&r->s2, cudaStreamNonBlocking));
+    OMNI_CUDA_TRY(cudaEventCreateWithFlags(&r->ev_fork, cudaEventDisableTiming));
+    OMNI_CUDA_TRY(cudaEventCreateWithFlags(&r->ev_join, cudaEventDisableTiming));
+    const char *pf = getenv("OMNI_CUDA_PREFETCH");
+    r->prefetch = !(pf && !strcmp(pf, "0"));
     r->attn_ws_floats = attn_floats(r, 32768); /* decode graphs cover 32K keys; longer histories run eagerly */
     r->ws_bytes = carve_ws(r, NULL);
     char detail[160];
@@ -340,6 +354,9 @@ void llm_cuda_free(llm_cuda *r) {
     for (int i = 0; r->ev && i < PROF_EVENTS; i++)
         if (r->ev[i]) cudaEventDestroy(r->ev[i]);
     free(r->ev);
+    if (r->ev_fork) cudaEventDestroy(r->ev_fork);
+    if (r->ev_join) cudaEventDestroy(r->ev_join);
+    if (r->s2) cudaStreamDestroy(r->s2);
     omni_cuda_ctx_free(r->ctx);
     free(r->ent_cache), free(r->order), free(r->grp_seq), free(r->grp_new), free(r->out_ent);
     free(r);
@@ -748,13 +765,27 @@ static omni_status attention(llm_cuda *r, int l, const step_in *in, const step_s
     return OMNI_OK;
 }
 
+/* Fork: on the side stream, after the qkv GEMV, o_proj's first PF_BYTES into L2 when the step attends to at most
+ * PF_KEYS keys (read on the device: graphs replay it for any length); the layer joins before o_proj. */
+static omni_status prefetch_o(llm_cuda *r, const lcw_layer *L, const step_in *in, int T) {
+    const size_t bytes = (size_t)r->H * r->Hq * r->D * 2;
+    OMNI_CUDA_TRY(cudaEventRecord(r->ev_fork, r->s));
+    OMNI_CUDA_TRY(cudaStreamWaitEvent(r->s2, r->ev_fork, 0));
+    RUN(omni_cuda_l2_prefetch(L->o, bytes < PF_BYTES ? bytes : PF_BYTES, in->rpos, T, PF_KEYS, r->s2));
+    OMNI_CUDA_TRY(cudaEventRecord(r->ev_join, r->s2));
+    return OMNI_OK;
+}
+
 static omni_status layer(llm_cuda *r, int l, const step_in *in, const step_shape *sh, int graph) {
     const lcw_layer *L = &r->w.layers[l];
     const int T = sh->T, H = r->H, qd = r->Hq * r->D;
     OP(r, P_QKV, omni_cuda_linear(r->ctx, r->qkv, OMNI_BF16, r->ha, L->qkv, NULL, T, r->Q, H));
+    const int pf = r->prefetch && T <= r->S; /* decode-sized steps: o_proj's weights into L2 beside the attention (a side branch) */
+    if (pf) RUN(prefetch_o(r, L, in, T));
     OP(r, P_QKR, omni_cuda_qkv_norm_rope_bf16(r->qkv, r->Q, r->q, r->k, r->v, T, r->Hq, r->Hkv, r->D, L->q_norm,
                                               L->k_norm, r->eps, in->pos, T, r->w.inv_freq, r->w.slot_stream, r->s));
     RUN(attention(r, l, in, sh, graph));
+    if (pf) OMNI_CUDA_TRY(cudaStreamWaitEvent(r->s, r->ev_join, 0));
     OP(r, P_O, omni_cuda_linear(r->ctx, r->hb, OMNI_BF16, r->att, L->o, NULL, T, H, qd));
     OP(r, P_RESID, omni_cuda_add_rmsnorm_bf16(r->ha, r->x, r->hb, L->post_norm, T, H, r->eps, r->s));
     if (r->E) {

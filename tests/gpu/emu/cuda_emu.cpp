@@ -498,6 +498,7 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t) {
     return cudaSuccess;
 }
 cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
+cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned int) { return cudaSuccess; } /* in order */
 cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b) {
     *ms = (float)(*(double *)b - *(double *)a);
     return cudaSuccess;
