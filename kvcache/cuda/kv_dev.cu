@@ -52,8 +52,6 @@ __global__ void __launch_bounds__(KVD_APPLY_THREADS) kvd_apply_kernel(const kvd_
 
 __global__ void __launch_bounds__(KVD_THREADS) kvd_append_kernel(const kvd_append_args a) {
     KVC_DYN_SMEM(float, kvd_sm);
-    kvc_pdl_wait(); /* programmatic dependent launch: k/v come from the kernel before (q/k norm + RoPE) */
-    kvc_pdl_launch();
     kvd_cta c;
     kvd_cta_setup(&a, (int)blockIdx.x, &c);
     for (int ph = 0; ph < c.nph; ph++) { /* nph is the same for every thread of the CTA */
@@ -218,7 +216,7 @@ extern "C" omni_status kv_dev_append(kv_dev *d, int layer, const void *k, const 
     kvd_append_args a;
     kvd_append_setup(&a, &view, d->dstep, k, v, tc, fc);
     KVD_CHECK(kvc_launch(kvd_append_kernel, dim3((unsigned)n_cta), dim3(KVD_THREADS),
-                         (size_t)kvd_smem_floats(view.head_dim) * 4, st, 1, a));
+                         (size_t)kvd_smem_floats(view.head_dim) * 4, st, 0, a));
     return OMNI_OK;
 }
 

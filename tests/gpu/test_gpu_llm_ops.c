@@ -479,7 +479,8 @@ static void moe_case(int T, int E, int k, int H, int I, int norm, int path, int 
             views[E + e] = omni_tensor_make(guf + ((int64_t)e * 2 + 1) * I * H, OMNI_F32, 2, gs);
             views[2 * E + e] = omni_tensor_make(dnf + (int64_t)e * H * I, OMNI_F32, 2, dns);
         }
-        llm_moe m = {omni_tensor_make(rwf, OMNI_F32, 2, rs), views, views + E, views + 2 * E, E, k, I, H, norm};
+        llm_moe m = {omni_tensor_make(rwf, OMNI_F32, 2, rs), views, views + E, views + 2 * E, E, k, I, H, norm,
+                     NULL, NULL, 0};
         float *yref = xmalloc(4 * (size_t)T * H), *scr = xmalloc(sizeof(float) * llm_moe_scratch_floats(&m, T));
         llm_moe_forward(&m, yref, xf, T, scr);
         char w2[160];
