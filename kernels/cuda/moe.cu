@@ -382,6 +382,69 @@ __device__ __forceinline__ void warp_dots(float (&acc)[R], const uint16_t *const
         for (int o = 16; o > 0; o >>= 1) acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], o);
 }
 
+/* One warp: logits[t, e] = x_t · Wr[e, :] in fp32 for the T tokens (lane 0 stores). */
+template <int CPL>
+__device__ __forceinline__ void router_row(float *logits, const uint16_t *x, int64_t ldx, const uint16_t *wr, int e,
+                                           int T, int E, int H, int lane) {
+    const uint16_t *const w[1] = {wr + (int64_t)e * H};
+    for (int t = 0; t < T; t++) {
+        const uint16_t *const xr[1] = {x + (int64_t)t * ldx};
+        float acc[1];
+        warp_dots<1, CPL>(acc, w, xr, H / 8, lane);
+        if (lane == 0) logits[(int64_t)t * E + e] = acc[0];
+    }
+}
+
+/* ord[0..k) = the entries 0..k-1 in ascending expert order of se (insertion sort, k <= 32; one thread). */
+__device__ __forceinline__ void order_entries(int *ord, const int32_t *se, int k) {
+    for (int j = 0; j < k; j++) {
+        int q = j;
+        while (q > 0 && se[ord[q - 1]] > se[j]) ord[q] = ord[q - 1], q--;
+        ord[q] = j;
+    }
+}
+
+/* One warp: act[j, i] = bf16(bf16(silu(g)) · u) with g, u = the bf16-rounded gate/up rows i of expert e against
+ * the x row xr (as omni_cuda_swiglu_bf16 over the rounded linear outputs); lane 0 stores. */
+template <int CPL>
+__device__ __forceinline__ void gate_up_col(uint16_t *act, const uint16_t *xr, const uint16_t *wgu, int e, int j,
+                                            int i, int H, int I, int lane) {
+    const uint16_t *wg = wgu + ((int64_t)e * 2 * I + i) * H;
+    const uint16_t *const w[2] = {wg, wg + (int64_t)I * H}, *const xs[2] = {xr, xr};
+    float acc[2];
+    warp_dots<2, CPL>(acc, w, xs, H / 8, lane);
+    if (lane == 0) {
+        const float g = bf(acc[0]), u = bf(acc[1]);
+        st_bf(act, (int64_t)j * I + i, bf(g / (1.f + expf(-g))) * u);
+    }
+}
+
+/* One warp: y[t, h] = the bf16 sum in ascending expert order of bf16(bf16(act_j · Wd[e_j][h, :]) · w_j) over the
+ * token's k entries (se, tw: its experts and weights; ord: order_entries of se; act rows t·k + j); lane 0 stores.
+ * XCG, wait, target: as warp_dots (act written by other blocks of the grid; wait before the first act read). */
+template <int CPL, bool XCG>
+__device__ __forceinline__ void down_row(uint16_t *y, const uint16_t *act, const uint16_t *wd, const int32_t *se,
+                                         const float *tw, const int *ord, int t, int k, int h, int H, int I, int lane,
+                                         const unsigned *wait, unsigned target) {
+    float acc = 0.f;
+    for (int j0 = 0; j0 < k; j0 += DEC_KG) {
+        const uint16_t *w[DEC_KG], *xs[DEC_KG];
+#pragma unroll
+        for (int q = 0; q < DEC_KG; q++) { /* past k: entry j0 again (loaded, not summed) */
+            const int j = ord[j0 + q < k ? j0 + q : j0];
+            w[q] = wd + ((int64_t)se[j] * H + h) * I;
+            xs[q] = act + ((int64_t)t * k + j) * I;
+        }
+        float o[DEC_KG];
+        warp_dots<DEC_KG, CPL, XCG>(o, w, xs, I / 8, lane, wait, target);
+        wait = NULL;
+#pragma unroll
+        for (int q = 0; q < DEC_KG; q++)
+            if (j0 + q < k) acc = bf(acc + bf(bf(o[q]) * tw[ord[j0 + q]]));
+    }
+    if (lane == 0) st_bf(y, (int64_t)t * H + h, acc);
+}
+
 template <int CPL>
 __global__ void __launch_bounds__(DEC_WARPS * 32)
 moe_dec_router_kernel(float *logits, int32_t *sel_e, float *sel_w, unsigned *ticket, const uint16_t *x, int64_t ldx,
@@ -389,15 +452,7 @@ moe_dec_router_kernel(float *logits, int32_t *sel_e, float *sel_w, unsigned *tic
     __shared__ int s_last;
     __shared__ float s_l[DEC_WARPS][DEC_ROUTE_E];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, e = blockIdx.x * DEC_WARPS + warp;
-    if (e < E) {
-        const uint16_t *const w[1] = {wr + (int64_t)e * H};
-        for (int t = 0; t < T; t++) {
-            const uint16_t *const xr[1] = {x + (int64_t)t * ldx};
-            float acc[1];
-            warp_dots<1, CPL>(acc, w, xr, H / 8, lane);
-            if (lane == 0) logits[(int64_t)t * E + e] = acc[0];
-        }
-    }
+    if (e < E) router_row<CPL>(logits, x, ldx, wr, e, T, E, H, lane);
     __threadfence(); /* this block's logits reach the whole grid before its ticket */
     __syncthreads();
     if (threadIdx.x == 0) s_last = atomicInc(ticket, gridDim.x - 1) == gridDim.x - 1;
@@ -423,15 +478,7 @@ __global__ void __launch_bounds__(DEC_WARPS * 32)
 moe_dec_gate_up_kernel(uint16_t *act, const uint16_t *x, int64_t ldx, const uint16_t *wgu, const int32_t *sel_e, int k,
                        int H, int I) {
     const int lane = threadIdx.x & 31, i = blockIdx.x * DEC_WARPS + (threadIdx.x >> 5), j = blockIdx.y;
-    if (i >= I) return;
-    const uint16_t *wg = wgu + ((int64_t)sel_e[j] * 2 * I + i) * H, *xr = x + (int64_t)(j / k) * ldx;
-    const uint16_t *const w[2] = {wg, wg + (int64_t)I * H}, *const xs[2] = {xr, xr};
-    float acc[2];
-    warp_dots<2, CPL>(acc, w, xs, H / 8, lane);
-    if (lane == 0) {
-        const float g = bf(acc[0]), u = bf(acc[1]);
-        st_bf(act, (int64_t)j * I + i, bf(g / (1.f + expf(-g))) * u);
-    }
+    if (i < I) gate_up_col<CPL>(act, x + (int64_t)(j / k) * ldx, wgu, sel_e[j], j, i, H, I, lane);
 }
 
 /* y[t, h] = the bf16 sum in ascending expert order of bf16(bf16(act_j · Wd[e_j][h, :]) · w_j) over the token's
@@ -443,30 +490,9 @@ moe_dec_down_kernel(uint16_t *y, const uint16_t *act, const uint16_t *wd, const 
     __shared__ int s_ord[MOE_MAX_K];
     const int lane = threadIdx.x & 31, h = blockIdx.x * DEC_WARPS + (threadIdx.x >> 5), t = blockIdx.y;
     const int32_t *se = sel_e + (int64_t)t * k;
-    if (threadIdx.x == 0) /* the token's entries in ascending expert order (insertion sort, k <= 32) */
-        for (int j = 0; j < k; j++) {
-            int q = j;
-            while (q > 0 && se[s_ord[q - 1]] > se[j]) s_ord[q] = s_ord[q - 1], q--;
-            s_ord[q] = j;
-        }
+    if (threadIdx.x == 0) order_entries(s_ord, se, k);
     __syncthreads();
-    if (h >= H) return;
-    float acc = 0.f;
-    for (int j0 = 0; j0 < k; j0 += DEC_KG) {
-        const uint16_t *w[DEC_KG], *xs[DEC_KG];
-#pragma unroll
-        for (int q = 0; q < DEC_KG; q++) { /* past k: entry j0 again (loaded, not summed) */
-            const int j = s_ord[j0 + q < k ? j0 + q : j0];
-            w[q] = wd + ((int64_t)se[j] * H + h) * I;
-            xs[q] = act + ((int64_t)t * k + j) * I;
-        }
-        float o[DEC_KG];
-        warp_dots<DEC_KG, CPL>(o, w, xs, I / 8, lane);
-#pragma unroll
-        for (int q = 0; q < DEC_KG; q++)
-            if (j0 + q < k) acc = bf(acc + bf(bf(o[q]) * sel_w[(int64_t)t * k + s_ord[j0 + q]]));
-    }
-    if (lane == 0) st_bf(y, (int64_t)t * H + h, acc);
+    if (h < H) down_row<CPL, false>(y, act, wd, se, sel_w + (int64_t)t * k, s_ord, t, k, h, H, I, lane, NULL, 0);
 }
 
 /* The chunks per lane of one pass over a row of nc chunks: 1, 2, 3, 4 or 8 (longer rows take several passes). */
@@ -589,15 +615,7 @@ moe_dec_fused_kernel(uint16_t *y, const uint16_t *x, int64_t ldx, const uint16_t
         if (threadIdx.x == 0) next = atomicAdd(&ctl[0], 1u); /* the next item's ticket, in flight meanwhile */
         if (item < n_r) { /* router: expert row e against every token, f32 logits */
             const int e = item * DEC_WARPS + warp;
-            if (e < E) {
-                const uint16_t *const w[1] = {wr + (int64_t)e * H};
-                for (int t = 0; t < T; t++) {
-                    const uint16_t *const xr[1] = {x + (int64_t)t * ldx};
-                    float acc[1];
-                    warp_dots<1, CH>(acc, w, xr, H / 8, lane);
-                    if (lane == 0) logits[(int64_t)t * E + e] = acc[0];
-                }
-            }
+            if (e < E) router_row<CH>(logits, x, ldx, wr, e, T, E, H, lane);
             if (lane == 0) __threadfence(); /* its logits before the block's count (after the item) */
         } else {
             if (!routed) { /* block-uniform: every token's routing and its ascending expert order */
@@ -606,13 +624,7 @@ moe_dec_fused_kernel(uint16_t *y, const uint16_t *x, int64_t ldx, const uint16_t
                 for (int t = warp; t < T; t += DEC_WARPS) {
                     route_token(s_e + t * k, s_w + t * k, logits + (int64_t)t * E, E, k, norm, lane, s_p[warp]);
                     __syncwarp();
-                    if (lane == 0)
-                        for (int j = 0; j < k; j++) { /* insertion sort, k <= 32 */
-                            int q = j;
-                            while (q > 0 && s_e[t * k + s_ord[t * k + q - 1]] > s_e[t * k + j])
-                                s_ord[t * k + q] = s_ord[t * k + q - 1], q--;
-                            s_ord[t * k + q] = j;
-                        }
+                    if (lane == 0) order_entries(s_ord + t * k, s_e + t * k, k);
                     if (item == n_r && lane < k) /* the first gate/up item publishes the routing */
                         g_sel_e[t * k + lane] = s_e[t * k + lane], g_sel_w[t * k + lane] = s_w[t * k + lane];
                     __syncwarp();
@@ -622,39 +634,14 @@ moe_dec_fused_kernel(uint16_t *y, const uint16_t *x, int64_t ldx, const uint16_t
             }
             if (item < n_r + n_g) { /* gate/up + SwiGLU of entry j, column i */
                 const int it = item - n_r, j = it / n_gc, i = (it % n_gc) * DEC_WARPS + warp;
-                if (i < I) {
-                    const uint16_t *wg = wgu + ((int64_t)s_e[j] * 2 * I + i) * H, *xr = x + (int64_t)(j / k) * ldx;
-                    const uint16_t *const w[2] = {wg, wg + (int64_t)I * H}, *const xs[2] = {xr, xr};
-                    float acc[2];
-                    warp_dots<2, CH>(acc, w, xs, H / 8, lane);
-                    if (lane == 0) {
-                        const float g = bf(acc[0]), u = bf(acc[1]);
-                        st_bf(act, (int64_t)j * I + i, bf(g / (1.f + expf(-g))) * u);
-                    }
-                }
+                if (i < I) gate_up_col<CH>(act, x + (int64_t)(j / k) * ldx, wgu, s_e[j], j, i, H, I, lane);
                 if (lane == 0) __threadfence(); /* its column before the block's count */
             } else { /* down + combine of token t, hidden row h */
                 const int it = item - n_r - n_g, t = it / n_hc, h = (it % n_hc) * DEC_WARPS + warp;
                 if (h < H) {
-                    const int *se = s_e + t * k, *so = s_ord + t * k;
-                    float acc = 0.f;
-                    for (int j0 = 0; j0 < k; j0 += DEC_KG) {
-                        const uint16_t *w[DEC_KG], *xs[DEC_KG];
-#pragma unroll
-                        for (int q = 0; q < DEC_KG; q++) { /* past k: entry j0 again (loaded, not summed) */
-                            const int j = so[j0 + q < k ? j0 + q : j0];
-                            w[q] = wd + ((int64_t)se[j] * H + h) * I;
-                            xs[q] = act + ((int64_t)t * k + j) * I;
-                        }
-                        float o[DEC_KG];
-                        warp_dots<DEC_KG, CI, true>(o, w, xs, I / 8, lane, gu_seen ? NULL : &ctl[2 * CTL_STRIDE],
-                                                    (unsigned)n_g);
-                        gu_seen = true;
-#pragma unroll
-                        for (int q = 0; q < DEC_KG; q++)
-                            if (j0 + q < k) acc = bf(acc + bf(bf(o[q]) * s_w[t * k + so[j0 + q]]));
-                    }
-                    if (lane == 0) st_bf(y, (int64_t)t * H + h, acc);
+                    down_row<CI, true>(y, act, wd, s_e + t * k, s_w + t * k, s_ord + t * k, t, k, h, H, I, lane,
+                                       gu_seen ? NULL : &ctl[2 * CTL_STRIDE], (unsigned)n_g);
+                    gu_seen = true;
                 }
             }
         }
@@ -713,11 +700,11 @@ extern "C" omni_status omni_cuda_moe_decode_fused(uint16_t *y, const uint16_t *x
         !is_aligned(gate_up, 16) || !is_aligned(down, 16) || !s || !is_aligned(s->act, 16))
         return omni_cuda_moe_decode_split(y, x, ldx, router, gate_up, down, T, E, k, H, I, norm, s, stream);
     cudaStream_t st = (cudaStream_t)stream;
-    const bool wide_h = H / 8 > 128, wide_i = I / 8 > 64; /* chunks per lane: 4 or 8 (gate/up), 2 or 4 (down) */
+    const bool wide_h = H / 8 > 128, wide_i = I / 8 > 64; /* chunks per lane: 4 or 8 (gate/up), 2 or 3 (down) */
     if (wide_h)
-        return wide_i ? fused_launch<8, 4>(y, x, ldx, router, gate_up, down, T, E, k, H, I, norm, s, st)
+        return wide_i ? fused_launch<8, 3>(y, x, ldx, router, gate_up, down, T, E, k, H, I, norm, s, st)
                       : fused_launch<8, 2>(y, x, ldx, router, gate_up, down, T, E, k, H, I, norm, s, st);
-    return wide_i ? fused_launch<4, 4>(y, x, ldx, router, gate_up, down, T, E, k, H, I, norm, s, st)
+    return wide_i ? fused_launch<4, 3>(y, x, ldx, router, gate_up, down, T, E, k, H, I, norm, s, st)
                   : fused_launch<4, 2>(y, x, ldx, router, gate_up, down, T, E, k, H, I, norm, s, st);
 }
 
