@@ -11,8 +11,10 @@
  *            every 4th item. Each warp streams its items through a private ring of shared-memory stages filled
  *            by bulk async copies (cp.async.bulk + mbarrier), runs online softmax on tensor cores, and the
  *            4 warps are merged into one partial (m, l, acc[8][D], log2 domain) per CTA.
- *   combine  grid (Hq, n_seq), D threads, programmatic dependent launch: log-sum-exp merge of a sequence's
- *            partials, 1/l, un-rotation (FWHT) when the layer rotates, bf16 out.
+ *   combine  grid (Hq, n_seq), D x 1..8 threads, programmatic dependent launch: log-sum-exp merge of a
+ *            sequence's partials (groups of D threads take every cg-th split, one round of loads each), 1/l,
+ *            un-rotation (FWHT) when the layer rotates, bf16 out.
+ * A warp issues its first copies before q is loaded (the prologue's latencies overlap).
  * Launch shapes depend on n_seq and the format only (lengths are read on the device): graph capturable.
  *
  * Tensor-core mapping (mma.m16n8k16, f32 accumulators; up to 8 query heads of a KV head in N):
@@ -684,10 +686,37 @@ __device__ void kvc_load_q(const kvc_split_args &a, const kvc_role &r, int h0, i
     __syncthreads();
 }
 
+/* Issues the bulk copies of raw item first + 4 k of this warp into stage st (p = its page). */
+template <int D, int KB, int VB, int V>
+__device__ __forceinline__ void kvc_raw_issue(const kv_layer_view &v, const kvc_role &r, int kvh, int first, int k,
+                                              int st, int32_t p, uint8_t *ring, uint64_t *bars, int lane,
+                                              uint64_t pol) {
+    using F = kvc_fmt<D, KB, VB, V>;
+    const kvc_item_src s = kvc_locate<D, F::Q>(v, r, kvh, first + KVC_NW * k, p);
+    if (lane == 0) kvc_mbar_arrive_tx(&bars[st], (uint32_t)(s.n * 4 * D));
+    __syncwarp();
+    const int row = lane & 15;
+    uint8_t *dst = ring + st * F::RSTAGE + (lane < 16 ? 0 : 16 * F::RS) + row * F::RS;
+    if (row < s.n) kvc_bulk_g2s(dst, (lane < 16 ? s.k : s.v) + row * 2 * D, 2 * D, &bars[st], pol);
+}
+
+/* The first stages of this warp's raw items [first, end) (step 4): issued before q is loaded so that the copies'
+ * latency overlaps the prologue. */
+template <int D, int KB, int VB, int V>
+__device__ __forceinline__ void kvc_raw_prefetch(const kv_layer_view &v, const kvc_role &r, int kvh, int first,
+                                                 int end, uint8_t *ring, uint64_t *bars, int lane, uint64_t pol) {
+    using F = kvc_fmt<D, KB, VB, V>;
+    const int n = first < end ? (end - first + KVC_NW - 1) / KVC_NW : 0;
+    for (int k = 0; k < F::NSR && k < n; k++)
+        kvc_raw_issue<D, KB, VB, V>(v, r, kvh, first, k, k, kvc_item_page<F::Q>(v, r, first + KVC_NW * k), ring, bars,
+                                    lane, pol);
+}
+
+/* This warp's raw items [first, end) (step 4) through its ring; pre: the first stages were issued already. */
 template <int D, int KB, int VB, int V>
 __device__ __forceinline__ void kvc_raw_items(const kv_layer_view &v, const kvc_role &r, int kvh, int first,
                                              int end, uint8_t *ring, uint64_t *bars, const kvc_cta_smem<D> &sm,
-                                             kvc_wst<D> &w, int lane, uint64_t pol) {
+                                             kvc_wst<D> &w, int lane, uint64_t pol, bool pre) {
     using F = kvc_fmt<D, KB, VB, V>;
     constexpr int NS = F::NSR;
     const int n = first < end ? (end - first + KVC_NW - 1) / KVC_NW : 0;
@@ -700,15 +729,7 @@ __device__ __forceinline__ void kvc_raw_items(const kv_layer_view &v, const kvc_
         kvc_bf16x2_split(qh[0], qh[1], q.b[ks][0], q.lo[ks][0]);
         kvc_bf16x2_split(qh[8], qh[9], q.b[ks][1], q.lo[ks][1]);
     }
-    auto issue = [&](int k, int st, int32_t p) {
-        const kvc_item_src s = kvc_locate<D, F::Q>(v, r, kvh, first + KVC_NW * k, p);
-        if (lane == 0) kvc_mbar_arrive_tx(&bars[st], (uint32_t)(s.n * 4 * D));
-        __syncwarp();
-        const int row = lane & 15;
-        uint8_t *dst = ring + st * F::RSTAGE + (lane < 16 ? 0 : 16 * F::RS) + row * F::RS;
-        if (row < s.n) kvc_bulk_g2s(dst, (lane < 16 ? s.k : s.v) + row * 2 * D, 2 * D, &bars[st], pol);
-    };
-    for (int k = 0; k < NS && k < n; k++) issue(k, k, kvc_item_page<F::Q>(v, r, first + KVC_NW * k));
+    if (!pre) kvc_raw_prefetch<D, KB, VB, V>(v, r, kvh, first, end, ring, bars, lane, pol);
     int32_t pn = NS < n ? kvc_item_page<F::Q>(v, r, first + KVC_NW * NS) : 0; /* page of the next issue */
     for (int k = 0; k < n; k++) {
         const int st = k % NS;
@@ -719,16 +740,41 @@ __device__ __forceinline__ void kvc_raw_items(const kv_layer_view &v, const kvc_
         kvc_raw_item<D, KB, VB, KVC_VAR_P1[V]>(ring + st * F::RSTAGE, nv, q, w, lane);
         __syncwarp();
         if (k + NS < n) {
-            issue(k + NS, st, pn);
+            kvc_raw_issue<D, KB, VB, V>(v, r, kvh, first, k + NS, st, pn, ring, bars, lane, pol);
             if (k + NS + 1 < n) pn = kvc_item_page<F::Q>(v, r, first + KVC_NW * (k + NS + 1));
         }
     }
 }
 
+/* Issues the two bulk copies (key block with its norms, value block) of quantized item first + 4 k into stage st. */
+template <int D, int KB, int VB, int V>
+__device__ __forceinline__ void kvc_quant_issue(const kv_layer_view &v, const kvc_role &r, int kvh, int first, int k,
+                                                int st, int32_t p, uint8_t *ring, uint64_t *bars, int lane,
+                                                uint64_t pol) {
+    using F = kvc_fmt<D, KB, VB, V>;
+    if (lane == 0) {
+        const int kbytes = F::KCODE + 4 * D + (v.scale ? 2 * KVC_G : 0);
+        const kvc_item_src s = kvc_locate<D, true>(v, r, kvh, first + KVC_NW * k, p);
+        kvc_mbar_arrive_tx(&bars[st], (uint32_t)(kbytes + F::VBYTES));
+        kvc_bulk_g2s(ring + st * F::QSTAGE, s.k, (uint32_t)kbytes, &bars[st], pol);
+        kvc_bulk_g2s(ring + st * F::QSTAGE + F::KMAX, s.v, (uint32_t)F::VBYTES, &bars[st], pol);
+    }
+}
+
+template <int D, int KB, int VB, int V>
+__device__ __forceinline__ void kvc_quant_prefetch(const kv_layer_view &v, const kvc_role &r, int kvh, int first,
+                                                   int end, uint8_t *ring, uint64_t *bars, int lane, uint64_t pol) {
+    using F = kvc_fmt<D, KB, VB, V>;
+    const int n = first < end ? (end - first + KVC_NW - 1) / KVC_NW : 0;
+    for (int k = 0; k < F::NSQ && k < n; k++)
+        kvc_quant_issue<D, KB, VB, V>(v, r, kvh, first, k, k, kvc_item_page<true>(v, r, first + KVC_NW * k), ring,
+                                      bars, lane, pol);
+}
+
 template <int D, int KB, int VB, int MG, int V>
 __device__ __forceinline__ void kvc_quant_items(const kv_layer_view &v, const kvc_role &r, int kvh, int first,
                                                int end, uint8_t *ring, uint64_t *bars, const kvc_cta_smem<D> &sm,
-                                               const kvc_lane &c, kvc_wst<D> &w, int lane, uint64_t pol) {
+                                               const kvc_lane &c, kvc_wst<D> &w, int lane, uint64_t pol, bool pre) {
     using F = kvc_fmt<D, KB, VB, V>;
     constexpr int NS = F::NSQ;
     const int n = first < end ? (end - first + KVC_NW - 1) / KVC_NW : 0;
@@ -746,18 +792,9 @@ __device__ __forceinline__ void kvc_quant_items(const kv_layer_view &v, const kv
         q.bf[e] = ldexpf(1.0f, sm.qexp[2 * t + e]);
         q.kf[e] = c.kinv * q.bf[e];
     }
-    const int kbytes = F::KCODE + 4 * D + (v.scale ? 2 * KVC_G : 0);
-    auto issue = [&](int k, int st, int32_t p) {
-        if (lane == 0) {
-            const kvc_item_src s = kvc_locate<D, true>(v, r, kvh, first + KVC_NW * k, p);
-            kvc_mbar_arrive_tx(&bars[st], (uint32_t)(kbytes + F::VBYTES));
-            kvc_bulk_g2s(ring + st * F::QSTAGE, s.k, (uint32_t)kbytes, &bars[st], pol);
-            kvc_bulk_g2s(ring + st * F::QSTAGE + F::KMAX, s.v, (uint32_t)F::VBYTES, &bars[st], pol);
-        }
-    };
     constexpr int NB = KVC_VAR_NB[V]; /* blocks per step */
     static_assert(NS >= NB, "a step's blocks need distinct stages");
-    for (int k = 0; k < NS && k < n; k++) issue(k, k, kvc_item_page<true>(v, r, first + KVC_NW * k));
+    if (!pre) kvc_quant_prefetch<D, KB, VB, V>(v, r, kvh, first, end, ring, bars, lane, pol);
     int32_t pn[NB]; /* pages of the next step's issues (items k + NS + j), read a step ahead */
 #pragma unroll
     for (int j = 0; j < NB; j++) pn[j] = NS + j < n ? kvc_item_page<true>(v, r, first + KVC_NW * (NS + j)) : 0;
@@ -775,7 +812,8 @@ __device__ __forceinline__ void kvc_quant_items(const kv_layer_view &v, const kv
         __syncwarp();
 #pragma unroll
         for (int j = 0; j < NB; j++) {
-            if (k + j < n && k + j + NS < n) issue(k + j + NS, (k + j) % NS, pn[j]);
+            if (k + j < n && k + j + NS < n)
+                kvc_quant_issue<D, KB, VB, V>(v, r, kvh, first, k + j + NS, (k + j) % NS, pn[j], ring, bars, lane, pol);
             const int nx = k + NB + NS + j;
             if (nx < n) pn[j] = kvc_item_page<true>(v, r, first + KVC_NW * nx);
         }
@@ -822,30 +860,33 @@ __global__ void __launch_bounds__(KVC_NT, KVC_VAR_MINB[V]) kvc_split_kernel(cons
     }
     const int kvh = r.hr / a.n_pass, pass = r.hr % a.n_pass, h0 = kvh * a.gs + pass * KVC_NCOL;
     const int nh = min(KVC_NCOL, a.gs - pass * KVC_NCOL);
-    kvc_load_q<D>(a, r, h0, nh, sm);
     uint64_t *bars = (uint64_t *)(smem + Y::BARS) + warp * (F::NSQ + F::NSR);
     uint8_t *ring = smem + Y::RINGS + warp * F::RING;
     if (lane == 0)
         for (int i = 0; i < F::NSQ + F::NSR; i++) kvc_mbar_init(&bars[i], 1);
     kvc_fence_mbar_init();
-    __syncwarp();
+    __syncthreads(); /* the schedule's scratch in the rings is dead, the barriers are initialized */
     const uint64_t pol = kvc_evict_first_policy();
+    /* this warp's items: r.i0 + warp + 4 k; raw ones first. The first copies go out before q is loaded. */
+    const int first = r.i0 + warp, nraw = r.it.nraw;
+    const int rend = min(r.i1, nraw);
+    int qfirst = first;
+    if (qfirst < nraw) qfirst += (nraw - qfirst + KVC_NW - 1) / KVC_NW * KVC_NW;
+    const bool raw_first = first < rend;
+    if (raw_first) kvc_raw_prefetch<D, KB, VB, V>(a.v, r, kvh, first, rend, ring, bars + F::NSQ, lane, pol);
+    else if constexpr (F::Q) kvc_quant_prefetch<D, KB, VB, V>(a.v, r, kvh, qfirst, r.i1, ring, bars, lane, pol);
+    kvc_load_q<D>(a, r, h0, nh, sm);
     const kvc_lane c = kvc_lane_consts<F::Q ? KB : 2, F::Q ? VB : 2, MG>(lane);
     kvc_wst<D> w;
     kvc_wst_init<D>(w);
-    /* this warp's items: r.i0 + warp + 4 k; raw ones first */
-    const int first = r.i0 + warp, nraw = r.it.nraw;
-    const int rend = min(r.i1, nraw);
-    kvc_raw_items<D, KB, VB, V>(a.v, r, kvh, first, rend, ring, bars + F::NSQ, sm, w, lane, pol);
+    kvc_raw_items<D, KB, VB, V>(a.v, r, kvh, first, rend, ring, bars + F::NSQ, sm, w, lane, pol, raw_first);
     if constexpr (F::Q) {
         /* raw sums -> the quantized scale (channel rows carry 2^-24 4^f) */
 #pragma unroll
         for (int mt = 0; mt < D / 16; mt++)
 #pragma unroll
             for (int i = 0; i < 4; i++) w.o[mt][i] /= c.vinv;
-        int qfirst = first;
-        if (qfirst < nraw) qfirst += (nraw - qfirst + KVC_NW - 1) / KVC_NW * KVC_NW;
-        kvc_quant_items<D, KB, VB, MG, V>(a.v, r, kvh, qfirst, r.i1, ring, bars, sm, c, w, lane, pol);
+        kvc_quant_items<D, KB, VB, MG, V>(a.v, r, kvh, qfirst, r.i1, ring, bars, sm, c, w, lane, pol, !raw_first);
     }
     kvc_pdl_launch(); /* the combine kernel may be scheduled; it waits for this grid to complete */
     __syncthreads();  /* every ring is idle: the merge area reuses them */
@@ -875,44 +916,55 @@ __global__ void __launch_bounds__(KVC_NT, KVC_VAR_MINB[V]) kvc_split_kernel(cons
 
 /* ---------------------------------------------------------------- combine */
 
-template <int D> __global__ void __launch_bounds__(D) kvc_combine_kernel(const __grid_constant__ kvc_combine_args a) {
-    KVC_DYN_SMEM(float, x); /* [D] exchange, [32] reduction, then the splits' weights [B] */
-    float *red = x + D, *wt = x + D + 32;
-    const int h = blockIdx.x, s = blockIdx.y, ch = threadIdx.x, lane = ch & 31;
+/* grid (Hq, n_seq), D * cg threads (cg = kvc_combine_groups: 1..KVC_CG_MAX groups of D): group j merges splits
+ * j, j + cg, ... of its sequence by an online log-sum-exp, loading KVC_CU splits' (m, l) and partial channel at
+ * once (one L2 round trip per KVC_CU * cg splits instead of a dependent walk); the groups meet in shared memory,
+ * then each group normalizes (1/l), un-rotates (FWHT) its copy and group 0 writes bf16 out. */
+#define KVC_CG_MAX 8
+#define KVC_CU 8
+template <int D> __global__ void __launch_bounds__(D * KVC_CG_MAX) kvc_combine_kernel(const __grid_constant__ kvc_combine_args a) {
+    KVC_DYN_SMEM(float, x); /* [cg][D] group sums, then exchange; [cg] (m, l) */
+    const int cg = blockDim.x / D;
+    float2 *gml = (float2 *)(x + cg * D);
+    const int h = blockIdx.x, s = blockIdx.y, tid = threadIdx.x, ch = tid % D, j = tid / D;
     const int kvh = h / a.gs, hi = h % a.gs, hr = kvh * a.n_pass + hi / KVC_NCOL, col = hi % KVC_NCOL;
     kvc_pdl_wait(); /* the split kernel's partials and sequence table */
     const int2 info = a.seqinfo[s];
     const size_t base = (size_t)hr * a.B + info.x;
-    /* the splits' (m, l) in one round of loads: max, then weights 2^(m_k - M) */
-    float M = -INFINITY;
-    for (int k = ch; k < info.y; k += D) {
-        const float m = a.ml[(base + k) * KVC_NCOL + col].x;
-        wt[k] = m, M = fmaxf(M, m);
-    }
-    M = kvc_warp_max(M);
-    if (lane == 0) red[ch >> 5] = M;
-    __syncthreads();
-    M = red[0];
+    float M = -INFINITY, L = 0.0f, A = 0.0f;
+    for (int k0 = j; k0 < info.y; k0 += KVC_CU * cg) {
+        float2 ml[KVC_CU];
+        float p[KVC_CU];
 #pragma unroll
-    for (int w = 1; w < D / 32; w++) M = fmaxf(M, red[w]);
-    float L = 0.0f;
-    for (int k = ch; k < info.y; k += D) {
-        const float f = wt[k] == -INFINITY ? 0.0f : kvc_ex2(wt[k] - M);
-        wt[k] = f, L += f * a.ml[(base + k) * KVC_NCOL + col].y;
-    }
-    L = kvc_warp_sum(L);
-    __syncthreads(); /* red read, wt written */
-    if (lane == 0) red[ch >> 5] = L;
-    __syncthreads();
-    L = 0.0f;
+        for (int u = 0; u < KVC_CU; u++) {
+            const int k = k0 + u * cg;
+            ml[u] = k < info.y ? a.ml[(base + k) * KVC_NCOL + col] : make_float2(-INFINITY, 0.0f);
+            p[u] = k < info.y ? a.part[((base + k) * KVC_NCOL + col) * D + ch] : 0.0f;
+        }
 #pragma unroll
-    for (int w = 0; w < D / 32; w++) L += red[w];
-    float A = 0.0f;
-    if (M != -INFINITY) {
-#pragma unroll 8
-        for (int k = 0; k < info.y; k++) A += wt[k] * a.part[((base + k) * KVC_NCOL + col) * D + ch];
+        for (int u = 0; u < KVC_CU; u++) {
+            if (ml[u].x == -INFINITY) continue;
+            if (ml[u].x > M) {
+                const float c = M == -INFINITY ? 0.0f : kvc_ex2(M - ml[u].x);
+                A *= c, L *= c, M = ml[u].x;
+            }
+            const float f = kvc_ex2(ml[u].x - M);
+            A = fmaf(f, p[u], A), L = fmaf(f, ml[u].y, L);
+        }
     }
-    float y = L > 0.0f ? A / L : 0.0f;
+    x[j * D + ch] = A;
+    if (ch == 0) gml[j] = make_float2(M, L);
+    __syncthreads();
+    float Mx = -INFINITY;
+    for (int i = 0; i < cg; i++) Mx = fmaxf(Mx, gml[i].x);
+    float Ls = 0.0f, As = 0.0f;
+    if (Mx != -INFINITY)
+        for (int i = 0; i < cg; i++) {
+            const float2 g = gml[i];
+            const float f = g.x == -INFINITY ? 0.0f : kvc_ex2(g.x - Mx);
+            As = fmaf(f, x[i * D + ch], As), Ls = fmaf(f, g.y, Ls);
+        }
+    float y = Ls > 0.0f ? As / Ls : 0.0f;
     if (a.rotate) { /* kvc_fwht_rows' butterflies: lane bits by shuffles, warp bits through shared memory */
         const int lane = ch & 31;
 #pragma unroll
@@ -920,17 +972,27 @@ template <int D> __global__ void __launch_bounds__(D) kvc_combine_kernel(const _
             const float o = __shfl_xor_sync(0xffffffffu, y, st);
             y = lane & st ? __fsub_rn(o, y) : __fadd_rn(y, o);
         }
+        float *xe = x + j * D; /* each group its own exchange row (the group sums are read) */
 #pragma unroll
         for (int st = 32; st < D; st <<= 1) {
-            x[ch] = y;
             __syncthreads();
-            const float o = x[ch ^ st];
+            xe[ch] = y;
             __syncthreads();
+            const float o = xe[ch ^ st];
             y = ch & st ? __fsub_rn(o, y) : __fadd_rn(y, o);
         }
         y = __fmul_rn(y, (float)(1.0 / sqrt((double)D)));
     }
-    a.out[((size_t)s * a.Hq + h) * D + ch] = kvc_f2bf(y);
+    if (j == 0) a.out[((size_t)s * a.Hq + h) * D + ch] = kvc_f2bf(y);
+}
+
+/* Groups of the combine kernel for B splits per head row over n_seq sequences: enough that a sequence's typical
+ * share of splits (B / n_seq) takes one round of loads; any count is correct. */
+static int kvc_combine_groups(int B, int n_seq) {
+    const int per = (B / (n_seq > 0 ? n_seq : 1) + KVC_CU - 1) / KVC_CU;
+    int cg = 1;
+    while (cg < per && cg < KVC_CG_MAX) cg <<= 1;
+    return cg;
 }
 
 /* ---------------------------------------------------------------- reference (SIMT oracle) */
@@ -1230,9 +1292,10 @@ extern "C" omni_status kvc_decode(kvc_attn *a, const kv_layer_view *v, int n_seq
     ca.part = a->part, ca.ml = a->ml, ca.seqinfo = a->seqinfo, ca.out = out;
     ca.Hq = a->Hq, ca.gs = gs, ca.n_pass = a->n_pass, ca.B = B, ca.rotate = v->rotate;
     const dim3 grid(a->Hq, n_seq);
-    const size_t csm = (size_t)(a->D + 32 + B) * sizeof(float); /* exchange, reduction, a weight per split */
-    e = a->D == 64 ? kvc_launch(kvc_combine_kernel<64>, grid, dim3(64), csm, cs, 1, ca)
-                   : kvc_launch(kvc_combine_kernel<128>, grid, dim3(128), csm, cs, 1, ca);
+    const int cg = kvc_combine_groups(B, n_seq);
+    const size_t csm = (size_t)cg * (a->D + 2) * sizeof(float); /* group sums / exchange, group (m, l) */
+    e = a->D == 64 ? kvc_launch(kvc_combine_kernel<64>, grid, dim3(64 * cg), csm, cs, 1, ca)
+                   : kvc_launch(kvc_combine_kernel<128>, grid, dim3(128 * cg), csm, cs, 1, ca);
     return kvc_cuda_check(e, "decode attention combine launch");
 }
 
