@@ -14,8 +14,10 @@
 # memcheck and racecheck on the --tiny cases; bench = omni_bench_attn (validates, then times ours: bf16 / int2 /
 # int4 / kivi2 under every configuration of CFGS, with a device copy), bench/sdpa_bench.py (torch SDPA, same
 # shapes) and the tables (bench/attn_table.py: configuration matrix + winner, the issue-10 table, targets);
-# ncu = hardware counters of the int2 split kernel at bs1/128K and bs48/4K for each configuration of NCU_CFGS
-# (default "base,x2b3").
+# ncu = hardware counters (dram, issue, occupancy, stall reasons per issued instruction) of the split kernel
+# (NCU_KERNEL regex, default kvc_split; "kvc_" with NCU_COUNT=2 takes the combine too) for each format of
+# NCU_FMTS (default int2) x configuration of NCU_CFGS (default "base,x2b3") x shape of NCU_SHAPES; NCU_SECTIONS
+# adds ncu sections (e.g. "--section SourceCounters").
 # Environment: CFGS (default below), NCU_CFGS, TABLE_CFG (the table's configuration; default
 # the int2 winner), SDPA=0 (no torch run), DECODE_ONLY=1 (tests / sanitize: the decode kernel's only), NCU_SHAPES
 # (default "1x131072 48x4096").
@@ -97,11 +99,18 @@ if [[ " $parts " == *" ncu "* ]]; then
     METRICS=$METRICS,launch__occupancy_limit_registers,launch__occupancy_limit_shared_mem
     METRICS=$METRICS,launch__shared_mem_per_block_dynamic,launch__grid_size,smsp__inst_executed.sum
     METRICS=$METRICS,sm__cycles_elapsed.avg.per_second,lts__t_sector_hit_rate.pct
-    for cfg in ${NCU_CFGS//,/ }; do
-        for shape in ${NCU_SHAPES:-1x131072 48x4096}; do
-            OMNI_KVC_CONFIGS=$cfg OMNI_BENCH_ONLY=int2 OMNI_BENCH_SHAPE=$shape step ncu_${cfg//:/_}_$shape 150 \
-                ncu --clock-control none --kernel-name regex:kvc_split --launch-skip 5 --launch-count 1 \
-                --section WarpStateStats --section SchedulerStats --metrics $METRICS $D/omni_bench_attn
+    for r in long_scoreboard short_scoreboard mio_throttle math_pipe_throttle wait barrier membar lg_throttle \
+        dispatch_stall not_selected selected no_instruction branch_resolving tex_throttle drain sleeping misc; do
+        METRICS=$METRICS,smsp__average_warps_issue_stalled_${r}_per_issue_active.ratio
+    done
+    for fmt in ${NCU_FMTS:-int2}; do
+        for cfg in ${NCU_CFGS//,/ }; do
+            for shape in ${NCU_SHAPES:-1x131072 48x4096}; do
+                OMNI_KVC_CONFIGS=$cfg OMNI_BENCH_ONLY=$fmt OMNI_BENCH_SHAPE=$shape step ncu_${fmt}_${cfg//:/_}_$shape 150 \
+                    ncu --clock-control none --kernel-name regex:${NCU_KERNEL:-kvc_split} --launch-skip 10 \
+                    --launch-count ${NCU_COUNT:-1} --section WarpStateStats --section SchedulerStats \
+                    ${NCU_SECTIONS:-} --metrics $METRICS $D/omni_bench_attn
+            done
         done
     done
 fi
@@ -109,7 +118,8 @@ printf "$status"
 for f in $OUT/ncu_*.log; do
     [ -f "$f" ] || continue
     echo "== $(basename $f .log)"
-    grep -E "^ +(gpu__time|dram__|sm__inst_issued|smsp__issue_active|sm__warps_active|sm__maximum_warps|launch__reg|launch__occupancy|launch__shared|launch__grid|smsp__inst_executed|sm__cycles_elapsed|lts__t_sector_hit)|Stall|Warp Cycles Per Issued|Eligible|Active Warps Per|Issued Warp" "$f" | sed 's/  */ /g' | head -30
+    grep -E "^  (void )?kvc_|^ +(gpu__time|dram__|sm__inst_issued|smsp__issue_active|sm__warps_active|sm__maximum_warps|launch__reg|launch__occupancy|launch__shared|launch__grid|smsp__inst_executed|sm__cycles_elapsed|lts__t_sector_hit|smsp__average_warps_issue_stalled)|Warp Cycles Per Issued|Eligible|Active Warps Per|Issued Warp" "$f" \
+        | sed 's/  */ /g; s/smsp__average_warps_issue_stalled_/stall_/; s/_per_issue_active.ratio//' | awk '$NF != "0" && $NF != "0.00"' | head -60
 done
 [ -f $OUT/bench.csv ] && python3 bench/attn_table.py $OUT/bench.csv $OUT/sdpa.csv ${TABLE_CFG:-}
 [ -f $OUT/bench.log ] && grep -h "^prefill\|^segments" $OUT/bench.log

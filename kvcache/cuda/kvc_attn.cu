@@ -59,14 +59,17 @@ extern "C" {
  * format's default), raw stages at least (0: the default, 3 for bf16 layers, 1 for quantized ones) and the minimum
  * resident CTAs per SM that the register allocation must allow (__launch_bounds__); x2*: a warp takes two
  * quantized blocks per step (two independent score chains, one softmax update); p1: raw (bf16) items weight the
- * values with P rounded once to bf16 (one MMA instead of hi + lo). */
-#define KVC_NVAR 8
-static constexpr int KVC_VAR_NSQ[KVC_NVAR] = {0, 2, 3, 6, 0, 0, 0, 0};
-static constexpr int KVC_VAR_NSR[KVC_NVAR] = {0, 1, 2, 3, 1, 0, 0, 0};
-static constexpr int KVC_VAR_MINB[KVC_NVAR] = {1, 4, 4, 1, 4, 2, 3, 1};
-static constexpr int KVC_VAR_NB[KVC_NVAR] = {1, 1, 1, 1, 1, 2, 2, 1}; /* quantized blocks per step of a warp */
-static constexpr int KVC_VAR_P1[KVC_NVAR] = {0, 0, 0, 0, 0, 0, 0, 1}; /* raw values: P without its lo part */
-static const char *const kvc_var_names[KVC_NVAR] = {"base", "q2r1", "q3r2", "q6r3", "q4r1", "x2", "x2b3", "p1"};
+ * values with P rounded once to bf16 (one MMA instead of hi + lo); *a: raw rows are copied by the warp's lanes
+ * with cp.async (16 bytes each, completing on the stage's mbarrier) instead of 32 bulk copies of one row. */
+#define KVC_NVAR 10
+static constexpr int KVC_VAR_NSQ[KVC_NVAR] = {0, 2, 3, 6, 0, 0, 0, 0, 3, 0};
+static constexpr int KVC_VAR_NSR[KVC_NVAR] = {0, 1, 2, 3, 1, 0, 0, 0, 2, 0};
+static constexpr int KVC_VAR_MINB[KVC_NVAR] = {1, 4, 4, 1, 4, 2, 3, 1, 4, 1};
+static constexpr int KVC_VAR_NB[KVC_NVAR] = {1, 1, 1, 1, 1, 2, 2, 1, 1, 1}; /* quantized blocks per step of a warp */
+static constexpr int KVC_VAR_P1[KVC_NVAR] = {0, 0, 0, 0, 0, 0, 0, 1, 0, 0}; /* raw values: P without its lo part */
+static constexpr int KVC_VAR_AC[KVC_NVAR] = {0, 0, 0, 0, 0, 0, 0, 0, 1, 1}; /* raw rows by cp.async, not bulk */
+static const char *const kvc_var_names[KVC_NVAR] = {"base", "q2r1", "q3r2", "q6r3", "q4r1",
+                                                    "x2",   "x2b3", "p1",   "q3r2a", "basea"};
 
 /* D head dim; KB / VB key / value bits (2, 4) or both 16 (bf16 layer); V variant. Shared memory per warp: a ring
  * of NSQ quantized stages or NSR raw stages (the same bytes). */
@@ -693,6 +696,19 @@ __device__ __forceinline__ void kvc_raw_issue(const kv_layer_view &v, const kvc_
                                               uint64_t pol) {
     using F = kvc_fmt<D, KB, VB, V>;
     const kvc_item_src s = kvc_locate<D, F::Q>(v, r, kvh, first + KVC_NW * k, p);
+    constexpr bool AC = KVC_VAR_AC[V];
+    if constexpr (AC) { /* 16-byte pieces: a warp instruction copies 512 contiguous bytes (D / 8 per lane) */
+        constexpr int CPR = D / 8; /* pieces per row */
+        uint8_t *dst = ring + st * F::RSTAGE;
+#pragma unroll
+        for (int i = 0; i < D / 8; i++) {
+            const int x = 32 * i + lane, half = x / (16 * CPR), row = (x / CPR) % 16, col = x % CPR;
+            if (row < s.n)
+                kvc_cp16(dst + (16 * half + row) * F::RS + 16 * col, (half ? s.v : s.k) + row * 2 * D + 16 * col, pol);
+        }
+        kvc_cp_arrive(&bars[st]);
+        return;
+    }
     if (lane == 0) kvc_mbar_arrive_tx(&bars[st], (uint32_t)(s.n * 4 * D));
     __syncwarp();
     const int row = lane & 15;
@@ -743,6 +759,11 @@ __device__ __forceinline__ void kvc_raw_items(const kv_layer_view &v, const kvc_
             kvc_raw_issue<D, KB, VB, V>(v, r, kvh, first, k + NS, st, pn, ring, bars, lane, pol);
             if (k + NS + 1 < n) pn = kvc_item_page<F::Q>(v, r, first + KVC_NW * (k + NS + 1));
         }
+    }
+    constexpr bool AC = KVC_VAR_AC[V];
+    if constexpr (AC) { /* the ring is refilled by bulk copies (async proxy) in the quantized phase */
+        kvc_fence_proxy_async();
+        __syncwarp();
     }
 }
 
@@ -862,8 +883,9 @@ __global__ void __launch_bounds__(KVC_NT, KVC_VAR_MINB[V]) kvc_split_kernel(cons
     const int nh = min(KVC_NCOL, a.gs - pass * KVC_NCOL);
     uint64_t *bars = (uint64_t *)(smem + Y::BARS) + warp * (F::NSQ + F::NSR);
     uint8_t *ring = smem + Y::RINGS + warp * F::RING;
+    constexpr int RAW_ARRIVALS = KVC_VAR_AC[V] ? 32 : 1; /* cp.async: every lane arrives */
     if (lane == 0)
-        for (int i = 0; i < F::NSQ + F::NSR; i++) kvc_mbar_init(&bars[i], 1);
+        for (int i = 0; i < F::NSQ + F::NSR; i++) kvc_mbar_init(&bars[i], i >= F::NSQ ? RAW_ARRIVALS : 1);
     kvc_fence_mbar_init();
     __syncthreads(); /* the schedule's scratch in the rings is dead, the barriers are initialized */
     const uint64_t pol = kvc_evict_first_policy();
@@ -1095,6 +1117,8 @@ static omni_status kvc_setup(kvc_attn *a, int dev) {
     else if (v == 5) kvc_kernels<128, 0, 5>(a->fn, a->bytes);
     else if (v == 6) kvc_kernels<128, 0, 6>(a->fn, a->bytes);
     else if (v == 7) kvc_kernels<128, 0, 7>(a->fn, a->bytes);
+    else if (v == 8) kvc_kernels<128, 0, 8>(a->fn, a->bytes);
+    else if (v == 9) kvc_kernels<128, 0, 9>(a->fn, a->bytes);
     else kvc_kernels<128, 0, 0>(a->fn, a->bytes);
     int per_sm = 0, reserved = 0, per_block = 0;
     omni_status st = kvc_cuda_check(cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev),
@@ -1177,7 +1201,7 @@ extern "C" omni_status kvc_attn_parse_config(const char *s, kvc_attn_params *p) 
     if (s && kvc_parse(s, p)) return OMNI_OK;
     *p = kvc_attn_default_params();
     return omni_fail(OMNI_ERR_USAGE, "kv cuda attn: bad kernel configuration '%s' (variant[:wN][:cN][:m]; variants "
-                     "base q2r1 q3r2 q6r3 q4r1 x2 x2b3 p1, waves 1-4, CTAs per SM 1-32, m: magic codes)", s ? s : "(null)");
+                     "base q2r1 q3r2 q6r3 q4r1 x2 x2b3 p1 q3r2a basea, waves 1-4, CTAs per SM 1-32, m: magic codes)", s ? s : "(null)");
 }
 
 extern "C" omni_status kvc_attn_init_ex(int max_seqs, int n_q_heads, int n_kv_heads, int head_dim,

@@ -1,5 +1,5 @@
 /* kvc_ptx.cuh - the PTX instructions the attention kernels use (tensor-core MMA, movmatrix, ldmatrix, mbarrier,
- * bulk async copies, fp16/bf16 conversions, programmatic dependent launch) and the launch helper. Each has an
+ * bulk and per-thread async copies, fp16/bf16 conversions, programmatic dependent launch) and the launch helper. Each has an
  * emulated twin (KVC_EMU: the CPU emulator of tests/gpu/emu) so that the same kernel source runs in CPU tests.
  *
  * Fragment conventions (mma.m16n8k16, lane = 4 g + t): A [16][16]: a0 (row g, k 2t, 2t+1), a1 (row g+8, same k),
@@ -191,6 +191,25 @@ __device__ __forceinline__ void kvc_bulk_g2s(void *dst, const void *src, uint32_
                  "[%3], %4;" ::"r"(kvc_smem_addr(dst)),
                  "l"(src), "r"(bytes), "r"(kvc_smem_addr(bar)), "l"(policy)
                  : "memory");
+#endif
+}
+/* 16 bytes global -> shared by this thread (cp.async, L2 cache policy). kvc_cp_arrive: bar gets one arrival once
+ * this thread's earlier cp.async copies have landed (.noinc: the barrier's count includes these arrivals). */
+__device__ __forceinline__ void kvc_cp16(void *dst, const void *src, uint64_t policy) {
+#ifdef KVC_EMU
+    (void)policy;
+    emu::cp_async16(dst, src);
+#else
+    asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;" ::"r"(kvc_smem_addr(dst)), "l"(src),
+                 "l"(policy)
+                 : "memory");
+#endif
+}
+__device__ __forceinline__ void kvc_cp_arrive(uint64_t *bar) {
+#ifdef KVC_EMU
+    emu::mbar_arrive(bar);
+#else
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(kvc_smem_addr(bar)) : "memory");
 #endif
 }
 __device__ __forceinline__ uint64_t kvc_evict_first_policy() {

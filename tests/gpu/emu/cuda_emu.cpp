@@ -334,6 +334,14 @@ void bulk_copy_g2s(void *dst, const void *src, uint32_t bytes, uint64_t *bar) {
     mbar_check(m);
 }
 
+void cp_async16(void *dst, const void *src) {
+    if ((uintptr_t)dst % 16 || (uintptr_t)src % 16) {
+        fprintf(stderr, "cuda_emu: cp.async of 16 bytes needs 16-byte aligned addresses (%p %p)\n", dst, src);
+        abort();
+    }
+    memcpy(dst, src, 16);
+}
+
 } // namespace emu
 
 /* ---------------------------------------------------------------- CUDA runtime API subset */

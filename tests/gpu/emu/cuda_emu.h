@@ -59,6 +59,7 @@ void mbar_arrive_expect_tx(uint64_t *bar, uint32_t bytes);
 void mbar_arrive(uint64_t *bar);
 int mbar_try_wait_parity(uint64_t *bar, int parity);
 void bulk_copy_g2s(void *dst, const void *src, uint32_t bytes, uint64_t *bar);
+void cp_async16(void *dst, const void *src); /* cp.async of 16 bytes: lands at once */
 
 /* Conversions with the hardware's rounding (RNE) and fp16 products. */
 uint16_t f2h(float f);
