@@ -1127,6 +1127,10 @@ static omni_status kvc_setup(kvc_attn *a, int dev) {
                                  "reserved shared memory");
     if (!st) st = kvc_cuda_check(cudaDeviceGetAttribute(&per_block, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev),
                                  "shared memory per block");
+    const void *comb = a->D == 64 ? (const void *)kvc_combine_kernel<64> : (const void *)kvc_combine_kernel<128>;
+    if (!st)
+        st = kvc_cuda_check(cudaFuncSetAttribute(comb, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                                 (int)cudaSharedmemCarveoutMaxShared), "carveout attribute");
     for (int i = 0; i < 5 && !st; i++) {
         if (a->p.ctas_per_sm > 0) { /* one more CTA than the cap must not fit */
             const int pad = (per_sm / (a->p.ctas_per_sm + 1) - reserved + 128) / 128 * 128;
@@ -1137,6 +1141,9 @@ static omni_status kvc_setup(kvc_attn *a, int dev) {
         if (!st && fa.maxDynamicSharedSizeBytes < a->bytes[i]) /* only raised: other workspaces share the kernel */
             st = kvc_cuda_check(cudaFuncSetAttribute((const void *)a->fn[i], cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                      a->bytes[i]), "smem attribute");
+        if (!st) /* the split and combine kernels on one shared-memory carveout: no reconfiguration between them */
+            st = kvc_cuda_check(cudaFuncSetAttribute((const void *)a->fn[i], cudaFuncAttributePreferredSharedMemoryCarveout,
+                                                     (int)cudaSharedmemCarveoutMaxShared), "carveout attribute");
         if (!st)
             st = kvc_cuda_check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&a->occ[i], (const void *)a->fn[i],
                                                                               KVC_NT, a->bytes[i]), "occupancy");
