@@ -14,7 +14,9 @@
  *   combine  grid (Hq, n_seq), D x 1..8 threads, programmatic dependent launch: log-sum-exp merge of a
  *            sequence's partials (groups of D threads take every cg-th split, one round of loads each), 1/l,
  *            un-rotation (FWHT) when the layer rotates, bf16 out.
- * A warp issues its first copies before q is loaded (the prologue's latencies overlap).
+ * A warp issues its first copies before q is loaded (the prologue's latencies overlap). Both kernels are launched
+ * with programmatic serialization and wait (griddepcontrol.wait) before their first global read, so the split
+ * kernel's launch overlaps the end of the kernel before it.
  * Launch shapes depend on n_seq and the format only (lengths are read on the device): graph capturable.
  *
  * Tensor-core mapping (mma.m16n8k16, f32 accumulators; up to 8 query heads of a KV head in N):
@@ -874,6 +876,7 @@ __global__ void __launch_bounds__(KVC_NT, KVC_VAR_MINB[V]) kvc_split_kernel(cons
     KVC_DYN_SMEM(uint8_t, smem);
     kvc_cta_smem<D> &sm = *reinterpret_cast<kvc_cta_smem<D> *>(smem);
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    kvc_pdl_wait(); /* launched early (programmatic serialization): the kernel before has completed from here */
     const kvc_role r = kvc_schedule<F::Q>(a, *reinterpret_cast<kvc_sched_smem *>(smem + Y::RINGS));
     if (r.seq < 0) {
         kvc_pdl_launch();
@@ -950,7 +953,8 @@ template <int D> __global__ void __launch_bounds__(D * KVC_CG_MAX) kvc_combine_k
     float2 *gml = (float2 *)(x + cg * D);
     const int h = blockIdx.x, s = blockIdx.y, tid = threadIdx.x, ch = tid % D, j = tid / D;
     const int kvh = h / a.gs, hi = h % a.gs, hr = kvh * a.n_pass + hi / KVC_NCOL, col = hi % KVC_NCOL;
-    kvc_pdl_wait(); /* the split kernel's partials and sequence table */
+    kvc_pdl_wait();   /* the split kernel's partials and sequence table */
+    kvc_pdl_launch(); /* the next split kernel may be scheduled (it waits for this grid to complete) */
     const int2 info = a.seqinfo[s];
     const size_t base = (size_t)hr * a.B + info.x;
     float M = -INFINITY, L = 0.0f, A = 0.0f;
@@ -1317,7 +1321,7 @@ extern "C" omni_status kvc_decode(kvc_attn *a, const kv_layer_view *v, int n_seq
     args.slots = slots, args.n_new = n_new, args.q = q, args.part = a->part, args.ml = a->ml, args.seqinfo = a->seqinfo;
     args.n_seq = n_seq, args.Hq = a->Hq, args.gs = gs, args.n_pass = a->n_pass, args.HP = a->HP, args.B = B;
     args.qscale = scale * KVC_LOG2E;
-    cudaError_t e = kvc_launch(a->fn[kind], dim3(B * a->HP), dim3(KVC_NT), (size_t)a->bytes[kind], cs, 0, args);
+    cudaError_t e = kvc_launch(a->fn[kind], dim3(B * a->HP), dim3(KVC_NT), (size_t)a->bytes[kind], cs, 1, args);
     if (e != cudaSuccess) return kvc_cuda_check(e, "decode attention split launch");
     kvc_combine_args ca;
     ca.part = a->part, ca.ml = a->ml, ca.seqinfo = a->seqinfo, ca.out = out;
