@@ -442,7 +442,7 @@ __device__ __forceinline__ void kvc_quant_scores(const uint8_t *st, int s0, int 
 #pragma unroll
     for (int ks = 0; ks < D / 16; ks++) {
         const int c0 = 16 * ks + 4 * c.t;
-        const uint2 sc = *(const uint2 *)(ksc + c0), mn = *(const uint2 *)(kmn + c0);
+        const uint2 sc = *(const uint2 *)(ksc + c0);
         const uint32_t b0 = kvc_hmul2(q.b[ks][0], sc.x), b1 = kvc_hmul2(q.b[ks][1], sc.y);
         if (KB == 2) { /* channel c: words (tokens 0-15, 16-31) */
             const uint4 u0 = *(const uint4 *)(kc + c0 * 8), u1 = *(const uint4 *)(kc + c0 * 8 + 16);
@@ -470,7 +470,8 @@ __device__ __forceinline__ void kvc_quant_scores(const uint8_t *st, int s0, int 
                 kvc_mma_code<MG>(sacc[mt], a, b0, b1);
             }
         }
-        const uint32_t am[4] = {mn.x, mn.x, mn.y, mn.y};
+        /* bias rows g only (rows g + 8 unused: zero, so that the quad needs no copies of the minima) */
+        const uint32_t am[4] = {*(const uint32_t *)(kmn + c0), 0u, *(const uint32_t *)(kmn + c0 + 2), 0u};
         kvc_mma_f16(bacc, am, q.b[ks][0], q.b[ks][1]);
     }
     /* s = (acc 2^24 / 4^f + bias) 2^e_h norm_token; rows (mt, u) = token 16 mt + ktok + 8 u */
@@ -481,10 +482,15 @@ __device__ __forceinline__ void kvc_quant_scores(const uint8_t *st, int s0, int 
         for (int u = 0; u < 2; u++) {
             const int tok = 16 * mt + c.ktok + 8 * u;
             const float nr = use_norm ? kvc_hw_h2f(knorm[tok]) : 1.0f;
-            const bool ok = tok >= s0;
-            s[2 * mt + u][0] = ok ? fmaf(sacc[mt][2 * u], q.kf[0], bb0) * nr : -INFINITY;
-            s[2 * mt + u][1] = ok ? fmaf(sacc[mt][2 * u + 1], q.kf[1], bb1) * nr : -INFINITY;
+            s[2 * mt + u][0] = fmaf(sacc[mt][2 * u], q.kf[0], bb0) * nr;
+            s[2 * mt + u][1] = fmaf(sacc[mt][2 * u + 1], q.kf[1], bb1) * nr;
         }
+    if (s0 > 0) /* block 0 with sinks only (warp-uniform) */
+#pragma unroll
+        for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+            for (int u = 0; u < 2; u++)
+                if (16 * mt + c.ktok + 8 * u < s0) s[2 * mt + u][0] = s[2 * mt + u][1] = -INFINITY;
 }
 
 /* Values of one staged quantized block (value block at st + KMAX) weighted by p (the scores after the softmax). */
@@ -513,17 +519,21 @@ __device__ __forceinline__ void kvc_quant_values(const uint8_t *st, const float 
         if (c.g >= NG) am[0] = am[2] = 0u;
         am[1] = am[3] = 0u;
         kvc_mma_f16(w.mn, am, kvc_movm(P[ks][0]), kvc_movm(P[ks][1]));
-        /* value scales of this lane's score rows (tokens 16 ks + ktok, + 8) */
-        uint16_t sc0[NG], sc1[NG];
+        /* value scales of this lane's score rows (tokens 16 ks + ktok, + 8): NG halves each, two per word */
+        uint32_t sc0[NG / 2], sc1[NG / 2];
+        const uint32_t *s0p = (const uint32_t *)(vsc + (16 * ks + c.ktok) * NG), *s1p = s0p + 4 * NG;
+        if constexpr (NG == 4) {
+            const uint2 x = *(const uint2 *)s0p, y = *(const uint2 *)s1p;
+            sc0[0] = x.x, sc0[1] = x.y, sc1[0] = y.x, sc1[1] = y.y;
+        } else {
 #pragma unroll
-        for (int gi = 0; gi < NG; gi++) {
-            sc0[gi] = vsc[(16 * ks + c.ktok) * NG + gi];
-            sc1[gi] = vsc[(16 * ks + c.ktok + 8) * NG + gi];
+            for (int i = 0; i < NG / 2; i++) sc0[i] = s0p[i], sc1[i] = s1p[i];
         }
 #pragma unroll
         for (int gi = 0; gi < NG; gi++) {
-            const uint32_t b0 = kvc_movm(kvc_hmul2(P[ks][0], (uint32_t)sc0[gi] * 0x10001u));
-            const uint32_t b1 = kvc_movm(kvc_hmul2(P[ks][1], (uint32_t)sc1[gi] * 0x10001u));
+            const uint32_t p0 = gi & 1 ? kvc_hmul2_bc<1>(P[ks][0], sc0[gi / 2]) : kvc_hmul2_bc<0>(P[ks][0], sc0[gi / 2]);
+            const uint32_t p1 = gi & 1 ? kvc_hmul2_bc<1>(P[ks][1], sc1[gi / 2]) : kvc_hmul2_bc<0>(P[ks][1], sc1[gi / 2]);
+            const uint32_t b0 = kvc_movm(p0), b1 = kvc_movm(p1);
             if (VB == 2) { /* token row: 8 words; group gi = words 2 gi, 2 gi + 1 */
                 uint2 r[4];
 #pragma unroll

@@ -110,6 +110,21 @@ __device__ __forceinline__ uint32_t kvc_hmul2(uint32_t a, uint32_t b) {
     return r;
 #endif
 }
+/* a * (half HI of b, broadcast to both halves): the broadcast folds into the HMUL2's operand selector. */
+template <int HI> __device__ __forceinline__ uint32_t kvc_hmul2_bc(uint32_t a, uint32_t b) {
+#ifdef KVC_EMU
+    return kvc_hmul2(a, (HI ? b >> 16 : b & 0xffffu) * 0x10001u);
+#else
+    uint32_t r;
+    if (HI)
+        asm("{.reg .b16 l, h; .reg .b32 t; mov.b32 {l, h}, %2; mov.b32 t, {h, h}; mul.rn.f16x2 %0, %1, t;}"
+            : "=r"(r) : "r"(a), "r"(b));
+    else
+        asm("{.reg .b16 l, h; .reg .b32 t; mov.b32 {l, h}, %2; mov.b32 t, {l, l}; mul.rn.f16x2 %0, %1, t;}"
+            : "=r"(r) : "r"(a), "r"(b));
+    return r;
+#endif
+}
 __device__ __forceinline__ float kvc_hw_h2f(uint16_t h) {
 #ifdef KVC_EMU
     return emu::h2f(h);
