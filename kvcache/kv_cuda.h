@@ -84,11 +84,12 @@ typedef struct {
     int ctas_per_sm; /* at most this many resident split CTAs per SM (shared memory padded; 0: as many as fit) */
     int magic;       /* codes as normal f16 (1024 + code) with an offset MMA instead of f16 subnormals (fallback) */
 } kvc_attn_params;
-kvc_attn_params kvc_attn_default_params(void); /* variant 0 "base", 1 wave, no cap, subnormal codes */
+kvc_attn_params kvc_attn_default_params(void); /* variant "auto", 1 wave, no cap, subnormal codes */
 omni_status kvc_attn_init_ex(int max_seqs, int n_q_heads, int n_kv_heads, int head_dim, const kvc_attn_params *p,
                              kvc_attn **out);
 /* Name of a variant (NULL past the last): "base", "q2r1", ... (qN: N quantized stages, rN: N raw stages; x2: two
- * quantized blocks per warp step). */
+ * quantized blocks per warp step; a: raw rows by cp.async), the last "auto" (the default: per layer kind the
+ * variant measured best on the H200). */
 const char *kvc_attn_variant_name(int variant);
 /* "variant[:wN][:cN][:m]" (e.g. "base:w2", "q3r2:c3") -> params (defaults for what is not given). */
 omni_status kvc_attn_parse_config(const char *s, kvc_attn_params *p);

@@ -70,8 +70,12 @@ static constexpr int KVC_VAR_MINB[KVC_NVAR] = {1, 4, 4, 1, 4, 2, 3, 1, 4, 1};
 static constexpr int KVC_VAR_NB[KVC_NVAR] = {1, 1, 1, 1, 1, 2, 2, 1, 1, 1}; /* quantized blocks per step of a warp */
 static constexpr int KVC_VAR_P1[KVC_NVAR] = {0, 0, 0, 0, 0, 0, 0, 1, 0, 0}; /* raw values: P without its lo part */
 static constexpr int KVC_VAR_AC[KVC_NVAR] = {0, 0, 0, 0, 0, 0, 0, 0, 1, 1}; /* raw rows by cp.async, not bulk */
-static const char *const kvc_var_names[KVC_NVAR] = {"base", "q2r1", "q3r2", "q6r3", "q4r1",
-                                                    "x2",   "x2b3", "p1",   "q3r2a", "basea"};
+/* "auto" (index KVC_NVAR, the default) is no compiled variant: each kind takes the variant that measured best
+ * for it on the H200 (bench/NOTES.md): bf16 layers KVC_AUTO_RAW, quantized layers KVC_AUTO_Q. */
+#define KVC_AUTO_RAW 2 /* q3r2 */
+#define KVC_AUTO_Q 6   /* x2b3 */
+static const char *const kvc_var_names[KVC_NVAR + 1] = {"base", "q2r1", "q3r2",  "q6r3",  "q4r1", "x2",
+                                                        "x2b3", "p1",   "q3r2a", "basea", "auto"};
 
 /* D head dim; KB / VB key / value bits (2, 4) or both 16 (bf16 layer); V variant. Shared memory per warp: a ring
  * of NSQ quantized stages or NSR raw stages (the same bytes). */
@@ -1119,21 +1123,32 @@ template <int D, int MG, int V> static void kvc_kernels(kvc_split_fn_t fn[5], in
     bytes[4] = kvc_split_layout<D, 4, 4, V>::BYTES;
 }
 
+/* The split kernels of compiled variant v (head_dim 128, subnormal codes). */
+static void kvc_variant_kernels(int v, kvc_split_fn_t fn[5], int bytes[5]) {
+    if (v == 1) kvc_kernels<128, 0, 1>(fn, bytes);
+    else if (v == 2) kvc_kernels<128, 0, 2>(fn, bytes);
+    else if (v == 3) kvc_kernels<128, 0, 3>(fn, bytes);
+    else if (v == 4) kvc_kernels<128, 0, 4>(fn, bytes);
+    else if (v == 5) kvc_kernels<128, 0, 5>(fn, bytes);
+    else if (v == 6) kvc_kernels<128, 0, 6>(fn, bytes);
+    else if (v == 7) kvc_kernels<128, 0, 7>(fn, bytes);
+    else if (v == 8) kvc_kernels<128, 0, 8>(fn, bytes);
+    else if (v == 9) kvc_kernels<128, 0, 9>(fn, bytes);
+    else kvc_kernels<128, 0, 0>(fn, bytes);
+}
+
 /* Kernels, shared memory (padded so that at most p.ctas_per_sm CTAs fit on an SM) and residency per kind. */
 static omni_status kvc_setup(kvc_attn *a, int dev) {
     const int v = a->D == 128 && !a->p.magic ? a->p.variant : 0;
     if (a->D == 64) a->p.magic ? kvc_kernels<64, 1, 0>(a->fn, a->bytes) : kvc_kernels<64, 0, 0>(a->fn, a->bytes);
     else if (a->p.magic) kvc_kernels<128, 1, 0>(a->fn, a->bytes);
-    else if (v == 1) kvc_kernels<128, 0, 1>(a->fn, a->bytes);
-    else if (v == 2) kvc_kernels<128, 0, 2>(a->fn, a->bytes);
-    else if (v == 3) kvc_kernels<128, 0, 3>(a->fn, a->bytes);
-    else if (v == 4) kvc_kernels<128, 0, 4>(a->fn, a->bytes);
-    else if (v == 5) kvc_kernels<128, 0, 5>(a->fn, a->bytes);
-    else if (v == 6) kvc_kernels<128, 0, 6>(a->fn, a->bytes);
-    else if (v == 7) kvc_kernels<128, 0, 7>(a->fn, a->bytes);
-    else if (v == 8) kvc_kernels<128, 0, 8>(a->fn, a->bytes);
-    else if (v == 9) kvc_kernels<128, 0, 9>(a->fn, a->bytes);
-    else kvc_kernels<128, 0, 0>(a->fn, a->bytes);
+    else if (v == KVC_NVAR) { /* auto: the bf16 kind from one variant, the quantized kinds from another */
+        kvc_split_fn_t fr[5];
+        int br[5];
+        kvc_variant_kernels(KVC_AUTO_Q, a->fn, a->bytes);
+        kvc_variant_kernels(KVC_AUTO_RAW, fr, br);
+        a->fn[0] = fr[0], a->bytes[0] = br[0];
+    } else kvc_variant_kernels(v, a->fn, a->bytes);
     int per_sm = 0, reserved = 0, per_block = 0;
     omni_status st = kvc_cuda_check(cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev),
                                     "shared memory per SM");
@@ -1184,18 +1199,18 @@ static int kvc_b(const kvc_attn *a, int kind, int n_seq) {
 
 extern "C" kvc_attn_params kvc_attn_default_params(void) {
     kvc_attn_params p;
-    p.variant = 0, p.waves = 1, p.ctas_per_sm = 0, p.magic = 0;
+    p.variant = KVC_NVAR, p.waves = 1, p.ctas_per_sm = 0, p.magic = 0; /* "auto" */
     return p;
 }
 
 extern "C" const char *kvc_attn_variant_name(int variant) {
-    return variant >= 0 && variant < KVC_NVAR ? kvc_var_names[variant] : NULL;
+    return variant >= 0 && variant <= KVC_NVAR ? kvc_var_names[variant] : NULL;
 }
 
 /* "name[:wN][:cN][:m]" into p; 0 when malformed. */
 static int kvc_parse(const char *s, kvc_attn_params *p) {
     size_t n = strcspn(s, ":");
-    for (int v = 0; v < KVC_NVAR; v++)
+    for (int v = 0; v <= KVC_NVAR; v++)
         if (strlen(kvc_var_names[v]) == n && !strncmp(s, kvc_var_names[v], n)) p->variant = v;
     if (p->variant < 0) return 0;
     for (const char *c = s + n; *c;) {
@@ -1222,7 +1237,7 @@ extern "C" omni_status kvc_attn_parse_config(const char *s, kvc_attn_params *p) 
     if (s && kvc_parse(s, p)) return OMNI_OK;
     *p = kvc_attn_default_params();
     return omni_fail(OMNI_ERR_USAGE, "kv cuda attn: bad kernel configuration '%s' (variant[:wN][:cN][:m]; variants "
-                     "base q2r1 q3r2 q6r3 q4r1 x2 x2b3 p1 q3r2a basea, waves 1-4, CTAs per SM 1-32, m: magic codes)", s ? s : "(null)");
+                     "base q2r1 q3r2 q6r3 q4r1 x2 x2b3 p1 q3r2a basea auto, waves 1-4, CTAs per SM 1-32, m: magic codes)", s ? s : "(null)");
 }
 
 extern "C" omni_status kvc_attn_init_ex(int max_seqs, int n_q_heads, int n_kv_heads, int head_dim,
@@ -1232,9 +1247,9 @@ extern "C" omni_status kvc_attn_init_ex(int max_seqs, int n_q_heads, int n_kv_he
         (head_dim != 64 && head_dim != 128))
         return omni_fail(OMNI_ERR_USAGE, "kv cuda attn: bad sizes (seqs %d of 1..%d, heads %d/%d, head_dim %d: 64 "
                          "or 128)", max_seqs, KVC_MAX_SEQS, n_q_heads, n_kv_heads, head_dim);
-    if (p->variant < 0 || p->variant >= KVC_NVAR || p->waves < 1 || p->waves > 4 || p->ctas_per_sm < 0)
+    if (p->variant < 0 || p->variant > KVC_NVAR || p->waves < 1 || p->waves > 4 || p->ctas_per_sm < 0)
         return omni_fail(OMNI_ERR_USAGE, "kv cuda attn: variant %d (0..%d), waves %d (1..4), CTAs per SM %d",
-                         p->variant, KVC_NVAR - 1, p->waves, p->ctas_per_sm);
+                         p->variant, KVC_NVAR, p->waves, p->ctas_per_sm);
     kvc_attn *a = (kvc_attn *)calloc(1, sizeof *a);
     if (!a) return omni_fail(OMNI_ERR_NOMEM, "kv cuda attn: out of memory");
     a->max_seqs = max_seqs, a->Hq = n_q_heads, a->Hkv = n_kv_heads, a->D = head_dim, a->p = *p;
