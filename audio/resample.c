@@ -33,24 +33,26 @@ static double bessel_i0(double x) { /* power series, converges fast for x <= 30 
     return s;
 }
 
-/* Filter tables: up phases x 2·half taps; phase p holds h(j - p/up) for j = -half+1 .. half. */
-static float *make_table(int64_t up, int half, double fc) {
+/* The taps of phase p: h(j - p/up) for j = -half+1 .. half (2·half floats), normalised to sum 1. */
+static void phase_taps(float *h, int64_t p, int64_t up, int half, double fc, double i0b) {
+    int taps = 2 * half;
+    double sum = 0, frac = (double)p / up;
+    for (int i = 0; i < taps; i++) {
+        double t = (i - half + 1) - frac, r = t / half, v;
+        double sinc = t == 0 ? 1.0 : sin(RS_PI * fc * t) / (RS_PI * fc * t);
+        v = fabs(r) >= 1 ? 0 : fc * sinc * bessel_i0(RS_BETA * sqrt(1 - r * r)) / i0b;
+        h[i] = (float)v;
+        sum += v;
+    }
+    for (int i = 0; i < taps; i++) h[i] = (float)(h[i] / sum);
+}
+
+/* Filter tables: up phases x 2·half taps. */
+static float *make_table(int64_t up, int half, double fc, double i0b) {
     int taps = 2 * half;
     float *tab = malloc(sizeof(float) * (size_t)up * taps);
     if (!tab) return NULL;
-    double i0b = bessel_i0(RS_BETA);
-    for (int64_t p = 0; p < up; p++) {
-        double sum = 0, frac = (double)p / up;
-        float *h = tab + p * taps;
-        for (int i = 0; i < taps; i++) {
-            double t = (i - half + 1) - frac, r = t / half, v;
-            double sinc = t == 0 ? 1.0 : sin(RS_PI * fc * t) / (RS_PI * fc * t);
-            v = fabs(r) >= 1 ? 0 : fc * sinc * bessel_i0(RS_BETA * sqrt(1 - r * r)) / i0b;
-            h[i] = (float)v;
-            sum += v;
-        }
-        for (int i = 0; i < taps; i++) h[i] = (float)(h[i] / sum);
-    }
+    for (int64_t p = 0; p < up; p++) phase_taps(tab + p * taps, p, up, half, fc, i0b);
     return tab;
 }
 
@@ -64,7 +66,12 @@ omni_status audio_resample_sinc(const float *in, int64_t n, int rate, float **ou
     double fc = 0.97 * (rate > AUDIO_SAMPLE_RATE ? (double)AUDIO_SAMPLE_RATE / rate : 1.0);
     int half = (int)ceil(RS_ZERO_CROSSINGS / fc), taps = 2 * half;
     int64_t m = (n * up + down - 1) / down; /* ceil(n · 16000 / rate) */
-    float *tab = make_table(up, half, fc), *y = malloc(sizeof(float) * (size_t)(m > 0 ? m : 1));
+    /* Fewer outputs than phases (a short input at an odd rate: up is up to 16000 and 2·half up to ~1600 taps, a
+     * 100 MB table and seconds of work for a few samples): each output's taps are made when needed instead. */
+    int all = m >= up;
+    double i0b = bessel_i0(RS_BETA);
+    float *tab = all ? make_table(up, half, fc, i0b) : malloc(sizeof(float) * (size_t)taps);
+    float *y = malloc(sizeof(float) * (size_t)(m > 0 ? m : 1));
     if (!tab || !y) {
         free(tab);
         free(y);
@@ -72,7 +79,8 @@ omni_status audio_resample_sinc(const float *in, int64_t n, int rate, float **ou
     }
     for (int64_t o = 0; o < m; o++) {
         int64_t pos = o * down, k0 = pos / up, p = pos % up, first = k0 - half + 1;
-        const float *h = tab + p * taps;
+        const float *h = all ? tab + p * taps : tab;
+        if (!all) phase_taps(tab, p, up, half, fc, i0b);
         double acc = 0;
         if (first >= 0 && first + taps <= n) {
             for (int i = 0; i < taps; i++) acc += h[i] * in[first + i];

@@ -25,8 +25,13 @@ set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
 TARGETS="safetensors config tokenizer_load tokenizer_encode image audio chat_line args server_request"
 # relative cost per execution (measured on the seeds): slower targets get more of the workers
-weight() { case $1 in audio) echo 6 ;; image|tokenizer_encode) echo 3 ;; tokenizer_load|safetensors|config) echo 2 ;; *) echo 1 ;; esac; }
-maxlen() { case $1 in tokenizer_encode) echo 1024 ;; image|audio|tokenizer_load) echo 16384 ;; *) echo 65536 ;; esac; }
+weight() { case $1 in audio|image|tokenizer_encode) echo 3 ;; tokenizer_load|safetensors|config) echo 2 ;; *) echo 1 ;; esac; }
+# -max_len per target. tokenizer_encode: 256 bytes. Its cost grows with the length (~1.6 us a byte under
+# ASan), and the BPE state spans one pre-tokenizer piece (a letter run, a digit, a whitespace or
+# punctuation run), one normalization run or one added token: 256 bytes hold dozens of them, pieces longer than
+# the 64-symbol BPE scratch, and every UTF-8 form (the per-call piece cache starts at 4096 bytes: not reached
+# at 1024 either). Media and tokenizer.json: 16 KiB (headers, chunks, small frames).
+maxlen() { case $1 in tokenizer_encode) echo 256 ;; image|audio|tokenizer_load) echo 16384 ;; *) echo 65536 ;; esac; }
 mode=${1:-}
 
 case "$mode" in
