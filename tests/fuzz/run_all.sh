@@ -85,6 +85,9 @@ run)
         seeds=$HERE
     fi
     export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:allocator_may_return_null=1}
+    # one thread per worker process: the workers are the parallelism (OpenMP in the image resize would start a
+    # team of nproc spinning threads in each of them)
+    export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-1}
     export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1}
     sum=0
     for x in $TARGETS; do sum=$((sum + $(weight $x))); done
