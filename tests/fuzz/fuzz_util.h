@@ -48,11 +48,12 @@ static inline char *fuzz_str(const uint8_t *d, size_t n) {
     return s;
 }
 
-/* An invariant the code promises: abort (a crash for libFuzzer) when it does not hold. */
+/* An invariant the code promises: abort (a crash for libFuzzer) when it does not hold. "ERROR:" makes libFuzzer's
+ * fork mode copy the line into its own log (it keeps only such lines of a crashed job). */
 #define FUZZ_ASSERT(c)                                                                                             \
     do {                                                                                                           \
         if (!(c)) {                                                                                                \
-            fprintf(stderr, "fuzz invariant failed: %s (%s:%d)\n", #c, __FILE__, __LINE__);                        \
+            fprintf(stderr, "ERROR: fuzz invariant failed: %s (%s:%d)\n", #c, __FILE__, __LINE__);                     \
             abort();                                                                                               \
         }                                                                                                          \
     } while (0)

@@ -141,6 +141,14 @@ run)
             # the reports (each with its stack), not the whole log
             grep -n -B2 -A40 -E "ERROR: |runtime error:|fuzz invariant failed" "$work/$x/log.txt" | head -3000 \
                 > "$work/pack/found/$x/reports.txt"
+            # fork mode keeps only the "ERROR:" lines of a crashed job: run each artifact again alone, here, for
+            # its whole report (or to show that it does not reproduce)
+            for a in "$work/$x/artifacts"/*; do
+                [ -f "$a" ] || continue
+                echo "=== replay of $(basename "$a") on $(uname -n)" >> "$work/pack/found/$x/replay.txt"
+                (cd "$work/$x" && timeout -k 5 60 "$bin/fuzz_$x" -runs=3 -rss_limit_mb=2048 "$a" 2>&1 | tail -80) \
+                    >> "$work/pack/found/$x/replay.txt"
+            done
         fi
         tail -5 "$work/$x/log.txt" > "$work/pack/found/$x.log-tail.txt" 2>/dev/null
         printf "%-18s %7s %14s %10s %8s %s\n" "$x" "$w" "${n:-?}" "${rate:-?}" "$new" \
