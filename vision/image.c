@@ -143,6 +143,14 @@ static omni_status check_container(const uint8_t *data, size_t size, const char 
         return omni_fail(OMNI_ERR_INPUT, "image '%s': truncated PNG (no IEND chunk)", name);
     if (*fmt == FMT_JPEG && !jpeg_complete(data, size))
         return omni_fail(OMNI_ERR_INPUT, "image '%s': truncated JPEG (no end-of-image marker after the scan)", name);
+    /* TGA has no signature and stb_image tries every format it knows before TGA: a ".tga" holding a JPEG (even one
+     * whose SOI follows fill bytes, FF FF D8, which is no JPEG to us) went to stb's JPEG decoder, which reads
+     * uninitialized Huffman tables on broken files (found by fuzz_image; valgrind), not to libjpeg and not past
+     * the checks above. Byte 1 of a TGA, the colour map type, is 0 or 1; every other format stb recognises has
+     * another byte there, so none of them can be decoded under a TGA name. */
+    if (*fmt == FMT_TGA && (size < 18 || data[1] > 1))
+        return omni_fail(OMNI_ERR_INPUT, "image '%s': not a TGA file (%s)", name,
+                         size < 18 ? "shorter than a TGA header" : "byte 1, the colour map type, is not 0 or 1");
     int64_t v[3];
     if (*fmt == FMT_PNM && pnm_header(data, size, v) && v[2] > 255) /* stb reads past its buffer for these */
         return omni_fail(OMNI_ERR_INPUT, "image '%s': unsupported 16-bit PNM (maxval %lld; use 8-bit or PNG)", name,

@@ -200,6 +200,10 @@ int main(int argc, char **argv) {
         /* 16-bit PNM: stb_image reads past its buffer converting it (found by fuzz_image) */
         const char *pnm16 = "P6 # comment\n2 2\n65535\n0123456789abcdef0123456789";
         expect_refused(tmp_write("img.ppm", pnm16, strlen(pnm16)), "16-bit PPM", "unsupported 16-bit PNM (maxval 65535");
+        /* a JPEG (SOI after a fill byte) named .tga went to stb's JPEG decoder, which reads uninitialized Huffman
+         * tables on broken files (found by fuzz_image on the GPU host: valgrind here) */
+        const uint8_t fake_tga[24] = {0xFF, 0xFF, 0xD8, 0xFF, 0xE0, 0, 16, 'J', 'F', 'I', 'F', 0, 1, 1};
+        expect_refused(tmp_write("img.tga", fake_tga, sizeof fake_tga), "JPEG named .tga", "not a TGA file");
         /* a PNG header of 2^32-1 x 2^32-1: the pixel count overflowed int64 (UBSan, found by fuzz_image) */
         uint8_t buf[128];
         size_t n = fake_png(buf, 0xffffffffu, 0xffffffffu);
