@@ -239,15 +239,23 @@ void bench_print_table(FILE *f, const bench_results *r) {
     for (int i = 0; i < r->n_fits; i++) {
         const bench_fit *x = &r->fits[i];
         char eng[16] = "-"; /* -: the device does not run this format (budget arithmetic only) */
-        if (x->fits >= 0) snprintf(eng, sizeof eng, "%d", x->fits);
+        if (x->fits >= 0) snprintf(eng, sizeof eng, "%s%d", x->fits_limit > 0 ? ">=" : "", x->fits);
         fprintf(f, "| %-8s | %6d | %13.3f | %16.3f | %10.3f | %13s | %13d |\n", x->kv, x->ctx, x->kv_mem_gib,
                 x->reserve_mib, x->seq_kv_mib, eng, x->fits_budget);
     }
+    for (int i = 0; i < r->n_fits; i++)
+        if (r->fits[i].fits_limit > 0) {
+            fprintf(f, "\n>=N: the engine admitted all N sequences it was given, the most one step takes on this device "
+                       "(%s); the budget holds fits (budget).\n", r->fits[i].limit_why[0] ? r->fits[i].limit_why
+                                                                                          : "the runner's limit");
+            break;
+        }
 }
 
 #define CSV_HEADER                                                                                             \
     "kind,model,device,kv,batch,ctx,steps,decode_tok_s,step_ms_p50,step_ms_p99,prefill_tok_s,ttft_ms,kv_mib,"  \
-    "weights_mib,step_mib,bw_gb_s,roofline_tok_s,roofline_pct,kv_mem_gib,seq_kv_mib,fits,fits_budget,reserve_mib\n"
+    "weights_mib,step_mib,bw_gb_s,roofline_tok_s,roofline_pct,kv_mem_gib,seq_kv_mib,fits,fits_budget,reserve_mib,"  \
+    "fits_limit\n"
 
 /* A text field without commas or line breaks (replaced by ';' and ' '). */
 static const char *csv_text(const char *s, char *buf, size_t cap) {
@@ -268,16 +276,17 @@ omni_status bench_write_csv(const char *path, const bench_results *r) {
         char pre[32] = "", ttft[32] = ""; /* empty: the context was filled with random K/V (no prefill) */
         if (isfinite(p->prefill_tok_s)) snprintf(pre, sizeof pre, "%.3f", p->prefill_tok_s);
         if (isfinite(p->ttft_ms)) snprintf(ttft, sizeof ttft, "%.4f", p->ttft_ms);
-        fprintf(f, "point,%s,%s,%s,%d,%d,%d,%.4f,%.5f,%.5f,%s,%s,%.4f,%.4f,%.4f,%.5f,%.4f,%.3f,,,,,\n", model,
+        fprintf(f, "point,%s,%s,%s,%d,%d,%d,%.4f,%.5f,%.5f,%s,%s,%.4f,%.4f,%.4f,%.5f,%.4f,%.3f,,,,,,\n", model,
                 r->device, p->kv, p->batch, p->ctx, p->steps, p->decode_tok_s, p->step_ms_p50, p->step_ms_p99, pre,
                 ttft, p->kv_mib, p->weights_mib, p->step_mib, r->bw_gb_s, p->roofline_tok_s, p->roofline_pct);
     }
     for (int i = 0; i < r->n_fits; i++) {
         const bench_fit *x = &r->fits[i];
-        char eng[16] = ""; /* empty: not counted by the engine (the device does not run this format) */
+        char eng[16] = "", lim[16] = ""; /* eng empty: not counted by the engine (the device does not run this format) */
         if (x->fits >= 0) snprintf(eng, sizeof eng, "%d", x->fits);
-        fprintf(f, "fit,%s,%s,%s,,%d,,,,,,,,,,%.5f,,,%.4f,%.5f,%s,%d,%.5f\n", model, r->device, x->kv, x->ctx,
-                r->bw_gb_s, x->kv_mem_gib, x->seq_kv_mib, eng, x->fits_budget, x->reserve_mib);
+        if (x->fits_limit > 0) snprintf(lim, sizeof lim, "%d", x->fits_limit);
+        fprintf(f, "fit,%s,%s,%s,,%d,,,,,,,,,,%.5f,,,%.4f,%.5f,%s,%d,%.5f,%s\n", model, r->device, x->kv, x->ctx,
+                r->bw_gb_s, x->kv_mem_gib, x->seq_kv_mib, eng, x->fits_budget, x->reserve_mib, lim);
     }
     int bad = ferror(f);
     if (fclose(f) || bad) return omni_fail(OMNI_ERR_RUNTIME, "write failed: %s", path);

@@ -31,6 +31,9 @@
  *                   seq_kv_mib, rounded down (must equal fits)
  *   reserve_mib     the cache's step reserve: the window pages prefill chunks hold beyond their sequences'
  *                   seq_kv_mib while their step is in flight (kv_step_extra_of per chunk of a step)
+ *   fits_limit      set when the engine's count stopped at the most sequences one step takes on the device
+ *                   (llm_runner_max_seqs, e.g. 256 for the CUDA attention): then fits = fits_limit and at least
+ *                   that many fit (fits_budget says how many the budget holds); empty otherwise
  */
 #ifndef OMNI_APP_BENCH_H
 #define OMNI_APP_BENCH_H
@@ -58,6 +61,9 @@ typedef struct {
     double kv_mem_gib, seq_kv_mib;
     int fits, fits_budget; /* fits -1: not counted by the engine (format not run on the device) */
     double reserve_mib;    /* the cache's step reserve (prefill chunks in flight) */
+    int fits_limit;        /* > 0: the engine's count stopped at the most sequences one step takes on the device
+                              (fits == fits_limit < fits_budget: at least that many fit); 0: no limit reached */
+    char limit_why[64];    /* what sets fits_limit (llm_runner_max_seqs), "" when not known */
 } bench_fit;
 
 typedef struct {
@@ -100,7 +106,8 @@ omni_status bench_add_point(bench_results *r, const bench_point *p);
 omni_status bench_add_fit(bench_results *r, const bench_fit *f);
 void bench_results_free(bench_results *r);
 
-/* The engine's count of a fits row, or the budget arithmetic's where the engine did not count (fits < 0). */
+/* The engine's count of a fits row, or the budget arithmetic's where the engine did not count (fits < 0); a count
+ * stopped at the device's sequence limit (fits_limit) is that limit (a lower bound). */
 int bench_fit_count(const bench_fit *x);
 
 /* KV formats in order of first appearance (points, then fits), at most BENCH_MAX_LIST; returns the count. The

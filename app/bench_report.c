@@ -190,6 +190,7 @@ static void memory_table(FILE *f, const bench_results *r, const char **kv, int n
     if (!nc) return;
     char c[16];
     int arithmetic_only = 0;
+    const bench_fit *limited = NULL; /* the first count the device's sequence limit stopped */
     fprintf(f, "| |");
     for (int j = 0; j < nc; j++)
         fprintf(f, " KV MiB per sequence of %s | sequences of %s in %.3g GiB |", ctx_name(ctxs[j], c, sizeof c), c,
@@ -201,9 +202,11 @@ static void memory_table(FILE *f, const bench_results *r, const char **kv, int n
         fprintf(f, "| omni %s |", kv[k]);
         for (int j = 0; j < nc; j++) {
             const bench_fit *x = find_fit(r, kv[k], ctxs[j]);
-            if (x) fprintf(f, " %.2f | %d%s |", x->seq_kv_mib, bench_fit_count(x), x->fits < 0 ? "*" : "");
+            if (x) fprintf(f, " %.2f | %s%d%s |", x->seq_kv_mib, x->fits_limit > 0 ? "≥ " : "", bench_fit_count(x),
+                           x->fits < 0 ? "*" : x->fits_limit > 0 ? "†" : "");
             else fprintf(f, " | |");
             arithmetic_only |= x && x->fits < 0;
+            if (x && x->fits_limit > 0 && !limited) limited = x;
         }
         fprintf(f, "\n");
     }
@@ -211,9 +214,11 @@ static void memory_table(FILE *f, const bench_results *r, const char **kv, int n
         fprintf(f, "| %s vs %s (omni, this run) |", kv[k], kv[0]);
         for (int j = 0; j < nc; j++) {
             const bench_fit *a = find_fit(r, kv[0], ctxs[j]), *b = find_fit(r, kv[k], ctxs[j]);
-            if (a && b && b->seq_kv_mib > 0 && bench_fit_count(a) > 0)
-                fprintf(f, " **%.2fx** smaller | **%.2fx** more |", a->seq_kv_mib / b->seq_kv_mib,
-                        (double)bench_fit_count(b) / bench_fit_count(a));
+            if (a && b && b->seq_kv_mib > 0 && bench_fit_count(a) > 0 && !a->fits_limit)
+                fprintf(f, " **%.2fx** smaller | **%s%.2fx** more |", a->seq_kv_mib / b->seq_kv_mib,
+                        b->fits_limit > 0 ? "≥ " : "", (double)bench_fit_count(b) / bench_fit_count(a));
+            else if (a && b && b->seq_kv_mib > 0) /* the first format's count is a lower bound: no ratio of counts */
+                fprintf(f, " **%.2fx** smaller | |", a->seq_kv_mib / b->seq_kv_mib);
             else fprintf(f, " | |");
         }
         fprintf(f, "\n");
@@ -230,7 +235,13 @@ static void memory_table(FILE *f, const bench_results *r, const char **kv, int n
         const bench_fit *x = find_fit(r, kv[k], ctxs[0]);
         fprintf(f, "%s %s %.2f MiB", k ? "," : "", kv[k], x ? x->reserve_mib : 0.0);
     }
-    fprintf(f, "; a chunk waits for a later step when the reserve is used up).\n\n");
+    fprintf(f, "; a chunk waits for a later step when the reserve is used up).");
+    if (limited)
+        fprintf(f, " † The engine admitted every sequence it was given: %d is the most one step takes on this device "
+                   "(%s), so at least that many fit; the budget arithmetic holds %d (%s at %d tokens).",
+                limited->fits_limit, limited->limit_why[0] ? limited->limit_why : "the runner's sequence limit",
+                limited->fits_budget, limited->kv, limited->ctx);
+    fprintf(f, "\n\n");
 }
 
 static void header(FILE *f, const bench_results *r, const bench_report_info *in) {

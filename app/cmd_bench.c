@@ -299,6 +299,13 @@ static void point_numbers(const bench_run *b, const char *kv, int batch, int ctx
     p->kv_mib = kv_start;
     p->weights_mib = weights_read_mib(b->model, batch);
     bench_roofline(p, (kv_start + kv_end) / 2, b->res.bw_gb_s);
+    if (omni_log_level() >= 2) { /* -v: every timed step (a flush of the window every 32 steps shows here) */
+        char line[4096];
+        int k = snprintf(line, sizeof line, "bench: %s batch %d ctx %d step ms:", kv, batch, ctx);
+        for (int i = 0; i < b->steps && k > 0 && k < (int)sizeof line - 16; i++)
+            k += snprintf(line + k, sizeof line - (size_t)k, " %.3f", times[i]);
+        omni_log(2, "%s\n", line);
+    }
 }
 
 static double usage_mib(const kv_cache *kv) {
@@ -429,10 +436,14 @@ static void count_done(void *user, int id, const llm_request_stats *s) {
 /* What the engine admits: submit fits + 1 requests whose sequences can grow to ctx tokens (a one-token prompt: the
  * engine reserves the pages of the whole sequence at admission, and the step stays cheap) to a
  * cache with the budget and step once; every request admitted at the start of that step is running after it or
- * ended during it (admission happens only at the start of a step). Then cancel everything. */
+ * ended during it (admission happens only at the start of a step). Then cancel everything. At most the sequences
+ * one step takes on the device are submitted (llm_runner_max_seqs): when the engine admits all of them, x->fits is
+ * that limit and x->fits_limit says so (more would fit the budget than the device runs at once). */
 static omni_status engine_fits(const bench_run *b, const kv_format *f, int ctx, int64_t budget, int want,
-                               int *admitted) {
-    int n = want + 1 > LLM_RUNNER_MAX_SEQS ? LLM_RUNNER_MAX_SEQS : want + 1, cache, ended = 0;
+                               bench_fit *x) {
+    const char *why = "";
+    const int most = llm_runner_max_seqs(b->model, b->device, &why);
+    int n = want + 1 > most ? most : want + 1, cache, ended = 0;
     llm_engine *e = NULL;
     llm_cache_params cp = llm_cache_default_params();
     cp.fmt = *f;
@@ -460,7 +471,13 @@ static omni_status engine_fits(const bench_run *b, const kv_format *f, int ctx, 
     llm_cache_stats cs;
     if (!st) st = llm_engine_step(e, NULL);
     if (!st) st = llm_engine_cache_stats(e, cache, &cs);
-    if (!st) *admitted = cs.running + ended;
+    if (!st) x->fits = cs.running + ended;
+    if (!st && n < want + 1 && x->fits == n) {
+        x->fits_limit = n;
+        snprintf(x->limit_why, sizeof x->limit_why, "%s", why);
+        omni_log(1, "bench: %d sequences of %d tokens admitted: the most one step takes on %s (%s)\n", n, ctx,
+                 b->res.device, why);
+    }
     if (!st)
         omni_log(2, "bench: the engine reserved %lld bytes for %d running sequences\n", (long long)cs.reserved_bytes,
                  cs.running);
@@ -510,7 +527,7 @@ static omni_status run_context(bench_run *b, const char *kv, int ctx, int points
     omni_status st = budget_row(b, kv, ctx, &f, &x);
     if (!st && *runs && x.fits_budget == 0) x.fits = 0; /* not one fits: the engine refuses such requests outright */
     else if (!st && *runs) {
-        st = engine_fits(b, &f, ctx, (int64_t)(b->kv_mem_gib * 1073741824.0), x.fits_budget, &x.fits);
+        st = engine_fits(b, &f, ctx, (int64_t)(b->kv_mem_gib * 1073741824.0), x.fits_budget, &x);
         if (st) x.fits = -1;
         st = unsupported(b, kv, st, runs);
     }
@@ -518,7 +535,7 @@ static omni_status run_context(bench_run *b, const char *kv, int ctx, int points
     if (x.fits >= 0) {
         omni_log(2, "bench: %s ctx %d: %d sequences fit (budget arithmetic %d) (%.1f s)\n", kv, ctx, x.fits,
                  x.fits_budget, (omni_time_ms() - tf) / 1e3);
-        if (x.fits != x.fits_budget)
+        if (x.fits != x.fits_budget && !x.fits_limit)
             omni_log(0, "bench: warning: %s at %d tokens: the engine admitted %d sequences, the budget says %d\n", kv,
                      ctx, x.fits, x.fits_budget);
     }

@@ -16,8 +16,8 @@
 #   FITS_KV   int4,int2:w32 (formats counted for sequences that fit only; "none": no more)
 #   FILL_ABOVE 32K (contexts above it: random K/V appended through the cache instead of the prefill - a 128K prefill
 #             costs ~50 s per format on the H200; "0": prefill every context)
-#   KV_MEM    30 (GiB of KV: points needing more are skipped; the fits-count budget; 30 keeps every format's count
-#             of 4K sequences below the 256 sequences the CUDA attention takes per call)
+#   KV_MEM    30 (GiB of KV: points needing more are skipped; the fits-count budget; a count above the 256
+#             sequences the CUDA attention takes per call is reported as ">= 256" with that reason)
 #   HF_POINTS 48x4K,1x4K (transformers points; "none" to skip)   PYTHON  python3
 #   HF_LIMIT  50, OMNI_LIMIT 100: seconds each part may take (then it stops, keeping what it measured: omni bench
 #             is sent SIGINT and writes its outputs from the points done, exit 130; hf_generate keeps its rows);

@@ -2,6 +2,10 @@
  * every batch before any device work, and the llm_forward* convenience wrappers (a temporary CPU runner). */
 #include "llm/runner_impl.h"
 
+#ifdef OMNI_HAVE_CUDA_RUNNER
+#include "llm/cuda/llm_cuda.h"
+#endif
+
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +22,16 @@ omni_status llm_device_parse(const char *name, llm_device *out) {
     else if (name && !strcmp(name, "cuda")) *out = LLM_DEVICE_CUDA;
     else return omni_fail(OMNI_ERR_USAGE, "device: expected cpu or cuda, got '%s'", name ? name : "(null)");
     return OMNI_OK;
+}
+
+int llm_runner_max_seqs(const llm_model *m, llm_device d, const char **why) {
+    if (why) *why = "the runner's sequence limit";
+#ifdef OMNI_HAVE_CUDA_RUNNER
+    if (d == LLM_DEVICE_CUDA && m) return llm_cuda_max_seqs(llm_model_config(m), why);
+#else
+    (void)m, (void)d;
+#endif
+    return LLM_RUNNER_MAX_SEQS;
 }
 
 static omni_status runner_ops_for(llm_device d, const llm_runner_ops **ops) {

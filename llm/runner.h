@@ -116,6 +116,10 @@ omni_status llm_runner_fill_random(llm_runner *r, kv_cache *kv, int seq, int64_t
 /* "cpu" / "cuda"; parse accepts the same names (OMNI_ERR_USAGE otherwise). */
 const char *llm_device_name(llm_device d);
 omni_status llm_device_parse(const char *name, llm_device *out);
+/* The most sequences one step of a runner on device d takes for model m: LLM_RUNNER_MAX_SEQS, or fewer where the
+ * device's kernels take fewer (the CUDA attention: KVC_MAX_SEQS per call at head_dim 64 and 128). *why (may be
+ * NULL) gets what sets the limit, e.g. "the sequence limit of the CUDA attention" (static text). */
+int llm_runner_max_seqs(const llm_model *m, llm_device d, const char **why);
 
 #ifdef __cplusplus
 }

@@ -6,9 +6,11 @@
  * Every step's logits are checked finite before timing; decode steps sample greedily on the device (one token
  * back per step), as a generation loop would. Each KV format of --kv (bf16, int2, ...: kv_parse_mode names, window
  * 128) runs every batch size x context; the roofline counts the KV bytes the cache really holds (codes, scales,
- * norms, window), the split of an eager step is printed and written as CSV rows "split <fmt> bsB/CK <op>" (%).
+ * norms, window), the split of an eager step is printed and written as CSV rows "split <fmt> bsB/CK <op>" (%),
+ * "... <op> ms" (mean per step) and "... <op> slowest ms" over --split-steps eager steps (32 covers one flush of a
+ * quantizing cache's window block per sequence).
  * Usage: omni_bench_llm_cuda CONFIG_DIR [--ctx 4096,32768] [--bs 1,48] [--kv bf16,int2] [--steps 64]
- *                            [--prefill 4096] [--label NAME] [--csv FILE]
+ *                            [--prefill 4096] [--label NAME] [--csv FILE] [--split-steps 5]
  * Prints one Markdown table per config on stdout (and CSV rows to --csv: label,metric,value,unit); metric names
  * of bf16 rows have no format ("decode bs1/4K tok/s"), the others do ("decode int2 bs1/4K tok/s"). */
 #define _POSIX_C_SOURCE 200809L
@@ -35,6 +37,7 @@
 
 static FILE *g_csv;
 static const char *g_label = "model";
+static int g_split_steps = 5; /* eager steps of the per-op split (--split-steps) */
 
 static void row(const char *metric, double v, const char *unit, const char *note) {
     printf("| %-44s | %12.2f %-8s | %s\n", metric, v, unit, note ? note : "");
@@ -125,7 +128,7 @@ static void bench_decode(llm_cuda *r, const llm_config *c, const char *fmt, int 
     kv_params kp = kv_default_params();
     kp.n_layers = c->n_layers, kp.n_kv_heads = c->n_kv_heads, kp.head_dim = c->head_dim;
     CK(kv_parse_mode(fmt, &kp.fmt));
-    kp.max_seqs = bs, kp.max_seq_len = ctx + steps + 16, kp.max_tokens = (int64_t)bs * kp.max_seq_len;
+    kp.max_seqs = bs, kp.max_seq_len = ctx + steps + g_split_steps + 16, kp.max_tokens = (int64_t)bs * kp.max_seq_len;
     kv_cache *kv;
     CK(llm_cuda_cache_init(r, &kp, &kv));
     llm_batch_entry *e = calloc((size_t)bs, sizeof *e);
@@ -169,20 +172,34 @@ static void bench_decode(llm_cuda *r, const llm_config *c, const char *fmt, int 
     row(name, 100 * tps / roof, "%", "weights read once + KV over the copy bandwidth");
     snprintf(name, sizeof name, "KV %s MiB", tag);
     row(name, kvb / 1048576.0, "MiB", "pages in use after the fill");
-    /* per-op split of one eager decode step (graphs off while profiling) */
+    /* per-op split of eager decode steps (graphs off while profiling), one step at a time: the mean per step and,
+     * per op, the slowest step (a quantizing cache flushes a block every 32 steps: its kv_append peaks there) */
     if (llm_cuda_profile_enable(r, 1) == OMNI_OK) {
-        for (int s = 0; s < 5; s++) CK(llm_cuda_step(r, bs, e));
         const char *names[32];
-        double pm[32], tot = 0;
-        int nk = llm_cuda_profile(r, names, pm, 32);
+        double pm[32] = {0}, mx[32] = {0}, one[32], tot = 0;
+        int nk = 0;
+        for (int s = 0; s < g_split_steps; s++) {
+            CK(llm_cuda_profile_enable(r, 1)); /* clears the totals */
+            CK(llm_cuda_step(r, bs, e));
+            nk = llm_cuda_profile(r, names, one, 32);
+            for (int k = 0; k < nk; k++) pm[k] += one[k], mx[k] = one[k] > mx[k] ? one[k] : mx[k];
+        }
         for (int k = 0; k < nk; k++) tot += pm[k];
-        printf("|   split of an eager step (%s, %.3f ms of kernels):", tag, tot / 5);
+        const int ns = g_split_steps;
+        printf("|   split of an eager step (%s, %.3f ms of kernels):", tag, tot / ns);
         for (int k = 0; k < nk; k++)
             if (pm[k] > 0) printf(" %s %.1f%%", names[k], 100 * pm[k] / tot);
+        printf("\n|   ms per eager step (%s, mean / slowest of %d steps):", tag, ns);
+        for (int k = 0; k < nk; k++)
+            if (pm[k] > 0) printf(" %s %.3f/%.3f", names[k], pm[k] / ns, mx[k]);
         printf("\n");
         for (int k = 0; g_csv && k < nk; k++)
-            if (pm[k] > 0) fprintf(g_csv, "%s,split %s %s,%.2f,%%\n", g_label, tag, names[k], 100 * pm[k] / tot);
-        if (g_csv) fprintf(g_csv, "%s,split %s kernels ms,%.4f,ms\n", g_label, tag, tot / 5);
+            if (pm[k] > 0) {
+                fprintf(g_csv, "%s,split %s %s,%.2f,%%\n", g_label, tag, names[k], 100 * pm[k] / tot);
+                fprintf(g_csv, "%s,split %s %s ms,%.4f,ms\n", g_label, tag, names[k], pm[k] / ns);
+                fprintf(g_csv, "%s,split %s %s slowest ms,%.4f,ms\n", g_label, tag, names[k], mx[k]);
+            }
+        if (g_csv) fprintf(g_csv, "%s,split %s kernels ms,%.4f,ms\n", g_label, tag, tot / ns);
         llm_cuda_profile_enable(r, 0);
     }
     llm_sampler_free(greedy);
@@ -262,7 +279,7 @@ static int parse_list(const char *s, int *v, int cap) {
 int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr, "usage: %s CONFIG_DIR [--ctx 4096,32768] [--bs 1,48] [--kv bf16,int2] [--steps 64] "
-                        "[--prefill 4096] [--label L] [--csv FILE]\n", argv[0]);
+                        "[--prefill 4096] [--label L] [--csv FILE] [--split-steps 5]\n", argv[0]);
         return 1;
     }
     int ctx[8] = {4096, 32768}, n_ctx = 2, bss[8] = {1}, n_bs = 1, steps = 64, prefill = 4096;
@@ -275,6 +292,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--prefill")) prefill = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--label")) g_label = argv[i + 1];
         else if (!strcmp(argv[i], "--csv")) g_csv = fopen(argv[i + 1], "a");
+        else if (!strcmp(argv[i], "--split-steps")) g_split_steps = atoi(argv[i + 1]) > 0 ? atoi(argv[i + 1]) : 1;
     }
     int ndev = 0;
     omni_cuda_available(&ndev);

@@ -65,6 +65,8 @@ typedef struct {
 } llm_cuda_params;
 
 llm_cuda_params llm_cuda_default_params(void);
+/* The most sequences one step takes for cfg (max_seqs above it: OMNI_ERR_UNSUPPORTED at init); *why: what sets it. */
+int llm_cuda_max_seqs(const llm_config *cfg, const char **why);
 
 /* Copy the decoder of `cfg` from the checkpoint (tensor names as llm/model.c) to the GPU. cfg and ckpt are read
  * during the call only. */

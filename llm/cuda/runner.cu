@@ -211,6 +211,12 @@ llm_cuda_params llm_cuda_default_params(void) {
     return p;
 }
 
+int llm_cuda_max_seqs(const llm_config *c, const char **why) {
+    const int attn = c->head_dim == 64 || c->head_dim == 128; /* the tensor-core decode attention's batch */
+    if (why) *why = attn ? "the sequence limit of the CUDA attention" : "the runner's sequence limit";
+    return attn && KVC_MAX_SEQS < LLM_RUNNER_MAX_SEQS ? KVC_MAX_SEQS : LLM_RUNNER_MAX_SEQS;
+}
+
 static omni_status check_params(const llm_config *c, const llm_cuda_params *p) {
     if (p->max_seqs < 1 || p->max_seqs > LLM_RUNNER_MAX_SEQS || p->max_tokens < 1 || p->max_tokens > (1 << 20))
         return omni_fail(OMNI_ERR_USAGE, "llm_cuda: max_seqs %d (1..%d), max_tokens %d (1..%d)", p->max_seqs,
@@ -220,9 +226,10 @@ static omni_status check_params(const llm_config *c, const llm_cuda_params *p) {
     if (c->n_heads % c->n_kv_heads || c->n_heads / c->n_kv_heads > 8)
         return omni_fail(OMNI_ERR_UNSUPPORTED, "llm_cuda: %d query heads per kv head (at most 8)",
                          c->n_heads / c->n_kv_heads);
-    if ((c->head_dim == 64 || c->head_dim == 128) && p->max_seqs > KVC_MAX_SEQS)
-        return omni_fail(OMNI_ERR_UNSUPPORTED, "llm_cuda: max_seqs %d > %d (the attention kernels' batch)", p->max_seqs,
-                         KVC_MAX_SEQS);
+    const char *why;
+    const int most = llm_cuda_max_seqs(c, &why);
+    if (p->max_seqs > most)
+        return omni_fail(OMNI_ERR_UNSUPPORTED, "llm_cuda: max_seqs %d > %d (%s)", p->max_seqs, most, why);
     if (c->hidden % 8 || (c->n_experts ? c->moe_intermediate : c->intermediate) % 8)
         return omni_fail(OMNI_ERR_UNSUPPORTED, "llm_cuda: hidden %d / intermediate not multiples of 8", c->hidden);
     return OMNI_OK;

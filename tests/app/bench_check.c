@@ -15,7 +15,7 @@ const char *const bench_csv_columns[] = {
     "kind",        "model",          "device",       "kv",         "batch",      "ctx",
     "steps",       "decode_tok_s",   "step_ms_p50",  "step_ms_p99", "prefill_tok_s", "ttft_ms",
     "kv_mib",      "weights_mib",    "step_mib",     "bw_gb_s",    "roofline_tok_s", "roofline_pct",
-    "kv_mem_gib",  "seq_kv_mib",     "fits",         "fits_budget", "reserve_mib",
+    "kv_mem_gib",  "seq_kv_mib",     "fits",         "fits_budget", "reserve_mib",   "fits_limit",
 };
 const int bench_csv_n_columns = (int)(sizeof bench_csv_columns / sizeof bench_csv_columns[0]);
 
@@ -55,7 +55,7 @@ static int read_row(char **f, bench_results *r) {
         copy_name(x.kv, f[3], sizeof x.kv);
         x.ctx = atoi(f[5]);
         x.kv_mem_gib = num(f, 18), x.seq_kv_mib = num(f, 19), x.fits = *f[20] ? atoi(f[20]) : -1, x.fits_budget = atoi(f[21]);
-        x.reserve_mib = num(f, 22);
+        x.reserve_mib = num(f, 22), x.fits_limit = atoi(f[23]);
         return bench_add_fit(r, &x) ? -1 : 0;
     }
     return -1;

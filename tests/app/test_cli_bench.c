@@ -13,6 +13,7 @@
 #include "cli_util.h"
 #include "kvcache/kvcache.h"
 #include "llm/model.h"
+#include "llm/runner.h"
 
 static char g_model[1024];
 static const double KV_MEM_GIB = 0.01;
@@ -49,8 +50,9 @@ static void test_bad_args(const char *dir) {
     expect_usage("-m /nonexistent/model", 3, "/nonexistent/model");
 }
 
-/* Every fits-count against kv_budget_of for the same format, computed here (window: --kv-window or -1). */
-static void check_fits(const bench_results *r, int window) {
+/* Every fits-count against kv_budget_of for the same format, computed here (window: --kv-window or -1); a budget
+ * for more sequences than one CPU step takes (LLM_RUNNER_MAX_SEQS): the engine admits all it is given and says so. */
+static void check_fits_mem(const bench_results *r, int window, double kv_mem_gib) {
     llm_model *m = NULL;
     CHECK(llm_model_load(g_model, &m) == OMNI_OK, "load: %s", omni_last_error());
     if (!m) return;
@@ -68,17 +70,25 @@ static void check_fits(const bench_results *r, int window) {
         const int chunks = per_chunk > 0 ? (int)lround(x->reserve_mib / per_chunk) : 0;
         CHECK(per_chunk > 0 ? chunks >= 1 && fabs(x->reserve_mib - chunks * per_chunk) < 1e-4 : x->reserve_mib == 0,
               "%s ctx %d: step reserve %g MiB, %g MiB per chunk", x->kv, x->ctx, x->reserve_mib, per_chunk);
-        int want = (int)(((int64_t)(KV_MEM_GIB * 1073741824.0) - (int64_t)chunks * reserve * kb.raw_page_bytes) /
+        int want = (int)(((int64_t)(kv_mem_gib * 1073741824.0) - (int64_t)chunks * reserve * kb.raw_page_bytes) /
                          kb.decode_bytes);
         CHECK(fabs(x->seq_kv_mib - kb.decode_bytes / 1048576.0) < 1e-4, "%s ctx %d: seq_kv_mib %g, allocator %g",
               x->kv, x->ctx, x->seq_kv_mib, kb.decode_bytes / 1048576.0);
-        CHECK(x->fits_budget == want && x->fits == want, "%s ctx %d: engine admitted %d, CSV budget %d, allocator %d",
-              x->kv, x->ctx, x->fits, x->fits_budget, want);
-        CHECK(want >= 2 && want < 1023, "%s ctx %d: %d sequences (pick another --kv-mem)", x->kv, x->ctx, want);
-        CHECK(x->kv_mem_gib == KV_MEM_GIB, "kv_mem_gib %g", x->kv_mem_gib);
+        if (want >= LLM_RUNNER_MAX_SEQS) /* the count stops at the sequences one step takes */
+            CHECK(x->fits_budget == want && x->fits == LLM_RUNNER_MAX_SEQS && x->fits_limit == LLM_RUNNER_MAX_SEQS,
+                  "%s ctx %d: engine admitted %d (limit %d), CSV budget %d, allocator %d", x->kv, x->ctx, x->fits,
+                  x->fits_limit, x->fits_budget, want);
+        else
+            CHECK(x->fits_budget == want && x->fits == want && x->fits_limit == 0,
+                  "%s ctx %d: engine admitted %d (limit %d), CSV budget %d, allocator %d", x->kv, x->ctx, x->fits,
+                  x->fits_limit, x->fits_budget, want);
+        CHECK(want >= 2, "%s ctx %d: %d sequences (pick another --kv-mem)", x->kv, x->ctx, want);
+        CHECK(fabs(x->kv_mem_gib - kv_mem_gib) < 1e-4, "kv_mem_gib %g", x->kv_mem_gib); /* CSV: 4 decimals */
     }
     llm_model_free(m);
 }
+
+static void check_fits(const bench_results *r, int window) { check_fits_mem(r, window, KV_MEM_GIB); }
 
 static void check_points(const bench_results *r, int steps, int fill_above) {
     for (int i = 0; i < r->n_points; i++) {
@@ -177,6 +187,39 @@ static void test_fits_only(const char *dir) {
     cli_free(&r);
 }
 
+/* A budget for more sequences than one step takes: the engine admits every one it is given (LLM_RUNNER_MAX_SEQS on
+ * the CPU), the CSV's fits_limit says so, the table marks the count ">=" and the report says why. */
+static void test_fits_limit(const char *dir) {
+    char csv[512], rep[512], mem[64];
+    snprintf(csv, sizeof csv, "%s/lim.csv", dir);
+    snprintf(rep, sizeof rep, "%s/LIM.md", dir);
+    llm_model *m = NULL;
+    CHECK(llm_model_load(g_model, &m) == OMNI_OK, "load");
+    if (!m) return;
+    kv_params kp = llm_model_kv_params(m);
+    kv_budget kb;
+    CHECK(bench_format("bf16", -1, -1, &kp.fmt) == OMNI_OK, "format");
+    kp.max_tokens = kp.max_seq_len = 32;
+    CHECK(kv_budget_of(&kp, 32, &kb) == OMNI_OK, "budget");
+    llm_model_free(m);
+    snprintf(mem, sizeof mem, "%.9g", (LLM_RUNNER_MAX_SEQS + 40.5) * kb.decode_bytes / 1073741824.0);
+    cli_result r = cli_run("bench -m %s --kv bf16 --batch 1 --ctx 32 -n 2 --kv-mem %s --bw-mib 4 -t 2 --csv %s "
+                           "--report %s", g_model, mem, csv, rep);
+    bench_results res;
+    if (run_csv(&r, "limit", csv, &res)) {
+        CHECK(res.n_fits == 1, "%d fits rows", res.n_fits);
+        check_fits_mem(&res, -1, strtod(mem, NULL));
+        CHECK(res.n_fits == 1 && res.fits[0].fits_budget == LLM_RUNNER_MAX_SEQS + 40, "budget %d",
+              res.n_fits ? res.fits[0].fits_budget : -1);
+        CHECK(strstr(r.out, "|         >=1024 |") != NULL || strstr(r.out, ">=1024") != NULL, "table:\n%s", r.out);
+        char *t = omni_read_file(rep, NULL);
+        CHECK(t && strstr(t, "| ≥ 1024† |") && strstr(t, "the runner's sequence limit"), "report:\n%s", t ? t : "");
+        free(t);
+        bench_results_free(&res);
+    }
+    cli_free(&r);
+}
+
 /* --fill-above: contexts above it are random K/V appended through the runner's cache (no prefill numbers); the KV
  * they hold is exactly what the allocator says such sequences commit, quantized beyond the window. */
 static void test_filled(const char *dir) {
@@ -215,6 +258,7 @@ int main(void) {
     test_run(dir);
     test_random(dir);
     test_fits_only(dir);
+    test_fits_limit(dir);
     test_filled(dir);
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
