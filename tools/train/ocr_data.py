@@ -18,7 +18,8 @@ Recipe (all randomness from one numpy Generator, so a seed fixes every sample):
           scaling 0.7..0.9 (10%), JPEG quality 40..90 (15%).
 Preprocessing = Qwen2VLImageProcessorFast of transformers 5.17 with this model's preprocessor_config.json:
 smart_resize (factor 32, MIN_PIXELS..MAX_PIXELS), torchvision bicubic antialiased resize on uint8, (x/255-0.5)/0.5,
-patches of 3x2x16x16 in merge-block order (patchify; patchify_batch is the same on a padded batch, on the GPU).
+patches of 3x2x16x16 in merge-block order (patchify; patchify_batch is the same on a padded or packed batch, on
+the GPU).
 """
 
 import io
@@ -361,10 +362,10 @@ def patchify(x):
     return pv, (1, x.shape[1] // PATCH, x.shape[2] // PATCH)
 
 
-def patchify_batch(x, widths):
-    """uint8 [B, 3, h, Wmax] (right-padded; h, Wmax multiples of 32), widths [B] (multiples of 32, on x's device)
-    -> pixel_values float32 [patches, 1536]: image b is x[b, :, :, :widths[b]] as 2 equal frames, normalised
-    ((x/255 - 0.5)/0.5 as the fast processor fuses it), cut in 2x16x16 patches in merge-block order
+def patchify_batch(x, widths=None):
+    """uint8 [B, 3, h, Wmax] (right-padded; h, Wmax multiples of 32), widths [B] (multiples of 32, on x's device;
+    None: all Wmax) -> pixel_values float32 [patches, 1536]: image b is x[b, :, :, :widths[b]] as 2 equal frames,
+    normalised ((x/255 - 0.5)/0.5 as the fast processor fuses it), cut in 2x16x16 patches in merge-block order
     [row block, column block, i, j] x [channel, frame, y, x]; the images follow each other."""
     import torch
     B, _, h, W = x.shape
@@ -373,6 +374,8 @@ def patchify_batch(x, widths):
     f = f.reshape(B, 1, 3, R, MERGE, PATCH, C, MERGE, PATCH).expand(B, TPATCH, 3, R, MERGE, PATCH, C, MERGE, PATCH)
     f = f.permute(0, 3, 6, 4, 7, 2, 1, 5, 8)  # [B, R, C, i, j, ch, tp, py, px]
     f = f.reshape(B, R, C, MERGE * MERGE, 3 * TPATCH * PATCH * PATCH)
+    if widths is None:
+        return f.reshape(-1, 3 * TPATCH * PATCH * PATCH)
     keep = torch.arange(C, device=x.device)[None, :] < (widths // (PATCH * MERGE))[:, None]  # [B, C]
     return f[keep[:, None, :].expand(B, R, C)].reshape(-1, 3 * TPATCH * PATCH * PATCH)
 

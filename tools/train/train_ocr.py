@@ -65,25 +65,27 @@ def ctc_targets(text):
 
 def collate(samples, prompt, pad_id, rope):
     """samples: list of (uint8 [3, 32, w], text) -> training batch: right-padded token rows, their MRoPE position ids
-    (rope: util.RopeIndex) and the vision tower's patch positions (no per-image loop in the training step), images
-    (the pixel values are made on the device: ocr_data.patchify_batch), CTC targets, visual tokens per image."""
+    (rope: util.RopeIndex) and the vision tower's patch positions (no per-image loop in the training step), the
+    images side by side (one-row images of widths that are multiples of 32: their merge blocks in a row are the
+    images' blocks one after the other; the pixel values are made on the device: ocr_data.patchify_batch), CTC
+    targets, visual tokens per image."""
     seqs, labs, ntok = [], [], []
     for x, text in samples:
+        assert x.shape[1] == ocr_data.LINE_H, "one row of merge blocks per image (packed side by side)"
         ntok.append(x.shape[1] * x.shape[2] // (32 * 32))
         p = prompt.prompt(ntok[-1])
         a = prompt.answer(text)
         seqs.append(p + a)
         labs.append([-100] * len(p) + a)
-    B, L, W = len(seqs), max(len(s) for s in seqs), max(x.shape[2] for x, _ in samples)
+    B, L = len(seqs), max(len(s) for s in seqs)
     ids = torch.full((B, L), pad_id, dtype=torch.long)
     labels = torch.full((B, L), -100, dtype=torch.long)
     mask = torch.zeros((B, L), dtype=torch.long)
-    images = torch.zeros((B, 3, ocr_data.LINE_H, W), dtype=torch.uint8)
-    for i, (s, lb, (x, _)) in enumerate(zip(seqs, labs, samples)):
+    for i, (s, lb) in enumerate(zip(seqs, labs)):
         ids[i, :len(s)] = torch.tensor(s)
         labels[i, :len(s)] = torch.tensor(lb)
         mask[i, :len(s)] = 1
-        images[i, :, :, :x.shape[2]] = x
+    images = torch.cat([x for x, _ in samples], 2)  # [3, 32, sum of widths]: no padding to copy, keep or replay
     tg = [ctc_targets(t) for _, t in samples]
     widths = torch.tensor([x.shape[2] for x, _ in samples])
     pos = rope(ids, mm_token_type_ids=(ids == prompt.ids["<|image_pad|>"]).int(), image_grid_thw=grid_thw(widths),
@@ -230,7 +232,7 @@ def main():
         cur.update(b)
         w = b["widths"]
         kw = {k: b[k] for k in ("input_ids", "labels", "attention_mask", "position_ids", "image_position_ids")}
-        kw["pixel_values"] = ocr_data.patchify_batch(b["images"], w)
+        kw["pixel_values"] = ocr_data.patchify_batch(b["images"][None])  # the packed images as one wide image
         kw["image_grid_thw"] = grid_thw(w)
         kw["mm_token_type_ids"] = (kw["input_ids"] == image_pad).int()
         if not args.no_precompute:  # the tower's attention segments from the host: no device syncs for them
@@ -246,7 +248,7 @@ def main():
     step, secs, curve = util.train_loop(NAME, model, it, dev, args.lr, args.minutes, args.max_steps, warm,
                                         to_kwargs, log_every=5 if args.toy or args.overfit else 100,
                                         extra_loss=ctc_loss,
-                                        extra_modules=[ctc.proj])
+                                        extra_modules=[ctc.proj], floor=args.lr_floor)
     ctc.remove()
     run.record(step, secs, curve, warm, "AdamW(0.9, 0.95), wd 0.05, clip 1.0, bf16 autocast",
                aux_loss="CTC over printable characters on the merged visual tokens (%d frames per token), weight "

@@ -377,7 +377,7 @@ def main():
     step, secs, curve = util.train_loop(NAME, model, it, dev, args.lr, args.minutes, args.max_steps, warm,
                                         to_kwargs, log_every=5 if args.toy or args.overfit else 100,
                                         extra_loss=aux_loss,
-                                        extra_modules=[ctc.proj])
+                                        extra_modules=[ctc.proj], floor=args.lr_floor)
     ctc.remove()
     balance.active = False
     run.record(step, secs, curve, warm, "AdamW(0.9, 0.95), wd 0.05, clip 1.0, bf16 autocast, balance loss 0.01",

@@ -164,7 +164,7 @@ def main():
         return {"input_ids": x[:, :-1], "labels": x[:, :-1]}, x.numel(), x.shape[0]
     warm = 200 if run.round == 0 else 50
     step, secs, curve = util.train_loop(NAME, model, it, dev, args.lr, args.minutes, args.max_steps, warm,
-                                        to_kwargs, log_every=5 if args.toy else 50, weight_decay=0.1)
+                                        to_kwargs, log_every=5 if args.toy else 50, weight_decay=0.1, floor=args.lr_floor)
     run.record(step, secs, curve, warm, "AdamW(0.9, 0.95), wd 0.1, clip 1.0, bf16 autocast", context=seq,
                training_files=len(text_data.training_files()))
     run.recipe.setdefault("sizes", TOY if args.toy else FULL)

@@ -67,18 +67,17 @@ def _segment_layout(lens, dev):
     """Segment lengths (host ints) -> (B, L, gather [B*L] (packed row of each padded slot, 0 for padding), scatter
     [N] (padded slot of each packed row), key mask [B, 1, 1, L]), built on the host and copied asynchronously."""
     import torch
-    lens_nz = [n for n in lens if n > 0]
-    B, L = len(lens_nz), max(lens_nz)
-    gather, scatter, start = [], [], 0
-    for b, n in enumerate(lens_nz):
-        gather += list(range(start, start + n)) + [0] * (L - n)
-        scatter += list(range(b * L, b * L + n))
-        start += n
-    mask = torch.tensor([[t < n for t in range(L)] for n in lens_nz])[:, None, None, :]
+    n = torch.tensor([k for k in lens if k > 0])  # (torch ops on the host: a batch of 1024 images has ~10^5 slots)
+    B, L = len(n), int(n.max())
+    t = torch.arange(L)[None, :]  # [1, L]
+    valid = t < n[:, None]  # [B, L]
+    gather = ((torch.cumsum(n, 0) - n)[:, None] + t).masked_fill(~valid, 0).reshape(-1)
+    scatter = valid.reshape(-1).nonzero().reshape(-1)
+    mask = valid[:, None, None, :]
 
     def put(x):
         return (x.pin_memory() if dev.type == "cuda" else x).to(dev, non_blocking=True)
-    return B, L, put(torch.tensor(gather)), put(torch.tensor(scatter)), put(mask)
+    return B, L, put(gather), put(scatter), put(mask)
 
 
 def _varlen_sdpa(module, query, key, value, attention_mask=None, scaling=None, dropout=0.0, cu_seq_lens_q=None,
@@ -264,8 +263,9 @@ def pack_dirs(items, out_dir, prefix="models", part_bytes=16 * 1024 * 1024 - 409
 
 
 def train_loop(name, model, batches, dev, peak_lr, minutes, max_steps, warmup, to_kwargs, log_every=100,
-               weight_decay=0.05, extra_loss=None, extra_modules=()):
-    """AdamW + bf16 autocast (CUDA) + grad clip 1.0 + linear warmup / cosine-over-wall-clock schedule.
+               weight_decay=0.05, extra_loss=None, extra_modules=(), floor=0.05):
+    """AdamW + bf16 autocast (CUDA) + grad clip 1.0 + linear warmup / cosine-over-wall-clock schedule (down to
+    floor * peak_lr at the end).
     batches: iterator of batch dicts; to_kwargs(batch) -> (model kwargs on dev, n_target_tokens, n_items);
     extra_loss(kwargs) -> a term added to the model's loss after each forward (e.g. a MoE balance loss or an
     auxiliary CTC loss; logged apart as `aux`); extra_modules: training-only modules (e.g. CTC heads) optimised
@@ -288,7 +288,7 @@ def train_loop(name, model, batches, dev, peak_lr, minutes, max_steps, warmup, t
         prof.mark("data")
         kw, nt, ni = to_kwargs(b)
         prof.mark("prepare")
-        lr = lr_at(budget.frac(step), step, peak_lr, warmup)
+        lr = lr_at(budget.frac(step), step, peak_lr, warmup, floor)
         for g in opt.param_groups:
             g["lr"] = lr
         with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=dev.type == "cuda"):
@@ -550,6 +550,8 @@ def train_args(name, seed, batch, workers, lr):
     ap.add_argument("--workers", type=int, default=workers, help="CPU data workers")
     ap.add_argument("--lr", type=float, default=lr, help="peak learning rate")
     ap.add_argument("--warmup", type=int, default=0, help="warmup steps (0: 200 fresh, 100 resumed)")
+    ap.add_argument("--lr-floor", type=float, default=0.05,
+                    help="the cosine ends at this fraction of the peak (e.g. 0.3 for a round that another follows)")
     ap.add_argument("--toy", action="store_true", help="tiny sizes for CPU tests")
     ap.add_argument("--overfit", action="store_true",
                     help="debug: train on the first batch only, again and again (the loss must go to ~0)")
@@ -602,7 +604,7 @@ class Run:
     def record(self, steps, seconds, curve, warmup, optimizer, **extra):
         h = {"round": self.round, "seed": self.seed, "steps": steps, "seconds": round(seconds, 1),
              "batch": self.args.batch, "peak_lr": self.args.lr, "warmup_steps": warmup, "optimizer": optimizer,
-             "schedule": "linear warmup, cosine over the wall-clock budget to 5%", "loss_curve": curve,
+             "schedule": "linear warmup, cosine over the wall-clock budget to %g%%" % (100 * self.args.lr_floor), "loss_curve": curve,
              "device": self.torch.cuda.get_device_name(0) if self.dev.type == "cuda" else "cpu"}
         h.update(extra)
         self.recipe["history"].append(h)
