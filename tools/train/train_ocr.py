@@ -130,12 +130,13 @@ class Stream(torch.utils.data.IterableDataset):
             yield collate(samples, prompt, pad, rope)
 
 
-def eval_set(n):
-    """Held-out single-line images (deterministic, seed EVAL_SEED, the training recipe) -> [(image, text)]."""
+def eval_set(n, meta=False):
+    """Held-out single-line images (deterministic, seed EVAL_SEED, the training recipe) -> [(image, text)]
+    (meta: [(image, text, {font, size})])."""
     rng = np.random.default_rng(EVAL_SEED)
     gen = ocr_data.TextGen(rng, ocr_data.load_words())
     fonts = ocr_data.Fonts()
-    return [ocr_data.make_sample(rng, gen, fonts)[:2] for _ in range(n)]
+    return [ocr_data.make_sample(rng, gen, fonts)[:3 if meta else 2] for _ in range(n)]
 
 
 @torch.no_grad()
@@ -179,14 +180,34 @@ def score(pairs, hyps):
             "examples": [{"ref": r, "hyp": h} for h, r in list(zip(hyps, refs))[:12] if h != r][:8]}
 
 
+def breakdown(items, hyps):
+    """Exact match and CER of the held-out lines by length, font family and font size: where the errors are."""
+    groups = {}
+    for (_, text, meta), h in zip(items, hyps):
+        fam = meta["font"].split("-")[0].split(".")[0].replace("Bol", "").replace("Ita", "").replace("lic", "")
+        for key in ("length %02d-%02d" % ((len(text) - 1) // 10 * 10 + 1, (len(text) - 1) // 10 * 10 + 10),
+                    "font %s" % fam, "size %d-%d" % (meta["size"] // 5 * 5, meta["size"] // 5 * 5 + 4)):
+            g = groups.setdefault(key, [0, 0, 0, 0])  # lines, exact, edits, characters
+            g[0] += 1
+            g[1] += h == text
+            g[2] += util.edit_distance(h, text)
+            g[3] += len(text)
+    return {k: {"n": n, "exact_match": round(e / n, 4), "cer": round(d / max(1, c), 4)}
+            for k, (n, e, d, c) in sorted(groups.items())}
+
+
 def evaluate(model, tok, device, n):
-    pairs = eval_set(n)
+    items = eval_set(n, meta=True)
+    pairs = [(im, text) for im, text, _ in items]
     t = time.time()
     hyps = transcribe(model, tok, [im for im, _ in pairs], device)
     res = {"single_line_le40": score(pairs, hyps)}
     res["single_line_le40"]["seconds"] = round(time.time() - t, 1)
     r = res["single_line_le40"]
     log("eval single_line_le40: n %d exact %.4f CER %.4f (%.1fs)" % (r["n"], r["exact_match"], r["cer"], r["seconds"]))
+    r["by"] = breakdown(items, hyps)
+    log("eval by " + "; ".join("%s: n %d exact %.3f CER %.4f" % (k, v["n"], v["exact_match"], v["cer"])
+                               for k, v in r["by"].items()))
     return res
 
 
