@@ -314,11 +314,16 @@ def damage(rng, img, bg):
     return img
 
 
-def make_sample(rng, gen, fonts, max_chars=MAX_LINE, clean=False):
-    """-> (PIL RGB image of one line, its text, meta dict); fonts: a Fonts."""
+SMALL_SIZES = (16, 22)  # the sizes the models read worst (after smart_resize: the most characters per token)
+
+
+def make_sample(rng, gen, fonts, max_chars=MAX_LINE, clean=False, small=0.0, font_p=None):
+    """-> (PIL RGB image of one line, its text, meta dict); fonts: a Fonts.
+    Training emphasis (the held-out sets use the defaults): small = probability that the size is drawn from
+    SMALL_SIZES instead of 16..30; font_p = the probability of each font (None: uniform)."""
     text = gen.line(max_chars)
-    fi = int(rng.integers(len(fonts)))
-    size = int(rng.integers(16, 31))
+    fi = int(rng.integers(len(fonts))) if font_p is None else int(rng.choice(len(fonts), p=font_p))
+    size = int(rng.integers(*SMALL_SIZES)) if small and rng.random() < small else int(rng.integers(16, 31))
     img, bg = render_line(rng, text, fonts, fi, size)
     if not clean:
         img = damage(rng, img, bg)

@@ -108,8 +108,11 @@ def grid_thw(widths):
 class Stream(torch.utils.data.IterableDataset):
     """Endless training batches; each DataLoader worker has its own seed (base_seed, round, worker)."""
 
-    def __init__(self, batch, seed, tok_name, config):
+    def __init__(self, batch, seed, tok_name, config, small=0.0, stix=1.0):
         self.batch, self.seed, self.tok_name, self.config = batch, seed, tok_name, config
+        self.small = small  # training emphasis on the hard cases (ocr_data.make_sample)
+        w = np.array([stix if n.startswith("STIX") else 1.0 for n in ocr_data.FONT_NAMES])
+        self.font_p = None if stix == 1.0 else w / w.sum()
 
     def __iter__(self):
         torch.set_num_threads(1)
@@ -125,7 +128,7 @@ class Stream(torch.utils.data.IterableDataset):
         while True:
             samples = []
             for _ in range(self.batch):
-                img, text, _ = ocr_data.make_sample(rng, gen, fonts)
+                img, text, _ = ocr_data.make_sample(rng, gen, fonts, small=self.small, font_p=self.font_p)
                 samples.append((ocr_data.resize(img), text))
             yield collate(samples, prompt, pad, rope)
 
@@ -231,6 +234,11 @@ def main():
     ap.add_argument("--eval-n", type=int, default=400)
     ap.add_argument("--replay", type=int, default=400, help="batches kept on the device for reuse")
     ap.add_argument("--ctc-weight", type=float, default=CTC_WEIGHT, help="weight of the auxiliary CTC loss")
+    ap.add_argument("--small-sizes", type=float, default=0.0,
+                    help="training emphasis: probability that a line's font size is drawn from ocr_data.SMALL_SIZES "
+                         "(16..21 px, the worst read) instead of 16..30 (the held-out sets keep 16..30)")
+    ap.add_argument("--stix-weight", type=float, default=1.0,
+                    help="training emphasis: relative probability of the 4 STIX fonts (the worst read; held-out: 1)")
     ap.add_argument("--no-precompute", action="store_true",
                     help="debug: let the vision tower compute its attention segments itself (with host syncs)")
     args = ap.parse_args()
@@ -242,7 +250,8 @@ def main():
     util.use_varlen_attention(model.config.vision_config)
     util.linear_patch_embed(model.model.visual)
     util.use_sdpa_attention(model.config.text_config)
-    it = run.batches(Stream(args.batch, run.seed, NAME, model.config), replay=args.replay)
+    it = run.batches(Stream(args.batch, run.seed, NAME, model.config, args.small_sizes, args.stix_weight),
+                     replay=args.replay)
     ctc = util.CTCHead(model.model.visual, lambda out: out.pooler_output, model.config.text_config.hidden_size,
                        len(ocr_data.PRINTABLE), CTC_UPSAMPLE, args.ctc_weight)
     ctc.proj.to(dev)
@@ -274,7 +283,9 @@ def main():
     run.record(step, secs, curve, warm, "AdamW(0.9, 0.95), wd 0.05, clip 1.0, bf16 autocast",
                aux_loss="CTC over printable characters on the merged visual tokens (%d frames per token), weight "
                         "%.2f; the head is not saved" % (CTC_UPSAMPLE, args.ctc_weight),
-               replay="%s (last %d batches)" % (" ".join(util.Feeder.__doc__.split()), args.replay))
+               replay="%s (last %d batches)" % (" ".join(util.Feeder.__doc__.split()), args.replay),
+               emphasis="font size %d..%d with probability %g (else 16..30); STIX fonts weight %g" % (
+                   ocr_data.SMALL_SIZES[0], ocr_data.SMALL_SIZES[1] - 1, args.small_sizes, args.stix_weight))
     run.recipe.setdefault("sizes", TOY if args.toy else FULL)
     run.recipe.update({"parameters": run.n_params, "data": ocr_data.__doc__.strip(), "eval_seed": EVAL_SEED,
                        "eval_sets": "single_line_le40: %d held-out one-line images (<= 40 chars)" % args.eval_n,
