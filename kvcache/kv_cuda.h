@@ -111,6 +111,17 @@ omni_status kvc_attn_parse_config(const char *s, kvc_attn_params *p);
 omni_status kvc_decode(kvc_attn *a, const kv_layer_view *v, int n_seq, const int32_t *slots, const int32_t *n_new,
                        const uint16_t *q, uint16_t *out, float scale, void *stream);
 
+/* Decode attention as kv_forward computes a decode step: entry i attends to the committed history of its slot
+ * (len[slot] tokens, held as they were before this step: a block that this step's append flushes is still read
+ * from its window page, which stays until the commit) plus, when n_new[i] > 0 (n_new NULL: every entry), its own
+ * token from row i of k_new / v_new (device [n_seq][Hkv][D] bf16, post-RoPE, unrotated), scored and weighted in
+ * f32 in the merge (q . k: the rotation cancels). kvc_decode instead reads the new token from the pages (bf16 after
+ * the rotation: a second rounding) and a block flushed in the step as packed; the two agree on bf16 layers apart
+ * from rounding. Independent of kv_dev_append's order (call it before or after); otherwise as kvc_decode. */
+omni_status kvc_decode_step(kvc_attn *a, const kv_layer_view *v, int n_seq, const int32_t *slots,
+                            const int32_t *n_new, const uint16_t *q, const uint16_t *k_new, const uint16_t *v_new,
+                            uint16_t *out, float scale, void *stream);
+
 /* The same result from a plain SIMT kernel (f32 throughout, one CTA per (sequence, head)): the permanent oracle
  * of the tests and a fallback; slow (no K/V sharing across heads, no split of the history). */
 omni_status kvc_decode_ref(kvc_attn *a, const kv_layer_view *v, int n_seq, const int32_t *slots,

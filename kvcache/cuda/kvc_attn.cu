@@ -127,6 +127,12 @@ struct kvc_combine_args {
     const int2 *seqinfo;
     uint16_t *out;
     int Hq, gs, n_pass, B, rotate;
+    /* kvc_decode_step: entry s's own token (row s of kn / vn, [n_seq][Hkv][D] bf16, unrotated) when own_n is NULL
+     * or own_n[s] > 0, scored against q (row s, unrotated: q . k = q~ . k~) in f32; kn NULL: none */
+    const uint16_t *q, *kn, *vn;
+    const int32_t *own_n;
+    int Hkv;
+    float qscale;
 };
 
 typedef void (*kvc_split_fn_t)(kvc_split_args);
@@ -958,17 +964,28 @@ __global__ void __launch_bounds__(KVC_NT, KVC_VAR_MINB[V]) kvc_split_kernel(cons
 /* grid (Hq, n_seq), D * cg threads (cg = kvc_combine_groups: 1..KVC_CG_MAX groups of D): group j merges splits
  * j, j + cg, ... of its sequence by an online log-sum-exp, loading KVC_CU splits' (m, l) and partial channel at
  * once (one L2 round trip per KVC_CU * cg splits instead of a dependent walk); the groups meet in shared memory,
- * then each group normalizes (1/l), un-rotates (FWHT) its copy and group 0 writes bf16 out. */
+ * then each group normalizes (1/l), un-rotates (FWHT) its copy and group 0 writes bf16 out. With an own token
+ * (kvc_decode_step) every group also takes its score (warp sums of q . k through shared memory, met at the same
+ * barrier) and adds p v after the un-rotation (H H v = v). */
 #define KVC_CG_MAX 8
 #define KVC_CU 8
 template <int D> __global__ void __launch_bounds__(D * KVC_CG_MAX) kvc_combine_kernel(const __grid_constant__ kvc_combine_args a) {
-    KVC_DYN_SMEM(float, x); /* [cg][D] group sums, then exchange; [cg] (m, l) */
+    KVC_DYN_SMEM(float, x); /* [cg][D] group sums, then exchange; [cg] (m, l); own token: [cg][D / 32] q . k */
     const int cg = blockDim.x / D;
     float2 *gml = (float2 *)(x + cg * D);
     const int h = blockIdx.x, s = blockIdx.y, tid = threadIdx.x, ch = tid % D, j = tid / D;
     const int kvh = h / a.gs, hi = h % a.gs, hr = kvh * a.n_pass + hi / KVC_NCOL, col = hi % KVC_NCOL;
     kvc_pdl_wait();   /* the split kernel's partials and sequence table */
     kvc_pdl_launch(); /* the next split kernel may be scheduled (it waits for this grid to complete) */
+    const bool own = a.kn && (!a.own_n || a.own_n[s] > 0);
+    float vo = 0.0f;
+    if (own) { /* this channel's share of q . k, summed per warp (the loads overlap the partials' below) */
+        const size_t kr = ((size_t)s * a.Hkv + kvh) * D + ch;
+        float d = kvc_bf2f(a.q[((size_t)s * a.Hq + h) * D + ch]) * kvc_bf2f(a.kn[kr]);
+        vo = kvc_bf2f(a.vn[kr]);
+        d = kvc_warp_sum(d);
+        if ((ch & 31) == 0) ((float *)(gml + cg))[j * (D / 32) + ch / 32] = d;
+    }
     const int2 info = a.seqinfo[s];
     const size_t base = (size_t)hr * a.B + info.x;
     float M = -INFINITY, L = 0.0f, A = 0.0f;
@@ -1004,6 +1021,16 @@ template <int D> __global__ void __launch_bounds__(D * KVC_CG_MAX) kvc_combine_k
             const float f = g.x == -INFINITY ? 0.0f : kvc_ex2(g.x - Mx);
             As = fmaf(f, x[i * D + ch], As), Ls = fmaf(f, g.y, Ls);
         }
+    float fo = 0.0f; /* the own token's weight, relative to the normalized sum */
+    if (own) {
+        const float *od = (const float *)(gml + cg) + j * (D / 32);
+        float dot = 0.0f;
+#pragma unroll
+        for (int w = 0; w < D / 32; w++) dot += od[w];
+        const float so = dot * a.qscale, Mt = fmaxf(Mx, so);
+        const float fh = Mx == -INFINITY ? 0.0f : kvc_ex2(Mx - Mt), e = kvc_ex2(so - Mt), Lt = fmaf(Ls, fh, e);
+        As *= fh, Ls = Lt, fo = e / Lt;
+    }
     float y = Ls > 0.0f ? As / Ls : 0.0f;
     if (a.rotate) { /* kvc_fwht_rows' butterflies: lane bits by shuffles, warp bits through shared memory */
         const int lane = ch & 31;
@@ -1023,6 +1050,7 @@ template <int D> __global__ void __launch_bounds__(D * KVC_CG_MAX) kvc_combine_k
         }
         y = __fmul_rn(y, (float)(1.0 / sqrt((double)D)));
     }
+    if (own) y = fmaf(fo, vo, y);
     if (j == 0) a.out[((size_t)s * a.Hq + h) * D + ch] = kvc_f2bf(y);
 }
 
@@ -1332,8 +1360,11 @@ extern "C" int kvc_decode_ctas(const kvc_attn *a, const kv_layer_view *v, int n_
     return kvc_b(a, kvc_kind(v), n_seq) * a->HP;
 }
 
-extern "C" omni_status kvc_decode(kvc_attn *a, const kv_layer_view *v, int n_seq, const int32_t *slots,
-                                  const int32_t *n_new, const uint16_t *q, uint16_t *out, float scale, void *stream) {
+/* kvc_decode (kn NULL: n_new counts tokens already in the pages) and kvc_decode_step (kn / vn: the own tokens,
+ * n_new says which entries have one; the split pass reads the committed history only). */
+static omni_status kvc_decode_any(kvc_attn *a, const kv_layer_view *v, int n_seq, const int32_t *slots,
+                                  const int32_t *n_new, const uint16_t *q, const uint16_t *kn, const uint16_t *vn,
+                                  uint16_t *out, float scale, void *stream) {
     omni_status st = kvc_check_view(a, v, n_seq, q, out);
     if (st || n_seq == 0) return st;
     cudaStream_t cs = (cudaStream_t)stream;
@@ -1343,7 +1374,7 @@ extern "C" omni_status kvc_decode(kvc_attn *a, const kv_layer_view *v, int n_seq
                          a->max_slots);
     kvc_split_args args;
     args.v = *v;
-    args.slots = slots, args.n_new = n_new, args.q = q, args.part = a->part, args.ml = a->ml, args.seqinfo = a->seqinfo;
+    args.slots = slots, args.n_new = kn ? NULL : n_new, args.q = q, args.part = a->part, args.ml = a->ml, args.seqinfo = a->seqinfo;
     args.n_seq = n_seq, args.Hq = a->Hq, args.gs = gs, args.n_pass = a->n_pass, args.HP = a->HP, args.B = B;
     args.qscale = scale * KVC_LOG2E;
     cudaError_t e = kvc_launch(a->fn[kind], dim3(B * a->HP), dim3(KVC_NT), (size_t)a->bytes[kind], cs, 1, args);
@@ -1351,12 +1382,26 @@ extern "C" omni_status kvc_decode(kvc_attn *a, const kv_layer_view *v, int n_seq
     kvc_combine_args ca;
     ca.part = a->part, ca.ml = a->ml, ca.seqinfo = a->seqinfo, ca.out = out;
     ca.Hq = a->Hq, ca.gs = gs, ca.n_pass = a->n_pass, ca.B = B, ca.rotate = v->rotate;
+    ca.q = q, ca.kn = kn, ca.vn = vn, ca.own_n = n_new, ca.Hkv = a->Hkv, ca.qscale = args.qscale;
     const dim3 grid(a->Hq, n_seq);
     const int cg = kvc_combine_groups(B, n_seq);
-    const size_t csm = (size_t)cg * (a->D + 2) * sizeof(float); /* group sums / exchange, group (m, l) */
+    /* group sums / exchange, group (m, l), own-token warp sums */
+    const size_t csm = (size_t)cg * (a->D + 2 + a->D / 32) * sizeof(float);
     e = a->D == 64 ? kvc_launch(kvc_combine_kernel<64>, grid, dim3(64 * cg), csm, cs, 1, ca)
                    : kvc_launch(kvc_combine_kernel<128>, grid, dim3(128 * cg), csm, cs, 1, ca);
     return kvc_cuda_check(e, "decode attention combine launch");
+}
+
+extern "C" omni_status kvc_decode(kvc_attn *a, const kv_layer_view *v, int n_seq, const int32_t *slots,
+                                  const int32_t *n_new, const uint16_t *q, uint16_t *out, float scale, void *stream) {
+    return kvc_decode_any(a, v, n_seq, slots, n_new, q, NULL, NULL, out, scale, stream);
+}
+
+extern "C" omni_status kvc_decode_step(kvc_attn *a, const kv_layer_view *v, int n_seq, const int32_t *slots,
+                                       const int32_t *n_new, const uint16_t *q, const uint16_t *k_new,
+                                       const uint16_t *v_new, uint16_t *out, float scale, void *stream) {
+    if (n_seq > 0 && (!k_new || !v_new)) return omni_fail(OMNI_ERR_USAGE, "kv cuda attn: NULL k/v of the step");
+    return kvc_decode_any(a, v, n_seq, slots, n_new, q, k_new, v_new, out, scale, stream);
 }
 
 extern "C" omni_status kvc_decode_ref(kvc_attn *a, const kv_layer_view *v, int n_seq, const int32_t *slots,

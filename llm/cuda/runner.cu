@@ -10,8 +10,11 @@
  * Attention and KV: each cache is a kv_dev (kvcache/kv_dev.h: pages on the device, append with quantization)
  * plus a kv_cache on the host for the bookkeeping the engine reads (kv_reserve / kv_commit keep both in step).
  * Rows are grouped by cache; per layer and cache: head_dim 64/128 -> kvc_prefill_hist (a quantizing cache's
- * packed history dequantized once per layer into the cache's scratch) then kv_dev_append for steps with a chunk, kv_dev_append then kvc_decode for decode steps (kvcache/kv_cuda.h); other head dims (small test
- * models) -> kv_dev_append and the SIMT attention of attn_ref.h (committed pages + the step's own rows).
+ * packed history dequantized once per layer into the cache's scratch) then kv_dev_append for steps with a chunk;
+ * kv_dev_append then kvc_decode for decode steps of bf16 layers, kvc_decode_step for quantized layers (the new token
+ * from the step's rows as kv_forward takes it, a block leaving the window in this step read from its window page;
+ * kvcache/kv_cuda.h); other head dims (small test models) -> kv_dev_append and the SIMT attention of attn_ref.h
+ * (committed pages + the step's own rows).
  * Step inputs travel in pinned buffers: int32 [ids T | pos 3T | src_row T | row_slot T | row_pos T | out_row T |
  * ent_slot T | ent_new T | ent_row0 T + 1 | ds_dst 4T] (offsets depend on T only, so a graph of bucket T always
  * reads the same addresses), bf16 span rows [n_sp][H] and DeepStack rows [level][n][H], and per output row the
@@ -756,7 +759,11 @@ static omni_status attention(llm_cuda *r, int l, const step_in *in, const step_s
             OP(r, P_ATTN, kvc_prefill_hist(v, ne, in->eslot + e0, in->erow0 + e0, r->grp_maxq[g], r->q, r->k, r->v,
                                            r->att, r->Hq, scale, c->hist, c->hist_tokens, r->s));
             OP(r, P_APPEND, kv_dev_append(c->dev, l, k, vv, 0, r->s));
-        } else if (c->fast) { /* decode: the new token goes into the pages first */
+        } else if (c->fast && v->quant) { /* decode of a quantized layer: committed pages + the own rows */
+            OP(r, P_APPEND, kv_dev_append(c->dev, l, k, vv, graph ? sh->T : 0, r->s));
+            OP(r, P_ATTN, kvc_decode_step(r->attn, v, graph ? sh->T : ne, in->eslot + e0, in->enew + e0,
+                                          r->q + (size_t)r0 * qd, k, vv, r->att + (size_t)r0 * qd, scale, r->s));
+        } else if (c->fast) { /* decode of a bf16 layer: the new token goes into the pages first */
             OP(r, P_APPEND, kv_dev_append(c->dev, l, k, vv, graph ? sh->T : 0, r->s));
             OP(r, P_ATTN, kvc_decode(r->attn, v, graph ? sh->T : ne, in->eslot + e0, in->enew + e0,
                                      r->q + (size_t)r0 * qd, r->att + (size_t)r0 * qd, scale, r->s));

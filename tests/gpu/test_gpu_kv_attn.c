@@ -381,11 +381,14 @@ static void graph_case(void) {
     for (int s = 0; s < n; s++) free(k[s]), free(v[s]);
     free(q), free(o1), free(o2);
 }
+#endif
 
 /* The device cache end to end: kv_dev (kvpool's device pages, tables and append/flush kernels) and the CPU cache
  * take the same steps (prefill chunks, then decode tokens) with the same bf16 values; every step's attention is
  * computed on the GPU from kv_dev's pages (kvc_prefill before the append, kvc_decode after it, with the batch
- * view's slots / rows / n_new) and compared with kv_forward (decode: where the step flushes no block). */
+ * view's slots / rows / n_new) and compared with kv_forward (decode: where the step flushes no block: kvc_decode
+ * reads that block packed); kvc_decode_step (the own token from the step's rows) is compared at every decode step,
+ * flushes included. */
 static void dev_case(const char *mode, int R, int S) {
     const int Hq = 8, Hkv = 2, D = 128, n = 3, ids_n = 3;
     kv_params p = kv_default_params();
@@ -404,7 +407,7 @@ static void dev_case(const char *mode, int R, int S) {
     kv_dev_batch_view(d, &b);
     kvc_attn *a = NULL;
     CHECK(kvc_attn_init(n, Hq, Hkv, D, &a) == OMNI_OK, "attn init: %s", omni_last_error());
-    uint16_t *dq, *dk, *dv, *dout, *hq = malloc((size_t)512 * Hq * D * 2), *hk = malloc((size_t)512 * Hkv * D * 2);
+    uint16_t *dq, *dk, *dv, *dout, *dout2, *hq = malloc((size_t)512 * Hq * D * 2), *hk = malloc((size_t)512 * Hkv * D * 2);
     uint16_t *hv = malloc((size_t)512 * Hkv * D * 2), *got = malloc((size_t)512 * Hq * D * 2);
     float *fq = malloc((size_t)512 * Hq * D * 4), *fk = malloc((size_t)512 * Hkv * D * 4), *fv = malloc((size_t)512 * Hkv * D * 4);
     float *ref = malloc((size_t)512 * Hq * D * 4);
@@ -413,10 +416,13 @@ static void dev_case(const char *mode, int R, int S) {
     ATU_CU(cudaMalloc((void **)&dk, (size_t)512 * Hkv * D * 2));
     ATU_CU(cudaMalloc((void **)&dv, (size_t)512 * Hkv * D * 2));
     ATU_CU(cudaMalloc((void **)&dout, (size_t)512 * Hq * D * 2));
+    ATU_CU(cudaMalloc((void **)&dout2, (size_t)512 * Hq * D * 2));
+    uint16_t *got2 = malloc((size_t)512 * Hq * D * 2);
     rng_t r = {R * 7 + S};
     const int steps[][3] = {{300, 1, 45}, {200, 2, 50}, {1, 1, 1}, {1, 1, 1}, {0, 33, 1}, {1, 1, 1}, {1, 1, 1}};
     int64_t len[3] = {0, 0, 0};
-    atu_err ep = atu_err_init(), ed = atu_err_init();
+    atu_err ep = atu_err_init(), ed = atu_err_init(), es = atu_err_init();
+    int n_flush = 0;
     for (int si = 0; si < 7; si++) {
         int nn[3], T = 0, maxq = 0, dec = 1;
         for (int i = 0; i < n; i++) nn[i] = steps[si][i], T += nn[i], maxq = nn[i] > maxq ? nn[i] : maxq, dec &= nn[i] == 1;
@@ -435,32 +441,39 @@ static void dev_case(const char *mode, int R, int S) {
         if (!st && !dec) st = kvc_prefill(&v, n, b.slot, b.row0, maxq, dq, dk, dv, dout, Hq, 1.0f / sqrtf((float)D), NULL);
         if (!st) st = kv_dev_append(d, 0, dk, dv, 0, NULL);
         if (!st && dec) st = kvc_decode(a, &v, n, b.slot, b.n_new, dq, dout, 1.0f / sqrtf((float)D), NULL);
+        if (!st && dec)
+            st = kvc_decode_step(a, &v, n, b.slot, b.n_new, dq, dk, dv, dout2, 1.0f / sqrtf((float)D), NULL);
         CHECK(st == OMNI_OK, "step %d: %s", si, omni_last_error());
         ATU_CU(cudaDeviceSynchronize());
         ATU_CU(cudaMemcpy(got, dout, (size_t)T * Hq * D * 2, cudaMemcpyDeviceToHost));
+        if (dec) ATU_CU(cudaMemcpy(got2, dout2, (size_t)T * Hq * D * 2, cudaMemcpyDeviceToHost));
         int64_t row = 0;
         for (int i = 0; i < n; i++) {
             const int flush = p.fmt.k_type >= KV_Q4 && dec && len[i] + 1 >= R &&
                               (len[i] >= R ? (len[i] - R) / 32 : 0) != (len[i] + 1 - R) / 32;
             for (int64_t j = 0; j < (int64_t)nn[i] * Hq * D; j++) rd[j] = ref[row * Hq * D + j];
             if (!flush) atu_err_add(dec ? &ed : &ep, got + row * Hq * D, rd, (int64_t)nn[i] * Hq * D, row * Hq * D);
+            if (dec) atu_err_add(&es, got2 + row * Hq * D, rd, (int64_t)Hq * D, row * Hq * D);
+            n_flush += flush;
             row += nn[i];
             len[i] += nn[i];
         }
         kv_commit(c, n, ids, nn);
         kv_dev_commit(d);
     }
-    printf("kv_dev %-5s R %3d S %d: prefill vs kv_forward max %.2e rms %.2e | decode max %.2e rms %.2e\n", mode, R, S,
-           atu_max_ratio(&ep), atu_rms_ratio(&ep), atu_max_ratio(&ed), atu_rms_ratio(&ed));
+    printf("kv_dev %-5s R %3d S %d: prefill vs kv_forward max %.2e rms %.2e | decode max %.2e rms %.2e | decode_step "
+           "(%d flushes) max %.2e rms %.2e\n", mode, R, S, atu_max_ratio(&ep), atu_rms_ratio(&ep), atu_max_ratio(&ed),
+           atu_rms_ratio(&ed), n_flush, atu_max_ratio(&es), atu_rms_ratio(&es));
     CHECK(atu_policy_ok(&ep) && ep.n > 0, "kv_dev %s R %d S %d: prefill outside the policy", mode, R, S);
     CHECK(atu_policy_ok(&ed) && ed.n > 0, "kv_dev %s R %d S %d: decode outside the policy", mode, R, S);
+    CHECK(atu_policy_ok(&es) && es.n > 0, "kv_dev %s R %d S %d: decode_step outside the policy", mode, R, S);
+    CHECK(p.fmt.k_type < KV_Q4 || n_flush > 0, "kv_dev %s R %d S %d: no decode step flushed a block", mode, R, S);
     kvc_attn_free(a);
     kv_dev_free(d);
     kv_free(c);
-    cudaFree(dq), cudaFree(dk), cudaFree(dv), cudaFree(dout);
-    free(hq), free(hk), free(hv), free(got), free(fq), free(fk), free(fv), free(ref), free(rd);
+    cudaFree(dq), cudaFree(dk), cudaFree(dv), cudaFree(dout), cudaFree(dout2);
+    free(hq), free(hk), free(hv), free(got), free(got2), free(fq), free(fk), free(fv), free(ref), free(rd);
 }
-#endif
 
 int main(int argc, char **argv) {
     int ndev = 0;
@@ -488,6 +501,8 @@ int main(int argc, char **argv) {
         dev_case("int2", 0, 4);
         dev_case("bf16", 128, 0);
     }
+#else
+    dev_case("int4", 0, 0); /* the emulator: one case (decode steps that flush: kvc_decode_step) */
 #endif
     if (tiny) { /* for compute-sanitizer racecheck: one quantized case with window and sinks, one bf16 */
         static const int64_t lens[] = {33, 200, 97};
