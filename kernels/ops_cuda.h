@@ -187,7 +187,8 @@ omni_status omni_cuda_moe_combine(uint16_t *y, const uint16_t *out, const int32_
                                   const float *sel_w, int T, int k, int H, void *stream);
 
 /* Scratch of omni_cuda_moe_decode (device memory): logits [T·E] f32, sel_e and sel_w [T·k], act [T·k·I] bf16
- * (16-byte aligned), ticket: OMNI_CUDA_MOE_CTL_BYTES of counters, zero before the first call (calls leave them 0). */
+ * (16-byte aligned), ticket: OMNI_CUDA_MOE_CTL_BYTES of counters, zero before the first call (calls leave them 0);
+ * out: [T·H] bf16, the block's output for omni_cuda_moe_decode_res (NULL for the others). */
 #define OMNI_CUDA_MOE_CTL_BYTES 512
 typedef struct {
     float *logits;
@@ -195,6 +196,7 @@ typedef struct {
     float *sel_w;
     uint16_t *act;
     unsigned *ticket;
+    uint16_t *out;
 } omni_cuda_moe_scratch;
 
 /* The whole block for few tokens (decode), graph-capturable: y[T, H] = MoE(x[T, :]) with the router in fp32 and
@@ -219,6 +221,20 @@ omni_status omni_cuda_moe_decode_fused(uint16_t *y, const uint16_t *x, int64_t l
 omni_status omni_cuda_moe_decode_split(uint16_t *y, const uint16_t *x, int64_t ldx, const uint16_t *router,
                                        const uint16_t *gate_up, const uint16_t *down, int T, int E, int k, int H,
                                        int I, int norm, const omni_cuda_moe_scratch *s, void *stream);
+
+/* The MoE half of a decode layer with the residual adds around it, as the unfused sequence gives it bit for bit:
+ *   omni_cuda_add_rmsnorm_bf16(h, x, a, w_post)       x = x + a, h = rmsnorm(x)·w_post
+ *   omni_cuda_moe_decode(s->out, h, H, ...)            the block on h (routing left in s->sel_e / s->sel_w)
+ *   omni_cuda_add_rmsnorm_bf16(h, x, s->out, w_next)   x = x + out, h = rmsnorm(x)·w_next (the next layer's input)
+ *   (w_next NULL: omni_cuda_add_bf16(x, x, s->out), h then holds the block's input)
+ * in three programmatic dependent kernels (router with the first add + norm; gate/up; down with the second add +
+ * norm), so that neither norm is a launch of its own and each kernel's start overlaps the one before. x, h, a:
+ * [T, H] bf16 (row stride H; a not aliasing x, h or s->out); eps as omni_cuda_rmsnorm_bf16; other arguments as
+ * omni_cuda_moe_decode. Past 8192 hidden values or with unaligned rows: the unfused sequence itself. */
+omni_status omni_cuda_moe_decode_res(uint16_t *x, uint16_t *h, const uint16_t *a, const uint16_t *w_post,
+                                     const uint16_t *w_next, float eps, const uint16_t *router, const uint16_t *gate_up,
+                                     const uint16_t *down, int T, int E, int k, int H, int I, int norm,
+                                     const omni_cuda_moe_scratch *s, void *stream);
 
 /* The whole block for many tokens (prefill): router (f32) and routing as omni_cuda_moe_route, grouping; each
  * expert's first C rows (C = mean + 2 standard deviations of a uniform routing of T·k entries over E, a multiple

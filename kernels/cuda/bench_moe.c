@@ -4,9 +4,12 @@
  * the per-entry path (router linear + route + entry GEMVs + SwiGLU + combine) in the same run, also inside CUDA
  * graphs (no launch gaps), as bytes of the active experts' weights (+ router) over the time, against the copy
  * bandwidth; prefill (T = 512, 4096): omni_cuda_moe_prefill (batched cuBLAS over a capacity per expert) vs the
- * grouped-kernel path (router, route, grouping, grouped linears, SwiGLU, combine), in TFLOP/s of the expert GEMMs. CUDA events around each call, median of RUNS after warm-up; NBUF different inputs
+ * grouped-kernel path (router, route, grouping, grouped linears, SwiGLU, combine), in TFLOP/s of the expert GEMMs.
+ * Decode also with the residual adds around the block (add + RMSNorm, block, add + RMSNorm) unfused vs
+ * omni_cuda_moe_decode_res. CUDA events around each call, median of RUNS after warm-up; NBUF different inputs
  * in rotation so that the experts change between calls (one call reads ~76 MB, beyond the 60 MB L2).
- * Usage: omni_bench_moe [--decode]  (--decode: decode T = 1, 2 only; stdout: one line per row) */
+ * Usage: omni_bench_moe [--decode | --profile]  (--decode: decode T = 1, 2 only; --profile: T = 1, three calls of
+ * each decode path, no timing, for ncu/nsys; stdout: one line per row) */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -48,8 +51,9 @@ static uint16_t *rand_dev(int64_t n, float scale) {
     return d;
 }
 
-/* the block's buffers */
-static uint16_t *g_rw, *g_gu, *g_dn, *g_x, *g_y, *g_gout, *g_act, *g_out;
+/* the block's buffers (g_xr, g_h, g_nw, g_mo: the residual stream, the norm output, norm weights, the block output
+ * of the runs with the residual adds) */
+static uint16_t *g_rw, *g_gu, *g_dn, *g_x, *g_y, *g_gout, *g_act, *g_out, *g_xr, *g_h, *g_nw, *g_mo;
 static float *g_lg, *g_sw;
 static int32_t *g_se, *g_off, *g_perm, *g_slot;
 static unsigned *g_ticket;
@@ -58,15 +62,36 @@ static size_t g_pws_bytes;
 static int g_T;
 
 static void run_decode(int b) {
-    const omni_cuda_moe_scratch sc = {g_lg, g_se, g_sw, g_act, g_ticket};
+    const omni_cuda_moe_scratch sc = {g_lg, g_se, g_sw, g_act, g_ticket, g_mo};
     CK(omni_cuda_moe_decode_fused(g_y, g_x + (int64_t)b * T_MAX * H, H, g_rw, g_gu, g_dn, g_T, E, KTOP, H, I, 1, &sc,
                                   g_s));
 }
 
 static void run_split(int b) {
-    const omni_cuda_moe_scratch sc = {g_lg, g_se, g_sw, g_act, g_ticket};
+    const omni_cuda_moe_scratch sc = {g_lg, g_se, g_sw, g_act, g_ticket, g_mo};
     CK(omni_cuda_moe_decode_split(g_y, g_x + (int64_t)b * T_MAX * H, H, g_rw, g_gu, g_dn, g_T, E, KTOP, H, I, 1, &sc,
                                   g_s));
+}
+
+/* The MoE half of a decode layer as the runner ran it: x += a (a = input b), h = rmsnorm(x), the block, x += out,
+ * h = rmsnorm(x) - unfused with the three kernels or the one kernel, or omni_cuda_moe_decode_res. */
+#define RES_T_MAX 8
+static void res_unfused(int b, int fused) {
+    const omni_cuda_moe_scratch sc = {g_lg, g_se, g_sw, g_act, g_ticket, g_mo};
+    uint16_t *x = g_xr + (int64_t)b * RES_T_MAX * H;
+    CK(omni_cuda_add_rmsnorm_bf16(g_h, x, g_x + (int64_t)b * T_MAX * H, g_nw, g_T, H, 1e-6f, g_s));
+    if (fused)
+        CK(omni_cuda_moe_decode_fused(g_mo, g_h, H, g_rw, g_gu, g_dn, g_T, E, KTOP, H, I, 1, &sc, g_s));
+    else
+        CK(omni_cuda_moe_decode_split(g_mo, g_h, H, g_rw, g_gu, g_dn, g_T, E, KTOP, H, I, 1, &sc, g_s));
+    CK(omni_cuda_add_rmsnorm_bf16(g_h, x, g_mo, g_nw + H, g_T, H, 1e-6f, g_s));
+}
+static void run_res_split(int b) { res_unfused(b, 0); }
+static void run_res_fused(int b) { res_unfused(b, 1); }
+static void run_res(int b) {
+    const omni_cuda_moe_scratch sc = {g_lg, g_se, g_sw, g_act, g_ticket, g_mo};
+    CK(omni_cuda_moe_decode_res(g_xr + (int64_t)b * RES_T_MAX * H, g_h, g_x + (int64_t)b * T_MAX * H, g_nw, g_nw + H,
+                                1e-6f, g_rw, g_gu, g_dn, g_T, E, KTOP, H, I, 1, &sc, g_s));
 }
 
 /* Median ms of one call inside a CUDA graph of NBUF calls (one per input buffer) replayed: no launch gaps, as
@@ -155,6 +180,7 @@ static double active_bytes(void) {
 
 int main(int argc, char **argv) {
     const int decode_only = argc > 1 && strcmp(argv[1], "--decode") == 0;
+    const int profile = argc > 1 && strcmp(argv[1], "--profile") == 0;
     int nd = 0;
     CK(omni_cuda_available(&nd));
     if (nd == 0) {
@@ -203,8 +229,22 @@ int main(int argc, char **argv) {
     CK(omni_cuda_malloc((void **)&g_off, 4 * (E + 1)));
     CK(omni_cuda_malloc((void **)&g_ticket, OMNI_CUDA_MOE_CTL_BYTES));
     CK(omni_cuda_memset(g_ticket, 0, OMNI_CUDA_MOE_CTL_BYTES, g_s));
+    g_xr = rand_dev((int64_t)NBUF * RES_T_MAX * H, 1.f);
+    g_nw = rand_dev(2 * H, 0.2f);
+    CK(omni_cuda_malloc((void **)&g_h, 2 * (size_t)RES_T_MAX * H));
+    CK(omni_cuda_malloc((void **)&g_mo, 2 * (size_t)RES_T_MAX * H));
     g_pws_bytes = omni_cuda_moe_prefill_scratch(T_MAX, E, KTOP, H, I);
     CK(omni_cuda_malloc(&g_pws, g_pws_bytes));
+    if (profile) { /* T = 1: 3 calls each of the three kernels, the residual path, the one kernel (for a profiler) */
+        g_T = 1;
+        for (int b = 0; b < 3; b++) run_split(b);
+        for (int b = 0; b < 3; b++) run_res(b);
+        for (int b = 0; b < 3; b++) run_decode(b);
+        CK(omni_cuda_sync(g_s));
+        printf("profile run done\n");
+        omni_cuda_ctx_free(g_ctx);
+        return 0;
+    }
     const int dec_t[] = {1, 2, 4, 8};
     for (int i = 0; i < (decode_only ? 2 : 4); i++) {
         g_T = dec_t[i];
@@ -221,6 +261,12 @@ int main(int argc, char **argv) {
                "max |diff| vs per-entry %.3g of max |y| %.3g, vs three kernels %.3g\n",
                g_T, td * 1e3, PCT(td), gd * 1e3, PCT(gd), ts * 1e3, PCT(ts), gs * 1e3, PCT(gs), te * 1e3, tr * 1e3,
                PCT(te), bytes / 1e6, md, mx, ms);
+        /* the MoE half of a layer with its two add + RMSNorm (x drifts from call to call; only times matter) */
+        const float rs = time_ms(run_res_split, NBUF), rf = time_ms(run_res_fused, NBUF), rr = time_ms(run_res, NBUF);
+        const float grs = graph_ms(run_res_split), grf = graph_ms(run_res_fused), grr = graph_ms(run_res);
+        printf("decode T=%d with the residual adds: norm + three kernels + norm %6.1f us (graph %6.1f) | norm + one "
+               "kernel + norm %6.1f us (graph %6.1f) | omni_cuda_moe_decode_res %6.1f us %5.1f%% of copy (graph %6.1f us "
+               "%5.1f%%)\n", g_T, rs * 1e3, grs * 1e3, rf * 1e3, grf * 1e3, rr * 1e3, PCT(rr), grr * 1e3, PCT(grr));
 #undef PCT
     }
     const int pre_t[] = {512, 4096};

@@ -343,14 +343,19 @@ extern "C" omni_status omni_cuda_moe_combine(uint16_t *y, const uint16_t *out, c
 #define DEC_KG 4    /* down rows (entries) per warp and pass */
 #define DEC_ROUTE_E 512 /* experts up to which the router's last block routes from shared memory */
 
+/* How warp_dots reads x: X_RO the read-only path (written before this kernel), X_CG past L1 (written by other blocks
+ * of the grid), X_SM a plain load (shared memory). */
+enum { X_RO, X_CG, X_SM };
+
 /* acc[r] = Σ x_r[c] · w_r[c] in fp32 over nc 16-byte chunks for R (w, x) row pairs; every lane gets the sums.
  * CPL chunks per lane and row per pass (lane + 32u); a pass issues its R·CPL weight loads before its FMAs. Each
- * lane sums its chunks in ascending order whatever CPL is, so the sums do not depend on CPL. XCG: x was written by
- * other blocks of the grid (loads past L1). wait (warp-uniform, or NULL): the first pass's weight loads are issued,
- * then lane 0 waits until *wait >= target (wait_geq) before any x is read. */
-template <int R, int CPL, bool XCG = false>
+ * lane sums its chunks in ascending order whatever CPL is, so the sums do not depend on CPL. XL: how x is read
+ * (above). wait (warp-uniform, or NULL): the first pass's weight loads are issued, then lane 0 waits until
+ * *wait >= target (wait_geq) before any x is read; PW: the same with omni_pdl_wait (every lane) instead. */
+template <int R, int CPL, int XL = X_RO, bool PW = false>
 __device__ __forceinline__ void warp_dots(float (&acc)[R], const uint16_t *const (&w)[R], const uint16_t *const (&x)[R],
                                           int nc, int lane, const unsigned *wait = NULL, unsigned target = 0) {
+    bool pw = PW;
 #pragma unroll
     for (int r = 0; r < R; r++) acc[r] = 0.f;
     for (int p0 = 0; p0 < nc; p0 += 32 * CPL) {
@@ -366,13 +371,17 @@ __device__ __forceinline__ void warp_dots(float (&acc)[R], const uint16_t *const
             __syncwarp();
             wait = NULL;
         }
+        if (pw) omni_pdl_wait(), pw = false;
 #pragma unroll
         for (int u = 0; u < CPL; u++) {
             const int c = p0 + lane + 32 * u;
             if (c < nc) {
 #pragma unroll
                 for (int r = 0; r < R; r++)
-                    acc[r] = dot8(acc[r], XCG ? ld_cg((const uint4 *)x[r] + c) : ld_ro((const uint4 *)x[r] + c),
+                    acc[r] = dot8(acc[r],
+                                  XL == X_CG   ? ld_cg((const uint4 *)x[r] + c)
+                                  : XL == X_SM ? ((const uint4 *)x[r])[c]
+                                               : ld_ro((const uint4 *)x[r] + c),
                                   wv[r][u]);
             }
         }
@@ -421,8 +430,8 @@ __device__ __forceinline__ void gate_up_col(uint16_t *act, const uint16_t *xr, c
 
 /* One warp: y[t, h] = the bf16 sum in ascending expert order of bf16(bf16(act_j · Wd[e_j][h, :]) · w_j) over the
  * token's k entries (se, tw: its experts and weights; ord: order_entries of se; act rows t·k + j); lane 0 stores.
- * XCG, wait, target: as warp_dots (act written by other blocks of the grid; wait before the first act read). */
-template <int CPL, bool XCG>
+ * XL, PW, wait, target: as warp_dots (how act is read; the wait before the first act read). */
+template <int CPL, int XL, bool PW = false>
 __device__ __forceinline__ void down_row(uint16_t *y, const uint16_t *act, const uint16_t *wd, const int32_t *se,
                                          const float *tw, const int *ord, int t, int k, int h, int H, int I, int lane,
                                          const unsigned *wait, unsigned target) {
@@ -436,7 +445,10 @@ __device__ __forceinline__ void down_row(uint16_t *y, const uint16_t *act, const
             xs[q] = act + ((int64_t)t * k + j) * I;
         }
         float o[DEC_KG];
-        warp_dots<DEC_KG, CPL, XCG>(o, w, xs, I / 8, lane, wait, target);
+        if (PW && j0 == 0)
+            warp_dots<DEC_KG, CPL, XL, true>(o, w, xs, I / 8, lane, wait, target);
+        else
+            warp_dots<DEC_KG, CPL, XL>(o, w, xs, I / 8, lane, wait, target);
         wait = NULL;
 #pragma unroll
         for (int q = 0; q < DEC_KG; q++)
@@ -445,19 +457,16 @@ __device__ __forceinline__ void down_row(uint16_t *y, const uint16_t *act, const
     if (lane == 0) st_bf(y, (int64_t)t * H + h, acc);
 }
 
-template <int CPL>
-__global__ void __launch_bounds__(DEC_WARPS * 32)
-moe_dec_router_kernel(float *logits, int32_t *sel_e, float *sel_w, unsigned *ticket, const uint16_t *x, int64_t ldx,
-                      const uint16_t *wr, int T, int E, int H, int k, int norm) {
-    __shared__ int s_last;
-    __shared__ float s_l[DEC_WARPS][DEC_ROUTE_E];
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, e = blockIdx.x * DEC_WARPS + warp;
-    if (e < E) router_row<CPL>(logits, x, ldx, wr, e, T, E, H, lane);
+/* After the block's router rows: the grid's last block (a ticket that wraps to 0 for the next launch) routes every
+ * token (route_token) from the f32 logits, a warp per token. s_l, s_last: the block's shared memory. */
+__device__ void route_last(int32_t *sel_e, float *sel_w, unsigned *ticket, const float *logits,
+                           float (*s_l)[DEC_ROUTE_E], int *s_last, int T, int E, int k, int norm) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     __threadfence(); /* this block's logits reach the whole grid before its ticket */
     __syncthreads();
-    if (threadIdx.x == 0) s_last = atomicInc(ticket, gridDim.x - 1) == gridDim.x - 1;
+    if (threadIdx.x == 0) *s_last = atomicInc(ticket, gridDim.x - 1) == gridDim.x - 1;
     __syncthreads();
-    if (!s_last) return;
+    if (!*s_last) return;
     __threadfence();
     for (int t = warp; t < T; t += DEC_WARPS) { /* the k rounds re-read the logits: from shared memory if they fit */
         const volatile float *l = logits + (int64_t)t * E;
@@ -471,12 +480,27 @@ moe_dec_router_kernel(float *logits, int32_t *sel_e, float *sel_w, unsigned *tic
     }
 }
 
+template <int CPL>
+__global__ void __launch_bounds__(DEC_WARPS * 32)
+moe_dec_router_kernel(float *logits, int32_t *sel_e, float *sel_w, unsigned *ticket, const uint16_t *x, int64_t ldx,
+                      const uint16_t *wr, int T, int E, int H, int k, int norm) {
+    __shared__ int s_last;
+    __shared__ float s_l[DEC_WARPS][DEC_ROUTE_E];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, e = blockIdx.x * DEC_WARPS + warp;
+    if (e < E) router_row<CPL>(logits, x, ldx, wr, e, T, E, H, lane);
+    route_last(sel_e, sel_w, ticket, logits, s_l, &s_last, T, E, k, norm);
+}
+
 /* act[j, i] = bf16(bf16(silu(g)) · u) with g, u = the bf16-rounded gate/up rows i of entry j's expert (as
- * omni_cuda_swiglu_bf16 over the rounded linear outputs). grid: (ceil(I / DEC_WARPS), entries). */
+ * omni_cuda_swiglu_bf16 over the rounded linear outputs). grid: (ceil(I / DEC_WARPS), entries). As a programmatic
+ * dependent (omni_cuda_moe_decode_res) every block waits for the router kernel, then lets the down kernel launch
+ * (that kernel relies on this order: it reads the routing before its own wait). */
 template <int CPL>
 __global__ void __launch_bounds__(DEC_WARPS * 32)
 moe_dec_gate_up_kernel(uint16_t *act, const uint16_t *x, int64_t ldx, const uint16_t *wgu, const int32_t *sel_e, int k,
                        int H, int I) {
+    omni_pdl_wait();
+    omni_pdl_trigger();
     const int lane = threadIdx.x & 31, i = blockIdx.x * DEC_WARPS + (threadIdx.x >> 5), j = blockIdx.y;
     if (i < I) gate_up_col<CPL>(act, x + (int64_t)(j / k) * ldx, wgu, sel_e[j], j, i, H, I, lane);
 }
@@ -492,7 +516,7 @@ moe_dec_down_kernel(uint16_t *y, const uint16_t *act, const uint16_t *wd, const 
     const int32_t *se = sel_e + (int64_t)t * k;
     if (threadIdx.x == 0) order_entries(s_ord, se, k);
     __syncthreads();
-    if (h < H) down_row<CPL, false>(y, act, wd, se, sel_w + (int64_t)t * k, s_ord, t, k, h, H, I, lane, NULL, 0);
+    if (h < H) down_row<CPL, X_RO>(y, act, wd, se, sel_w + (int64_t)t * k, s_ord, t, k, h, H, I, lane, NULL, 0);
 }
 
 /* The chunks per lane of one pass over a row of nc chunks: 1, 2, 3, 4 or 8 (longer rows take several passes). */
@@ -639,7 +663,7 @@ moe_dec_fused_kernel(uint16_t *y, const uint16_t *x, int64_t ldx, const uint16_t
             } else { /* down + combine of token t, hidden row h */
                 const int it = item - n_r - n_g, t = it / n_hc, h = (it % n_hc) * DEC_WARPS + warp;
                 if (h < H) {
-                    down_row<CI, true>(y, act, wd, s_e + t * k, s_w + t * k, s_ord + t * k, t, k, h, H, I, lane,
+                    down_row<CI, X_CG>(y, act, wd, s_e + t * k, s_w + t * k, s_ord + t * k, t, k, h, H, I, lane,
                                        gu_seen ? NULL : &ctl[2 * CTL_STRIDE], (unsigned)n_g);
                     gu_seen = true;
                 }
@@ -706,6 +730,191 @@ extern "C" omni_status omni_cuda_moe_decode_fused(uint16_t *y, const uint16_t *x
                       : fused_launch<8, 2>(y, x, ldx, router, gate_up, down, T, E, k, H, I, norm, s, st);
     return wide_i ? fused_launch<4, 3>(y, x, ldx, router, gate_up, down, T, E, k, H, I, norm, s, st)
                   : fused_launch<4, 2>(y, x, ldx, router, gate_up, down, T, E, k, H, I, norm, s, st);
+}
+
+/* ---- decode with the residual adds around the block (omni_cuda_moe_decode_res) ---------------------------------
+ * Three kernels as omni_cuda_moe_decode_split, each a programmatic dependent of the kernel before it, and the two
+ * add + RMSNorm launches around the block folded in:
+ * 1. router: before its wait each warp pulls its router row into L2 (weights only: the o_proj GEMV before it may
+ *    still run); then every block forms x1 = x + a and h = rmsnorm(x1)·w_post itself in shared memory (block 0
+ *    also stores h for the gate/up kernel), its router rows against h, and the last block routes as before;
+ * 2. gate/up + SwiGLU: moe_dec_gate_up_kernel (waits, then lets the down kernel launch);
+ * 3. down + combine into s->out: the routing and the first pass of weight loads are issued before the wait (the
+ *    router kernel wrote the routing, and it completed before any gate/up block let this kernel launch); the
+ *    grid's last block (ticket word CTL_STRIDE) then adds x = x1 + out and h = rmsnorm(x)·w_next.
+ * x is written only by that last block (x1 is recomputed there), so the router blocks all read the old x. The sums
+ * of squares follow ops.cu's RMSNorm kernels (the same vectors per thread, the same reduction tree), so every value
+ * is the unfused sequence's bits. */
+
+#define RES_MAX_H 8192 /* hidden sizes whose bf16 row fits the kernels' shared row */
+
+/* f[0..8) = the 8 bf16 of u */
+__device__ __forceinline__ void unpack8(float *f, uint4 u) {
+    const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+    for (int i = 0; i < 4; i++) f[2 * i] = __uint_as_float(w[i] << 16), f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+}
+
+/* One row of the residual stream: xs = bf16(x + a), then bf16(xs + b) when b != NULL (xs: H bf16 in shared memory;
+ * x, a, b read past L1), and the inverse RMS of xs as ops.cu's add_rmsnorm computes it: thread t < S sums the
+ * squares of vectors t, t + S, ... in order, block_sum over the block (every thread gets it). H % 8 == 0. */
+__device__ float res_row(uint16_t *xs, const uint16_t *x, const uint16_t *a, const uint16_t *b, int H, int S,
+                         float eps, float *sh) {
+    float ss = 0.f;
+    if ((int)threadIdx.x < S)
+        for (int i = threadIdx.x; i < H / 8; i += S) {
+            float f[8], g[8];
+            unpack8(f, ld_cg((const uint4 *)x + i));
+            unpack8(g, ld_cg((const uint4 *)a + i));
+#pragma unroll
+            for (int q = 0; q < 8; q++) f[q] = bf(f[q] + g[q]);
+            if (b) {
+                unpack8(g, ld_cg((const uint4 *)b + i));
+#pragma unroll
+                for (int q = 0; q < 8; q++) f[q] = bf(f[q] + g[q]);
+            }
+#pragma unroll
+            for (int q = 0; q < 8; q++) ss += f[q] * f[q];
+            store_vec<8>(xs, i, f);
+        }
+    return rsqrtf(block_sum(ss, sh) / (float)H + eps); /* block_sum's barriers also publish xs */
+}
+
+/* y = bf16(bf16(xs · inv) · w) (y may be xs: each element is read, then written, by one thread). */
+__device__ void res_write(uint16_t *y, const uint16_t *xs, const uint16_t *w, int H, float inv) {
+    for (int i = threadIdx.x; i < H / 8; i += blockDim.x) {
+        float f[8], g[8];
+        load_vec<8>(f, xs, i);
+        load_vec<8>(g, w, i);
+#pragma unroll
+        for (int q = 0; q < 8; q++) f[q] = bf(f[q] * inv) * g[q];
+        store_vec<8>(y, i, f);
+    }
+}
+
+template <int CPL>
+__global__ void __launch_bounds__(DEC_WARPS * 32)
+moe_res_router_kernel(float *logits, int32_t *sel_e, float *sel_w, unsigned *ticket, uint16_t *h, const uint16_t *x,
+                      const uint16_t *a, const uint16_t *w_post, float eps, int S, const uint16_t *wr, int T, int E,
+                      int H, int k, int norm) {
+    __shared__ int s_last;
+    __shared__ float s_l[DEC_WARPS][DEC_ROUTE_E], sh[32];
+    __shared__ __align__(16) uint16_t s_h[RES_MAX_H];
+    const int lane = threadIdx.x & 31, e = blockIdx.x * DEC_WARPS + (threadIdx.x >> 5);
+    if (e < E) /* weights only before the wait: one 128-byte line per lane and step */
+        for (int c = lane * 64; c < H; c += 32 * 64) prefetch_l2(wr + (int64_t)e * H + c);
+    omni_pdl_wait();
+    omni_pdl_trigger(); /* the gate/up blocks may become resident (they wait for this grid) */
+    for (int t = 0; t < T; t++) {
+        const float inv = res_row(s_h, x + (int64_t)t * H, a + (int64_t)t * H, NULL, H, S, eps, sh);
+        res_write(s_h, s_h, w_post, H, inv);
+        __syncthreads();
+        if (blockIdx.x == 0)
+            for (int i = threadIdx.x; i < H / 8; i += blockDim.x) ((uint4 *)(h + (int64_t)t * H))[i] = ((const uint4 *)s_h)[i];
+        if (e < E) {
+            const uint16_t *const w[1] = {wr + (int64_t)e * H}, *const xr[1] = {s_h};
+            float acc[1];
+            warp_dots<1, CPL, X_SM>(acc, w, xr, H / 8, lane);
+            if (lane == 0) logits[(int64_t)t * E + e] = acc[0];
+        }
+        __syncthreads(); /* s_h is the next token's */
+    }
+    route_last(sel_e, sel_w, ticket, logits, s_l, &s_last, T, E, k, norm);
+}
+
+template <int CPL>
+__global__ void __launch_bounds__(DEC_WARPS * 32)
+moe_res_down_kernel(uint16_t *out, const uint16_t *act, const uint16_t *wd, const int32_t *sel_e, const float *sel_w,
+                    unsigned *ticket, uint16_t *x, uint16_t *h, const uint16_t *a, const uint16_t *w_next, float eps,
+                    int S, int T, int k, int H, int I) {
+    __shared__ int s_e[MOE_MAX_K], s_ord[MOE_MAX_K], s_last;
+    __shared__ float s_w[MOE_MAX_K], sh[32];
+    __shared__ __align__(16) uint16_t s_x[RES_MAX_H];
+    const int lane = threadIdx.x & 31, row = blockIdx.x * DEC_WARPS + (threadIdx.x >> 5), t = blockIdx.y;
+    /* the routing (complete before this grid launched, see above), past L1 */
+    if ((int)threadIdx.x < k) {
+        s_e[threadIdx.x] = *(const volatile int32_t *)(sel_e + (int64_t)t * k + threadIdx.x);
+        s_w[threadIdx.x] = *(const volatile float *)(sel_w + (int64_t)t * k + threadIdx.x);
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) order_entries(s_ord, s_e, k);
+    __syncthreads();
+    if (row < H) /* the first pass's weight loads, the wait for the gate/up grid, then act (past L1) */
+        down_row<CPL, X_CG, true>(out, act, wd, s_e, s_w, s_ord, t, k, row, H, I, lane, NULL, 0);
+    else
+        omni_pdl_wait();
+    omni_pdl_trigger();
+    /* the last block: x = x1 + out, h = rmsnorm(x)·w_next (out written by the whole grid) */
+    __threadfence();
+    __syncthreads();
+    const unsigned nb = gridDim.x * gridDim.y;
+    if (threadIdx.x == 0) s_last = atomicInc(ticket, nb - 1) == nb - 1;
+    __syncthreads();
+    if (!s_last) return;
+    __threadfence();
+    for (int r = 0; r < T; r++) {
+        const int64_t o = (int64_t)r * H;
+        const float inv = res_row(s_x, x + o, a + o, out + o, H, S, eps, sh);
+        for (int i = threadIdx.x; i < H / 8; i += blockDim.x) ((uint4 *)(x + o))[i] = ((const uint4 *)s_x)[i];
+        if (w_next) res_write(h + o, s_x, w_next, H, inv);
+        __syncthreads(); /* s_x is the next row's */
+    }
+}
+
+/* Threads per row of ops.cu's RMSNorm for a row of H values (16-byte vectors): one block of row_threads past 1024
+ * values, else 32 lanes (16 below 32 vectors). */
+static int res_stride(int H) {
+    const int nv = H / 8;
+    return H > 1024 ? row_threads(nv) : nv >= 32 ? 32 : 16;
+}
+
+extern "C" omni_status omni_cuda_moe_decode_res(uint16_t *x, uint16_t *h, const uint16_t *a, const uint16_t *w_post,
+                                                const uint16_t *w_next, float eps, const uint16_t *router,
+                                                const uint16_t *gate_up, const uint16_t *down, int T, int E, int k,
+                                                int H, int I, int norm, const omni_cuda_moe_scratch *s,
+                                                void *stream) {
+    if (T < 0 || E <= 0 || E > 4096 || k < 1 || k > E || k > MOE_MAX_K || (int64_t)T * k > 65535 || H <= 0 ||
+        I <= 0 || H % 8 || I % 8 || !x || !h || !a || !w_post || !s || !s->out || !is_aligned(router, 16) ||
+        !is_aligned(gate_up, 16) || !is_aligned(down, 16) || !is_aligned(s->act, 16))
+        return omni_fail(OMNI_ERR_USAGE,
+                         "%s: T %d E %d k %d H %d I %d (H, I multiples of 8, 16-byte aligned weights, scratch with out)",
+                         __func__, T, E, k, H, I);
+    if (T == 0) return OMNI_OK;
+    cudaStream_t st = (cudaStream_t)stream;
+    if (H > RES_MAX_H || !is_aligned(x, 16) || !is_aligned(h, 16) || !is_aligned(a, 16) || !is_aligned(w_post, 16) ||
+        !is_aligned(w_next, 16) || !is_aligned(s->out, 16)) { /* the unfused sequence */
+        omni_status e;
+        if ((e = omni_cuda_add_rmsnorm_bf16(h, x, a, w_post, T, H, eps, st))) return e;
+        if ((e = omni_cuda_moe_decode_split(s->out, h, H, router, gate_up, down, T, E, k, H, I, norm, s, st))) return e;
+        return w_next ? omni_cuda_add_rmsnorm_bf16(h, x, s->out, w_next, T, H, eps, st)
+                      : omni_cuda_add_bf16(x, x, s->out, (int64_t)T * H, st);
+    }
+    const int ch = dec_cpl(H / 8), ci = dec_cpl(I / 8), S = res_stride(H);
+    const dim3 gr((E + DEC_WARPS - 1) / DEC_WARPS), gg((I + DEC_WARPS - 1) / DEC_WARPS, T * k),
+        gd((H + DEC_WARPS - 1) / DEC_WARPS, T);
+#define RES_LAUNCH(kern, cpl, grid, ...)                                                                       \
+    switch (cpl) {                                                                                             \
+    case 1: omni_launch_pdl(kern<1>, grid, DEC_WARPS * 32, 0, st, __VA_ARGS__); break;                         \
+    RES_CASES_2UP(kern, cpl, grid, __VA_ARGS__)                                                                \
+    }                                                                                                          \
+    OMNI_CUDA_LAUNCHED()
+#define RES_CASES_2UP(kern, cpl, grid, ...)                                                                    \
+    case 2: omni_launch_pdl(kern<2>, grid, DEC_WARPS * 32, 0, st, __VA_ARGS__); break;                         \
+    case 3: omni_launch_pdl(kern<3>, grid, DEC_WARPS * 32, 0, st, __VA_ARGS__); break;                         \
+    case 4: omni_launch_pdl(kern<4>, grid, DEC_WARPS * 32, 0, st, __VA_ARGS__); break;                         \
+    default: omni_launch_pdl(kern<8>, grid, DEC_WARPS * 32, 0, st, __VA_ARGS__); break;
+    RES_LAUNCH(moe_res_router_kernel, ch, gr, s->logits, s->sel_e, s->sel_w, s->ticket, h, x, a, w_post, eps, S,
+               router, T, E, H, k, norm);
+    RES_LAUNCH(moe_dec_gate_up_kernel, ch, gg, s->act, h, (int64_t)H, gate_up, s->sel_e, k, H, I);
+    switch (ci) { /* one chunk per lane (I <= 256) runs as two (lanes past the row idle: the same sums) */
+    case 1:
+    RES_CASES_2UP(moe_res_down_kernel, ci, gd, s->out, s->act, down, s->sel_e, s->sel_w, s->ticket + CTL_STRIDE, x,
+                  h, a, w_next, eps, S, T, k, H, I)
+    }
+    OMNI_CUDA_LAUNCHED();
+#undef RES_LAUNCH
+#undef RES_CASES_2UP
+    return OMNI_OK;
 }
 
 /* ---- prefill: batched GEMMs over a fixed capacity per expert, the grouped kernel for the overflow ----------------

@@ -2,12 +2,16 @@
 # moe_gpu.sh - the decode MoE work of issue 9 on the H200 in one command, from binaries packed here by
 # kernels/cuda/h200_run.sh (build/dev: test_gpu_llm_ops, omni_bench_moe, omni_bench_llm_cuda, lib.tar.xz).
 #   here:    kernels/cuda/h200_run.sh pack build
-#   device:  OUT=$OUT bash kernels/cuda/moe_gpu.sh build [tests] [short] [racecheck] [bench] [bench-decode] [omni] [ncu]
+#   device:  OUT=$OUT bash kernels/cuda/moe_gpu.sh build [tests] [short] [racecheck] [bench] [bench-decode] [omni]
+#            [omni-ab] [decoder] [ncu] [ncu3]
 # tests: test_gpu_llm_ops (every op vs its C reference; the MoE decode one kernel vs three kernels bit for bit),
 #        then test_gpu_llm_ops --short under compute-sanitizer memcheck; racecheck: the same under racecheck;
 # short: test_gpu_llm_ops --short alone (~10 s); bench: omni_bench_moe (decode T = 1/2/4/8: one kernel vs three
 #        kernels vs per-entry, eager and in graphs; prefill); bench-decode: the same for decode T = 1, 2 only; omni: omni_bench_llm_cuda on the Omni-30B-A3B config at bs1/4K (random weights made on the
-#        device); ncu: one launch of the one-kernel decode at T = 1 under Nsight Compute (clocks left alone).
+#        device); omni-ab: the same decode only (no prefill) with each decode MoE path (OMNI_CUDA_MOE=res, split,
+#        fused); decoder: test_gpu_decoder (the runner end to end, Omni fixtures on the default path);
+#        ncu: one launch of the one-kernel decode at T = 1 under Nsight Compute (clocks left alone); ncu3: every
+#        kernel of three T = 1 calls of each decode path (omni_bench_moe --profile: durations, DRAM, occupancy).
 # Logs: $OUT/moe_tests.log, moe_sanitizer.log, bench_moe.log, omni30b.log (+ .csv), ncu_moe.log. Each step has
 # its own time cap; one summary line per step on stdout.
 set -u
@@ -58,6 +62,27 @@ for step in "$@"; do
             --label Omni-30B-A3B --csv "$OUT/omni30b.csv" > "$OUT/omni30b.log" 2>&1
         echo "omni_bench_llm_cuda rc=$?"
         grep -E "decode|prefill|split|peak|roofline" "$OUT/omni30b.log" | cut -c1-260 | head -12 ;;
+    omni-ab)
+        el omni-ab
+        for m in res split fused; do
+            OMNI_CUDA_MOE=$m timeout ${OMNI_CAP:-40} "$D/omni_bench_llm_cuda" assets/configs/Qwen3-Omni-30B-A3B-Instruct \
+                --ctx 4096 --prefill 0 --label "Omni-30B-A3B moe=$m" --csv "$OUT/omni30b_ab.csv" > "$OUT/omni30b_$m.log" 2>&1
+            echo "OMNI_CUDA_MOE=$m omni_bench_llm_cuda rc=$?"
+            grep -E "decode bs1/4K tok/s|split of" "$OUT/omni30b_$m.log" | cut -c1-260
+        done ;;
+    decoder)
+        el decoder
+        timeout 300 "$D/test_gpu_decoder" > "$OUT/moe_decoder.log" 2>&1
+        echo "test_gpu_decoder rc=$? $(grep -E '^[0-9]+ passed' "$OUT/moe_decoder.log" | tail -1)"
+        grep -E "FAIL|FATAL|MoE routing" "$OUT/moe_decoder.log" | head -12 | cut -c1-300 ;;
+    ncu3)
+        el ncu3
+        timeout 150 ncu --clock-control none -k regex:'moe_|rmsnorm' --section SpeedOfLight \
+            --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats "$D/omni_bench_moe" --profile \
+            > "$OUT/ncu3_moe.log" 2>&1
+        echo "ncu3 rc=$?"
+        grep -E "^  [a-z_]+.*\(|Duration|DRAM Throughput|Registers Per|Achieved Occupancy" "$OUT/ncu3_moe.log" | \
+            sed -E 's/\(unsigned short.*\) \(/(/' | cut -c1-150 | head -120 ;;
     ncu)
         el ncu
         timeout 120 ncu --clock-control none -k regex:moe_dec_fused --launch-skip 12 --launch-count 1 \

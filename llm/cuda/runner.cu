@@ -7,6 +7,9 @@
  *   h = rmsnorm(x) (fused with the previous residual add) -> qkv = h·Wqkvᵀ -> q/k norm + MRoPE in place ->
  *   append k, v -> att = attention -> o = att·Woᵀ -> x += o, h = rmsnorm(x) -> MLP (dense: gu = h·Wguᵀ,
  *   act = swiglu(gu), m = act·Wdᵀ; MoE: router, top-k, experts, combine) -> x += m (-> DeepStack rows).
+ * Decode-sized MoE steps fold both add + RMSNorm around the block into its kernels (omni_cuda_moe_decode_res, the
+ * same bits; OMNI_CUDA_MOE=split or =fused at init: the separate launches around omni_cuda_moe_decode_split /
+ * _fused, for A/B timing).
  * Attention and KV: each cache is a kv_dev (kvcache/kv_dev.h: pages on the device, append with quantization)
  * plus a kv_cache on the host for the bookkeeping the engine reads (kv_reserve / kv_commit keep both in step).
  * Rows are grouped by cache; per layer and cache: head_dim 64/128 -> kvc_prefill_hist (a quantizing cache's
@@ -66,6 +69,10 @@ static const char *g_prof_names[P_COUNT] = {"embed",     "norm",      "qkv",    
                                             "moe_experts", "residual", "lm_head", "sample"};
 #define PROF_EVENTS 4096
 
+/* Decode MoE paths: omni_cuda_moe_decode_res (the block with the residual adds around it; default),
+ * omni_cuda_moe_decode_split (three kernels) or omni_cuda_moe_decode_fused (one kernel) between add_rmsnorm launches. */
+enum { MOE_RES, MOE_SPLIT, MOE_FUSED };
+
 typedef struct {
     kv_cache *kv;  /* host bookkeeping, the handle callers use (NULL: free table entry) */
     kv_dev *dev;   /* the pages on the device */
@@ -87,6 +94,7 @@ struct llm_cuda {
     cudaStream_t s2;            /* side stream: L2 prefetch of o_proj's weights beside the attention (decode) */
     cudaEvent_t ev_fork, ev_join;
     int prefetch;               /* OMNI_CUDA_PREFETCH=0 at init turns the side-stream prefetch off (A/B timing) */
+    int moe_mode;               /* decode MoE (OMNI_CUDA_MOE at init, A/B timing): MOE_RES, MOE_SPLIT, MOE_FUSED */
     lcw_weights w;
     dev_cache caches[MAX_CACHES + 1];
     kvc_attn *attn; /* tensor-core attention workspace (head_dim 64/128) */
@@ -173,6 +181,7 @@ static size_t carve_ws(llm_cuda *r, char *base) {
         r->moe.sel_w = (float *)carve(&c, 4 * n);
         r->moe.act = (uint16_t *)carve(&c, 2 * n * r->I);
         r->moe.ticket = (unsigned *)carve(&c, OMNI_CUDA_MOE_CTL_BYTES);
+        r->moe.out = (uint16_t *)carve(&c, 2 * n * H); /* T <= n rows */
         r->moe_ws_bytes = omni_cuda_moe_prefill_scratch(r->T_max, r->E, r->K, r->H, r->I);
         r->moe_ws = carve(&c, r->moe_ws_bytes);
     } else {
@@ -271,6 +280,8 @@ static omni_status init_common(llm_cuda *r, size_t weight_bytes) {
     OMNI_CUDA_TRY(cudaEventCreateWithFlags(&r->ev_join, cudaEventDisableTiming));
     const char *pf = getenv("OMNI_CUDA_PREFETCH");
     r->prefetch = !(pf && !strcmp(pf, "0"));
+    const char *mm = getenv("OMNI_CUDA_MOE");
+    r->moe_mode = mm && !strcmp(mm, "split") ? MOE_SPLIT : mm && !strcmp(mm, "fused") ? MOE_FUSED : MOE_RES;
     r->attn_ws_floats = attn_floats(r, 32768); /* decode graphs cover 32K keys; longer histories run eagerly */
     r->ws_bytes = carve_ws(r, NULL);
     char detail[160];
@@ -720,7 +731,10 @@ static omni_status mlp_moe_forced(llm_cuda *r, int l, const lcw_layer *L, int T)
 static omni_status mlp_moe(llm_cuda *r, int l, const lcw_layer *L, int T) {
     const int H = r->H, I = r->I, E = r->E, K = r->K;
     if (r->force_T) return mlp_moe_forced(r, l, L, T);
-    if (T * K <= ENTRY_MAX) /* router, gate/up + SwiGLU, down + combine: three kernels */
+    if (T * K <= ENTRY_MAX && r->moe_mode == MOE_FUSED)
+        OP(r, P_EXPERTS, omni_cuda_moe_decode_fused(r->hb, r->ha, H, L->router, L->gate_up, L->down, T, E, K, H, I,
+                                                    r->norm_topk, &r->moe, r->s));
+    else if (T * K <= ENTRY_MAX) /* router, gate/up + SwiGLU, down + combine: three kernels */
         OP(r, P_EXPERTS, omni_cuda_moe_decode(r->hb, r->ha, H, L->router, L->gate_up, L->down, T, E, K, H, I,
                                               r->norm_topk, &r->moe, r->s));
     else
@@ -790,6 +804,16 @@ static omni_status prefetch_o(llm_cuda *r, const lcw_layer *L, const step_in *in
     return OMNI_OK;
 }
 
+/* After x += mlp on the last layer or a DeepStack layer: the DeepStack rows, the next layer's input norm. */
+static omni_status layer_tail(llm_cuda *r, int l, const step_in *in, const step_shape *sh, int ds) {
+    const int T = sh->T, H = r->H;
+    if (ds)
+        OP(r, P_RESID, omni_cuda_add_rows_bf16(r->x, H, in->dsdst + l * T,
+                                               r->rows_dev + ((size_t)(1 + l) * r->T_max) * H, sh->n_ds[l], r->s));
+    if (l + 1 < r->L) OP(r, P_NORM, omni_cuda_rmsnorm_bf16(r->ha, r->x, r->w.layers[l + 1].in_norm, T, H, r->eps, r->s));
+    return OMNI_OK;
+}
+
 static omni_status layer(llm_cuda *r, int l, const step_in *in, const step_shape *sh, int graph) {
     const lcw_layer *L = &r->w.layers[l];
     const int T = sh->T, H = r->H, qd = r->Hq * r->D;
@@ -801,6 +825,16 @@ static omni_status layer(llm_cuda *r, int l, const step_in *in, const step_shape
     RUN(attention(r, l, in, sh, graph));
     if (pf) OMNI_CUDA_TRY(cudaStreamWaitEvent(r->s, r->ev_join, 0));
     OP(r, P_O, omni_cuda_linear(r->ctx, r->hb, OMNI_BF16, r->att, L->o, NULL, T, H, qd));
+    const int ds = l < MAX_DS && sh->n_ds[l] > 0;
+    if (r->E && !r->force_T && T * r->K <= ENTRY_MAX && r->moe_mode == MOE_RES) {
+        /* x += o, h = norm(x), the MoE block into moe.out, x += out, h = the next layer's norm(x): three kernels */
+        const uint16_t *wn = l + 1 < r->L && !ds ? r->w.layers[l + 1].in_norm : NULL;
+        OP(r, P_EXPERTS, omni_cuda_moe_decode_res(r->x, r->ha, r->hb, L->post_norm, wn, r->eps, L->router,
+                                                  L->gate_up, L->down, T, r->E, r->K, H, r->I, r->norm_topk, &r->moe,
+                                                  r->s));
+        if (wn) return OMNI_OK;
+        return layer_tail(r, l, in, sh, ds);
+    }
     OP(r, P_RESID, omni_cuda_add_rmsnorm_bf16(r->ha, r->x, r->hb, L->post_norm, T, H, r->eps, r->s));
     if (r->E) {
         RUN(mlp_moe(r, l, L, T));
@@ -810,17 +844,12 @@ static omni_status layer(llm_cuda *r, int l, const step_in *in, const step_shape
         OP(r, P_MLP, omni_cuda_linear(r->ctx, r->hb, OMNI_BF16, r->act, L->down, NULL, T, H, r->I));
     }
     /* x += mlp; DeepStack rows after layers 0..levels-1; the next layer's input norm */
-    const int ds = l < MAX_DS && sh->n_ds[l] > 0;
     if (l + 1 < r->L && !ds) {
         OP(r, P_RESID, omni_cuda_add_rmsnorm_bf16(r->ha, r->x, r->hb, r->w.layers[l + 1].in_norm, T, H, r->eps, r->s));
         return OMNI_OK;
     }
     OP(r, P_RESID, omni_cuda_add_bf16(r->x, r->x, r->hb, (int64_t)T * H, r->s));
-    if (ds)
-        OP(r, P_RESID, omni_cuda_add_rows_bf16(r->x, H, in->dsdst + l * T,
-                                               r->rows_dev + ((size_t)(1 + l) * r->T_max) * H, sh->n_ds[l], r->s));
-    if (l + 1 < r->L) OP(r, P_NORM, omni_cuda_rmsnorm_bf16(r->ha, r->x, r->w.layers[l + 1].in_norm, T, H, r->eps, r->s));
-    return OMNI_OK;
+    return layer_tail(r, l, in, sh, ds);
 }
 
 /* lm_head over n output rows of x (row indices at out_rows, device): final norm, f32 logits [n][V]. */

@@ -318,6 +318,75 @@ static void near_tied_router(uint16_t *wh, float *wf, uint16_t *xh, float *xf, i
  * k·B·Σ_j |w_j o_j| + ATOL_SUB. A wrong expert, weight or row moves outputs by O(|o|), far beyond it. */
 enum { MOE_ENTRY, MOE_GROUPED, MOE_DECODE, MOE_PREFILL }; /* moe_case paths */
 
+/* omni_cuda_moe_decode_res (the block with the residual adds around it) against the unfused sequence it stands for
+ * (add_rmsnorm, omni_cuda_moe_decode, add_rmsnorm or add), bit for bit in x, h and the block's output, with and
+ * without the second norm, twice each (the counters must come back to zero); weights as the caller's. */
+static void moe_res_case(int T, int E, int k, int H, int I, int norm, const uint16_t *drw, const uint16_t *dgu,
+                         const uint16_t *ddn, const char *what) {
+    const size_t th = (size_t)T * H, nE = (size_t)T * k;
+    uint16_t *xh = xmalloc(2 * th), *ah = xmalloc(2 * th), *wph = xmalloc(2 * (size_t)H), *wnh = xmalloc(2 * (size_t)H);
+    float *tmp = xmalloc(4 * th);
+    rand_bf16(xh, tmp, (int64_t)th, 2.f, 0.f);
+    rand_bf16(ah, tmp, (int64_t)th, 1.f, 0.f);
+    rand_bf16(wph, tmp, H, 0.3f, 1.f);
+    rand_bf16(wnh, tmp, H, 0.3f, 1.f);
+    uint16_t *da = dev_buf(ah, 2 * th), *dwp = dev_buf(wph, 2 * (size_t)H), *dwn = dev_buf(wnh, 2 * (size_t)H);
+    uint16_t *dx[2], *dh[2], *dout[2], *got[2][3];
+    float *dlg = dev_buf(NULL, 4 * (size_t)T * E), *dw = dev_buf(NULL, 4 * nE);
+    int32_t *dsel = dev_buf(NULL, 4 * nE);
+    uint16_t *dact = dev_buf(NULL, 2 * nE * I);
+    unsigned *dticket = dev_buf(NULL, OMNI_CUDA_MOE_CTL_BYTES), ctl[OMNI_CUDA_MOE_CTL_BYTES / 4];
+    for (int v = 0; v < 2; v++) {
+        dx[v] = dev_buf(NULL, 2 * th), dh[v] = dev_buf(NULL, 2 * th), dout[v] = dev_buf(NULL, 2 * th);
+        for (int b = 0; b < 3; b++) got[v][b] = xmalloc(2 * th);
+    }
+    TRY(omni_cuda_memset(dticket, 0, OMNI_CUDA_MOE_CTL_BYTES, g_stream));
+    for (int next = 1; next >= 0; next--)
+        for (int rep = 0; rep < 2; rep++) {
+            for (int v = 0; v < 2; v++) { /* v 0: the unfused sequence, v 1: omni_cuda_moe_decode_res */
+                const omni_cuda_moe_scratch sc = {dlg, dsel, dw, dact, dticket, dout[v]};
+                TRY(omni_cuda_h2d(dx[v], xh, 2 * th, g_stream));
+                TRY(omni_cuda_memset(dh[v], 0xff, 2 * th, g_stream)); /* NaN until written */
+                TRY(omni_cuda_memset(dout[v], 0xff, 2 * th, g_stream));
+                if (v == 0) {
+                    TRY(omni_cuda_add_rmsnorm_bf16(dh[0], dx[0], da, dwp, T, H, 1e-6f, g_stream));
+                    TRY(omni_cuda_moe_decode(dout[0], dh[0], H, drw, dgu, ddn, T, E, k, H, I, norm, &sc, g_stream));
+                    if (next) TRY(omni_cuda_add_rmsnorm_bf16(dh[0], dx[0], dout[0], dwn, T, H, 1e-6f, g_stream));
+                    else TRY(omni_cuda_add_bf16(dx[0], dx[0], dout[0], (int64_t)th, g_stream));
+                } else {
+                    TRY(omni_cuda_moe_decode_res(dx[1], dh[1], da, dwp, next ? dwn : NULL, 1e-6f, drw, dgu, ddn, T,
+                                                 E, k, H, I, norm, &sc, g_stream));
+                }
+                TRY(omni_cuda_d2h(got[v][0], dx[v], 2 * th, g_stream));
+                TRY(omni_cuda_d2h(got[v][1], dh[v], 2 * th, g_stream));
+                TRY(omni_cuda_d2h(got[v][2], dout[v], 2 * th, g_stream));
+            }
+            TRY(omni_cuda_d2h(ctl, dticket, sizeof ctl, g_stream));
+            static const char *names[3] = {"x", "h", "out"};
+            for (int b = 0; b < 3; b++) {
+                int64_t diff = 0, bad = 0;
+                for (size_t i = 0; i < th; i++) {
+                    diff += got[0][b][i] != got[1][b][i];
+                    bad += !isfinite(omni_bf16_to_f32(got[1][b][i]));
+                }
+                CHECK(diff == 0 && bad == 0, "%s res (next norm %d, call %d): %s differs from the unfused sequence in "
+                      "%lld of %zu values, %lld not finite", what, next, rep + 1, names[b], (long long)diff, th,
+                      (long long)bad);
+            }
+            int nz = 0;
+            for (int c = 0; c < OMNI_CUDA_MOE_CTL_BYTES / 4; c++) nz += ctl[c] != 0;
+            CHECK(nz == 0, "%s res: %d counters left non-zero", what, nz);
+        }
+    dev_done(what, da, 2 * th), dev_done(what, dwp, 2 * (size_t)H), dev_done(what, dwn, 2 * (size_t)H);
+    dev_done(what, dlg, 4 * (size_t)T * E), dev_done(what, dw, 4 * nE), dev_done(what, dsel, 4 * nE);
+    dev_done(what, dact, 2 * nE * I), dev_done(what, dticket, OMNI_CUDA_MOE_CTL_BYTES);
+    for (int v = 0; v < 2; v++) {
+        dev_done(what, dx[v], 2 * th), dev_done(what, dh[v], 2 * th), dev_done(what, dout[v], 2 * th);
+        for (int b = 0; b < 3; b++) free(got[v][b]);
+    }
+    free(xh), free(ah), free(wph), free(wnh), free(tmp);
+}
+
 static void moe_case(int T, int E, int k, int H, int I, int norm, int path, int router) {
     const int64_t nE = (int64_t)T * k;
     const int grouped = path == MOE_GROUPED, decode = path == MOE_DECODE, prefill = path == MOE_PREFILL;
@@ -359,7 +428,7 @@ static void moe_case(int T, int E, int k, int H, int I, int norm, int path, int 
     if (decode) { /* omni_cuda_moe_decode (three kernels), then the one kernel twice: the counters must come back
                    * to zero and every call give the same bits; the routing checked below is the last call's
                    * (poisoned before it) */
-        const omni_cuda_moe_scratch sc = {dlg, dsel, dw, dact, dticket};
+        const omni_cuda_moe_scratch sc = {dlg, dsel, dw, dact, dticket, NULL};
         TRY(omni_cuda_memset(dticket, 0, OMNI_CUDA_MOE_CTL_BYTES, g_stream));
         TRY(omni_cuda_moe_decode(dy, dx, H, drw, dgu, ddn, T, E, k, H, I, norm, &sc, g_stream));
         TRY(omni_cuda_d2h(yh3, dy, 2 * (size_t)T * H, g_stream));
@@ -412,6 +481,7 @@ static void moe_case(int T, int E, int k, int H, int I, int norm, int path, int 
              decode ? "decode" : prefill ? "prefill" : grouped ? "grouped" : "entry",
              router == 2 ? " skewed" : router && !whole ? " router" : "");
     if (decode) {
+        moe_res_case(T, E, k, H, I, norm, drw, dgu, ddn, what);
         CHECK(memcmp(yh, yh2, 2 * (size_t)T * H) == 0, "%s: a second call gives other bits (the ticket?)", what);
         CHECK(memcmp(yh, yh3, 2 * (size_t)T * H) == 0, "%s: one kernel and three kernels give other bits", what);
         int nz = 0;
