@@ -1,11 +1,13 @@
 /* bench_gpu_ops.c - benchmark (not a test): copy bandwidth, rmsnorm, residual add + rmsnorm and bf16 GEMV/GEMM
  * at Qwen3-VL-8B shapes. Validates a sample of outputs against host fp64 first, then times with CUDA events (median
  * of RUNS launches after warm-up), rotating NBUF input sets so that each launch reads more than the 60 MB L2 from HBM.
- * Prints one table; bandwidth counts bytes read + written once. Usage: omni_bench_gpu_ops */
+ * Prints one table; bandwidth counts bytes read + written once. Usage: omni_bench_gpu_ops [--chain]
+ * (--chain: only the decode-shaped GEMVs and the 8B decode chain without attention, see bench_chain). */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <cuda_runtime.h>
 
@@ -156,7 +158,98 @@ static void bench_linear(const char *name, int M, int N, int K, omni_dtype ydt, 
     omni_cuda_free(g_lx), omni_cuda_free(g_ly), free(hw), free(hx), free(y);
 }
 
-int main(void) {
+/* ---- the dense decode chain without attention ------------------------------------------------------------
+ * Qwen3-VL-8B's per-layer decode kernels at M = 1 (qkv GEMV, o_proj GEMV, add + RMSNorm, gate/up GEMV, SwiGLU,
+ * down GEMV, add + RMSNorm) over L layers of distinct random weights (L x 420 MB: nothing stays in L2), timed
+ * eagerly (one event pair around the whole chain) and as one CUDA graph: weights / time against the copy
+ * bandwidth, and the time beyond the bytes per kernel boundary. OMNI_CUDA_PDL=0 in the environment gives the same
+ * without programmatic dependent launches (the A/B). */
+typedef struct {
+    uint16_t *qkv, *o, *gu, *down, *n1, *n2;
+} chain_layer;
+static chain_layer *g_cl;
+static uint16_t *g_cx, *g_cha, *g_chb, *g_cq, *g_catt, *g_cgu, *g_cact;
+static int g_cL;
+enum { CH_H = 4096, CH_Q = 6144, CH_I = 12288 };
+
+static void chain_enqueue(void) {
+    for (int l = 0; l < g_cL; l++) {
+        const chain_layer *c = &g_cl[l];
+        CK(omni_cuda_linear(g_ctx, g_cq, OMNI_BF16, g_cha, c->qkv, NULL, 1, CH_Q, CH_H));
+        CK(omni_cuda_linear(g_ctx, g_chb, OMNI_BF16, g_catt, c->o, NULL, 1, CH_H, CH_H));
+        CK(omni_cuda_add_rmsnorm_bf16(g_cha, g_cx, g_chb, c->n1, 1, CH_H, 1e-6f, g_s));
+        CK(omni_cuda_linear(g_ctx, g_cgu, OMNI_BF16, g_cha, c->gu, NULL, 1, 2 * CH_I, CH_H));
+        CK(omni_cuda_swiglu_bf16(g_cact, g_cgu, 1, CH_I, g_s));
+        CK(omni_cuda_linear(g_ctx, g_chb, OMNI_BF16, g_cact, c->down, NULL, 1, CH_H, CH_I));
+        CK(omni_cuda_add_rmsnorm_bf16(g_cha, g_cx, g_chb, c->n2, 1, CH_H, 1e-6f, g_s));
+    }
+}
+static void launch_chain(int b) {
+    (void)b;
+    chain_enqueue();
+}
+static cudaGraphExec_t g_cge;
+static void launch_chain_graph(int b) {
+    (void)b;
+    if (cudaGraphLaunch(g_cge, g_s) != cudaSuccess) {
+        fprintf(stderr, "FATAL: cudaGraphLaunch\n");
+        exit(1);
+    }
+}
+
+static uint16_t *dev_uniform(int64_t n, float lo, float hi) {
+    uint16_t *d;
+    CK(omni_cuda_malloc((void **)&d, 2 * (size_t)n));
+    CK(omni_cuda_fill_uniform_bf16(d, n, g_rng++, lo, hi, g_s));
+    return d;
+}
+
+static void bench_chain(int L) {
+    g_cL = L;
+    g_cl = calloc((size_t)L, sizeof *g_cl);
+    const float a = 0.02f; /* weights ~U(-a, a): activations stay O(1) */
+    for (int l = 0; l < L; l++) {
+        chain_layer *c = &g_cl[l];
+        c->qkv = dev_uniform((int64_t)CH_Q * CH_H, -a, a), c->o = dev_uniform((int64_t)CH_H * CH_H, -a, a);
+        c->gu = dev_uniform((int64_t)2 * CH_I * CH_H, -a, a), c->down = dev_uniform((int64_t)CH_H * CH_I, -a, a);
+        c->n1 = dev_uniform(CH_H, 0.9f, 1.1f), c->n2 = dev_uniform(CH_H, 0.9f, 1.1f);
+    }
+    g_cx = dev_uniform(CH_H, -1, 1), g_cha = dev_uniform(CH_H, -1, 1), g_chb = dev_uniform(CH_H, -1, 1);
+    g_catt = dev_uniform(CH_H, -1, 1), g_cq = dev_uniform(CH_Q, 0, 0), g_cgu = dev_uniform(2 * CH_I, 0, 0);
+    g_cact = dev_uniform(CH_I, 0, 0);
+    const double bytes = (double)L * 2 * ((double)CH_Q * CH_H + (double)CH_H * CH_H + 3.0 * CH_I * CH_H);
+    const int kernels = 7 * L;
+    CK(omni_cuda_sync(g_s));
+    const float eager = bench_time_ms(launch_chain, 1, 5, g_s);
+    cudaGraph_t gr;
+    if (cudaStreamBeginCapture(g_s, cudaStreamCaptureModeThreadLocal) != cudaSuccess) exit(1);
+    chain_enqueue();
+    if (cudaStreamEndCapture(g_s, &gr) != cudaSuccess || cudaGraphInstantiate(&g_cge, gr, 0) != cudaSuccess) {
+        fprintf(stderr, "FATAL: graph capture of the chain\n");
+        exit(1);
+    }
+    const float graph = bench_time_ms(launch_chain_graph, 1, 11, g_s);
+    const double ideal = bytes / (g_copy_gbs * 1e9) * 1e3;
+    const char *pdl = getenv("OMNI_CUDA_PDL");
+    printf("decode chain (no attention) x %d layers, PDL %s: %.1f MB of weights, ideal %.3f ms at copy speed\n", L,
+           pdl && pdl[0] == '0' ? "off" : "on", bytes / 1e6, ideal);
+    printf("%-44s %9.4f ms %8.1f GB/s %6.1f%% of copy, %.2f us per kernel beyond the bytes\n", "  eager", eager,
+           bytes / (eager * 1e-3) / 1e9, 100 * ideal / eager, (eager - ideal) * 1e3 / kernels);
+    printf("%-44s %9.4f ms %8.1f GB/s %6.1f%% of copy, %.2f us per kernel beyond the bytes\n", "  graph", graph,
+           bytes / (graph * 1e-3) / 1e9, 100 * ideal / graph, (graph - ideal) * 1e3 / kernels);
+    cudaGraphExecDestroy(g_cge), cudaGraphDestroy(gr);
+    for (int l = 0; l < L; l++) {
+        chain_layer *c = &g_cl[l];
+        omni_cuda_free(c->qkv), omni_cuda_free(c->o), omni_cuda_free(c->gu), omni_cuda_free(c->down);
+        omni_cuda_free(c->n1), omni_cuda_free(c->n2);
+    }
+    omni_cuda_free(g_cx), omni_cuda_free(g_cha), omni_cuda_free(g_chb), omni_cuda_free(g_catt);
+    omni_cuda_free(g_cq), omni_cuda_free(g_cgu), omni_cuda_free(g_cact);
+    free(g_cl);
+}
+
+int main(int argc, char **argv) {
+    const int chain_only = argc > 1 && !strcmp(argv[1], "--chain");
     int n = 0;
     CK(omni_cuda_available(&n));
     if (n == 0) {
@@ -175,6 +268,15 @@ int main(void) {
     g_copy_gbs = 2.0 * COPY_BYTES / (ms * 1e-3) / 1e9;
     printf("%-44s %9.4f ms %8.1f GB/s (read + write)\n", "d2d copy 1 GiB", ms, g_copy_gbs);
     omni_cuda_free(g_cpy[0]), omni_cuda_free(g_cpy[1]);
+    if (chain_only) { /* the decode-shaped GEMVs alone, then the chain */
+        bench_linear("gemv qkv", 1, CH_Q, CH_H, OMNI_BF16, 4);
+        bench_linear("gemv o_proj", 1, CH_H, CH_H, OMNI_BF16, 4);
+        bench_linear("gemv gate/up", 1, 2 * CH_I, CH_H, OMNI_BF16, 4);
+        bench_linear("gemv down", 1, CH_H, CH_I, OMNI_BF16, 4);
+        bench_chain(36);
+        omni_cuda_ctx_free(g_ctx);
+        return 0;
+    }
 
     bench_rmsnorm(1, 4096);     /* decode: latency-bound */
     bench_rmsnorm(8192, 4096);  /* prefill chunk: 64 MiB in + 64 MiB out */

@@ -5,6 +5,7 @@
 
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #ifdef KVC_EMU
 #include <cuda_runtime_api.h>
@@ -48,6 +49,17 @@ __device__ __forceinline__ void omni_pdl_trigger() {
 #endif
 }
 
+/* Diagnostics: OMNI_CUDA_PDL=0 in the environment makes omni_launch_pdl launch plainly (an A/B of the chain on the
+ * GPU host); read once per process (and source file), like a build option. */
+static inline int omni_pdl_enabled(void) {
+    static int on = -1;
+    if (on < 0) {
+        const char *e = getenv("OMNI_CUDA_PDL");
+        on = !(e && e[0] == '0');
+    }
+    return on;
+}
+
 /* omni_launch with the programmatic-serialization attribute (the kernel calls omni_pdl_wait first, see above).
  * Errors surface through cudaGetLastError as with omni_launch. */
 template <typename... KP, typename... A>
@@ -55,6 +67,10 @@ static inline void omni_launch_pdl(void (*k)(KP...), dim3 grid, dim3 block, size
 #ifdef KVC_EMU
     omni_launch(k, grid, block, smem, st, args...);
 #else
+    if (!omni_pdl_enabled()) {
+        omni_launch(k, grid, block, smem, st, args...);
+        return;
+    }
     cudaLaunchAttribute attr;
     attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attr.val.programmaticStreamSerializationAllowed = 1;
