@@ -61,21 +61,23 @@ extern "C" {
  * format's default), raw stages at least (0: the default, 3 for bf16 layers, 1 for quantized ones) and the minimum
  * resident CTAs per SM that the register allocation must allow (__launch_bounds__); x2*: a warp takes two
  * quantized blocks per step (two independent score chains, one softmax update); p1: raw (bf16) items weight the
- * values with P rounded once to bf16 (one MMA instead of hi + lo); *a: raw rows are copied by the warp's lanes
- * with cp.async (16 bytes each, completing on the stage's mbarrier) instead of 32 bulk copies of one row. */
-#define KVC_NVAR 10
-static constexpr int KVC_VAR_NSQ[KVC_NVAR] = {0, 2, 3, 6, 0, 0, 0, 0, 3, 0};
-static constexpr int KVC_VAR_NSR[KVC_NVAR] = {0, 1, 2, 3, 1, 0, 0, 0, 2, 0};
-static constexpr int KVC_VAR_MINB[KVC_NVAR] = {1, 4, 4, 1, 4, 2, 3, 1, 4, 1};
-static constexpr int KVC_VAR_NB[KVC_NVAR] = {1, 1, 1, 1, 1, 2, 2, 1, 1, 1}; /* quantized blocks per step of a warp */
-static constexpr int KVC_VAR_P1[KVC_NVAR] = {0, 0, 0, 0, 0, 0, 0, 1, 0, 0}; /* raw values: P without its lo part */
-static constexpr int KVC_VAR_AC[KVC_NVAR] = {0, 0, 0, 0, 0, 0, 0, 0, 1, 1}; /* raw rows by cp.async, not bulk */
+ * values with P rounded once to bf16 (one MMA instead of hi + lo); q3r2a: raw rows are copied by the warp's lanes
+ * with cp.async (16 bytes each, completing on the stage's mbarrier) instead of 32 bulk copies of one row. (A
+ * variant "basea" = base + cp.async rows was removed: ptxas 13.0 compiled its first cp.async in the quantized
+ * kernels with uniform registers UR0/UR1 that nothing writes, an illegal instruction on the H200.) */
+#define KVC_NVAR 9
+static constexpr int KVC_VAR_NSQ[KVC_NVAR] = {0, 2, 3, 6, 0, 0, 0, 0, 3};
+static constexpr int KVC_VAR_NSR[KVC_NVAR] = {0, 1, 2, 3, 1, 0, 0, 0, 2};
+static constexpr int KVC_VAR_MINB[KVC_NVAR] = {1, 4, 4, 1, 4, 2, 3, 1, 4};
+static constexpr int KVC_VAR_NB[KVC_NVAR] = {1, 1, 1, 1, 1, 2, 2, 1, 1}; /* quantized blocks per step of a warp */
+static constexpr int KVC_VAR_P1[KVC_NVAR] = {0, 0, 0, 0, 0, 0, 0, 1, 0}; /* raw values: P without its lo part */
+static constexpr int KVC_VAR_AC[KVC_NVAR] = {0, 0, 0, 0, 0, 0, 0, 0, 1}; /* raw rows by cp.async, not bulk */
 /* "auto" (index KVC_NVAR, the default) is no compiled variant: each kind takes the variant that measured best
  * for it on the H200 (bench/NOTES.md): bf16 layers KVC_AUTO_RAW, quantized layers KVC_AUTO_Q. */
 #define KVC_AUTO_RAW 2 /* q3r2 */
 #define KVC_AUTO_Q 6   /* x2b3 */
 static const char *const kvc_var_names[KVC_NVAR + 1] = {"base", "q2r1", "q3r2",  "q6r3",  "q4r1", "x2",
-                                                        "x2b3", "p1",   "q3r2a", "basea", "auto"};
+                                                        "x2b3", "p1",   "q3r2a", "auto"};
 
 /* D head dim; KB / VB key / value bits (2, 4) or both 16 (bf16 layer); V variant. Shared memory per warp: a ring
  * of NSQ quantized stages or NSR raw stages (the same bytes). */
@@ -1161,7 +1163,6 @@ static void kvc_variant_kernels(int v, kvc_split_fn_t fn[5], int bytes[5]) {
     else if (v == 6) kvc_kernels<128, 0, 6>(fn, bytes);
     else if (v == 7) kvc_kernels<128, 0, 7>(fn, bytes);
     else if (v == 8) kvc_kernels<128, 0, 8>(fn, bytes);
-    else if (v == 9) kvc_kernels<128, 0, 9>(fn, bytes);
     else kvc_kernels<128, 0, 0>(fn, bytes);
 }
 
@@ -1265,7 +1266,7 @@ extern "C" omni_status kvc_attn_parse_config(const char *s, kvc_attn_params *p) 
     if (s && kvc_parse(s, p)) return OMNI_OK;
     *p = kvc_attn_default_params();
     return omni_fail(OMNI_ERR_USAGE, "kv cuda attn: bad kernel configuration '%s' (variant[:wN][:cN][:m]; variants "
-                     "base q2r1 q3r2 q6r3 q4r1 x2 x2b3 p1 q3r2a basea auto, waves 1-4, CTAs per SM 1-32, m: magic codes)", s ? s : "(null)");
+                     "base q2r1 q3r2 q6r3 q4r1 x2 x2b3 p1 q3r2a auto, waves 1-4, CTAs per SM 1-32, m: magic codes)", s ? s : "(null)");
 }
 
 extern "C" omni_status kvc_attn_init_ex(int max_seqs, int n_q_heads, int n_kv_heads, int head_dim,

@@ -38,7 +38,7 @@ static int g_short = 0, g_keep_len = 0; /* g_keep_len: lengths as given under --
 /* Kernel configurations (kvc_attn_parse_config) run on each case besides the default, same inputs and checks:
  * every compiled variant and the run-time split / residency options (OMNI_KVC_CONFIGS: a comma-separated list
  * instead; the emulator run takes them on the first cases only). */
-static char g_cfgs[512] = "base,q2r1,q3r2,q6r3,q4r1,x2,x2b3,p1,q3r2a,basea,base:w2,base:w4,q4r1:c3,x2b3:w2:c2";
+static char g_cfgs[512] = "base,q2r1,q3r2,q6r3,q4r1,x2,x2b3,p1,q3r2a,base:w2,base:w4,q4r1:c3,x2b3:w2:c2";
 static int g_cfg_cases = 1 << 30; /* cases that run them */
 
 /* kv_forward of the last token of each sequence over its first L - 1 tokens (CPU cache, same format). */
