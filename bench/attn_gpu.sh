@@ -99,6 +99,11 @@ if [[ " $parts " == *" ncu "* ]]; then
     METRICS=$METRICS,launch__occupancy_limit_registers,launch__occupancy_limit_shared_mem
     METRICS=$METRICS,launch__shared_mem_per_block_dynamic,launch__grid_size,smsp__inst_executed.sum
     METRICS=$METRICS,sm__cycles_elapsed.avg.per_second,lts__t_sector_hit_rate.pct
+    # (no --section WarpStateStats / SchedulerStats: ncu then lists the stall metrics inside those sections' tables,
+    # which print only their summary lines, so the per-reason values never reached the log - session 4)
+    METRICS=$METRICS,smsp__warps_active.avg.per_cycle_active,smsp__warps_eligible.avg.per_cycle_active
+    METRICS=$METRICS,l1tex__data_pipe_lsu_wavefronts_mem_shared.sum
+    METRICS=$METRICS,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active
     for r in long_scoreboard short_scoreboard mio_throttle math_pipe_throttle wait barrier membar lg_throttle \
         dispatch_stall not_selected selected no_instruction branch_resolving tex_throttle drain sleeping misc; do
         METRICS=$METRICS,smsp__average_warps_issue_stalled_${r}_per_issue_active.ratio
@@ -108,8 +113,7 @@ if [[ " $parts " == *" ncu "* ]]; then
             for shape in ${NCU_SHAPES:-1x131072 48x4096}; do
                 OMNI_KVC_CONFIGS=$cfg OMNI_BENCH_ONLY=$fmt OMNI_BENCH_SHAPE=$shape step ncu_${fmt}_${cfg//:/_}_$shape 150 \
                     ncu --clock-control none --kernel-name regex:${NCU_KERNEL:-kvc_split} --launch-skip 10 \
-                    --launch-count ${NCU_COUNT:-1} --section WarpStateStats --section SchedulerStats \
-                    ${NCU_SECTIONS:-} --metrics $METRICS $D/omni_bench_attn
+                    --launch-count ${NCU_COUNT:-1} ${NCU_SECTIONS:-} --metrics $METRICS $D/omni_bench_attn
             done
         done
     done
@@ -120,6 +124,7 @@ for f in $OUT/ncu_*.log; do
     echo "== $(basename $f .log)"
     grep -E "^  (void )?kvc_|^ +(gpu__time|dram__|sm__inst_issued|smsp__issue_active|sm__warps_active|sm__maximum_warps|launch__reg|launch__occupancy|launch__shared|launch__grid|smsp__inst_executed|sm__cycles_elapsed|lts__t_sector_hit|smsp__average_warps_issue_stalled)|Warp Cycles Per Issued|Eligible|Active Warps Per|Issued Warp" "$f" \
         | sed 's/  */ /g; s/smsp__average_warps_issue_stalled_/stall_/; s/_per_issue_active.ratio//' | awk '$NF != "0" && $NF != "0.00"' | head -60
+    grep -E "^ +(smsp__warps_|l1tex__data_pipe|sm__pipe_tensor)" "$f" | sed 's/  */ /g' | head -8
 done
 [ -f $OUT/bench.csv ] && python3 bench/attn_table.py $OUT/bench.csv $OUT/sdpa.csv ${TABLE_CFG:-}
 [ -f $OUT/bench.log ] && grep -h "^prefill\|^segments" $OUT/bench.log

@@ -29,8 +29,9 @@
  * key scale is folded into the query (B = f16(q~ * sc), one HMUL2 per register), the key minimum enters as a
  * bias MMA (A = min broadcast over rows, B = q~), the per-token norm multiplies the score; the per-token value
  * scale multiplies P before the transpose (per group of 32 channels), the value minimum is one MMA per k-step
- * (A = min^T [group][token], B = P^T). Score rows are permuted (row 2t + e + 8u <-> token t + 4e + 8u) so that
- * the value-code rows a lane reads hit distinct shared-memory banks. q~ carries softmax scale * log2(e) and a
+ * (A = min^T [group][token], B = P^T). Score rows are permuted (kvc_row_tok: for 2-bit keys the two rows of a
+ * lane are two codes of one byte, so one PRMT feeds both) so that the value-code rows a lane reads hit distinct
+ * shared-memory banks. q~ carries softmax scale * log2(e) and a
  * power of two per head (f16 range). OMNI_KVC_MAGIC=1 (read at kvc_attn_init) selects normal f16 codes instead
  * (1024 + code 4^f, LOP3 adds the exponent; one extra MMA with a -1024 operand removes the offset): the fallback
  * should a GPU flush f16 subnormal MMA operands. Raw (bf16) items use bf16 MMAs with ldmatrix from padded rows, q~ and P
@@ -99,10 +100,22 @@ template <int D, int KB, int VB, int V = 0> struct kvc_fmt {
     static constexpr int NBAR = NSQ > NSR ? NSQ : NSR;
 };
 
-/* Shared memory of a split CTA besides the warps' rings (which the final merge reuses): q~. */
+/* Where a warp's quantized items first + 4 k live: page tab[4 k]; the key block of page p at kb + p * pb (its
+ * norms included: kbytes), the value block at vb + p * pb. Computed once per warp and kept in shared memory (read
+ * by lane 0 per copy: no registers held through the loop). */
+struct kvc_qsrc {
+    const int32_t *tab;
+    const uint8_t *kb, *vb;
+    int64_t pb;
+    uint32_t kbytes;
+};
+
+/* Shared memory of a split CTA besides the warps' rings (which the final merge reuses): q~, the warps' block
+ * sources. */
 template <int D> struct kvc_cta_smem {
     float qs[KVC_NCOL][D]; /* q~ of the head row (zeros for absent heads) */
     int qexp[KVC_NCOL];    /* power-of-two exponent per head (quantized path) */
+    kvc_qsrc qsrc[KVC_NW]; /* per warp (quantized path) */
 };
 /* The schedule's scratch: it lives in the rings (used only before the first copy is issued). */
 struct kvc_sched_smem {
@@ -164,6 +177,18 @@ __device__ __forceinline__ float kvc_warp_sum(float x) {
 template <int I> __device__ __forceinline__ uint32_t kvc_u4(const uint4 &u) {
     return I == 0 ? u.x : I == 1 ? u.y : I == 2 ? u.z : u.w;
 }
+/* 2^e as a float, exactly (e clamped to the normal range). */
+__device__ __forceinline__ float kvc_exp2i(int e) {
+    e = e < -126 ? -126 : e > 127 ? 127 : e;
+    return __int_as_float((127 + e) << 23);
+}
+/* a * b / c (a, b >= 0, c > 0): a 32-bit division when the operands fit (no 64-bit division routine in the
+ * schedule's common case). */
+__device__ __forceinline__ int64_t kvc_muldiv(int64_t a, int64_t b, int64_t c) {
+    const int64_t p = a * b;
+    if (p <= 0xffffffffLL && c <= 0xffffffffLL) return (int64_t)((uint32_t)p / (uint32_t)c);
+    return p / c;
+}
 __device__ __forceinline__ int kvc_nq(const kv_layer_view &v, int64_t L) { return kv_view_nq(&v, L); }
 __device__ __forceinline__ int kvc_slot(const int32_t *slots, int i) { return slots ? slots[i] : i; }
 /* Visible tokens of batch entry i: the slot's committed length plus the tokens appended in this step. */
@@ -195,7 +220,7 @@ template <bool Q> __device__ __forceinline__ int64_t kvc_cost(const kvc_items &i
 }
 /* First item of the part [k / n, (k + 1) / n) of the cost of a list (raw items cost KVC_RAW_COST). */
 template <bool Q> __device__ __forceinline__ int kvc_item_at(const kvc_items &it, int k, int n) {
-    const int64_t c = kvc_cost<Q>(it) * k / n;
+    const int64_t c = kvc_muldiv(kvc_cost<Q>(it), k, n);
     if (!Q) return (int)c;
     const int64_t craw = (int64_t)KVC_RAW_COST * it.nraw;
     return c <= craw ? (int)((c + KVC_RAW_COST - 1) / KVC_RAW_COST) : it.nraw + (int)(c - craw);
@@ -232,7 +257,7 @@ template <bool Q> __device__ kvc_role kvc_schedule(const kvc_split_args &a, kvc_
         const int64_t c = kvc_cost<Q>(it);
         int ns = 0;
         if (c > 0) {
-            const int64_t prop = 1 + (int64_t)(a.B - NE) * c / ctot, most = (it.nraw + it.nq + KVC_NW - 1) / KVC_NW;
+            const int64_t prop = 1 + kvc_muldiv(a.B - NE, c, ctot), most = (it.nraw + it.nq + KVC_NW - 1) / KVC_NW;
             ns = (int)(prop < most ? prop : most);
         }
         sm.nsplit[s] = ns;
@@ -281,13 +306,19 @@ template <int D> struct kvc_wst {
     float m[2], l[2];   /* running max (log2 domain), lane-partial sum of p */
 };
 
-/* This lane's code positions (see the file comment): keys by score row (token), values by output channel. */
+/* This lane's code positions (see the file comment): keys by score row (token), values by output channel. Score
+ * row g + 8u of an M tile (u = 0, 1) is token ktok[u] of the tile's 16. 2-bit keys: both rows of a lane lie in
+ * one byte of the channel word (byte b = (g >> 1) ^ (g & 1), positions (b + (g & 1) + 2u) % 4), so one PRMT serves
+ * both rows' registers (two masks), and the value-code rows that one load instruction reads (score rows 2t, 2t+1,
+ * 2t+8, 2t+9: vtok[]) fall in distinct shared-memory banks. 4-bit keys: rows g, g+8 = tokens ktok[0], + 8. */
 struct kvc_lane {
-    int g, t, ktok;              /* lane / 4, lane % 4, token of score row g within an M tile */
-    uint32_t ksel0, ksel1, kmask; /* PRMT selectors for rows g / g+8 and the LOP3 mask */
-    float kinv;                  /* 2^24 / key code factor (1 / factor with MG codes) */
+    int g, t;                        /* lane / 4, lane % 4 */
+    int ktok[2];                     /* token of score rows g, g+8 within an M tile */
+    int vtok[4];                     /* token of value k-slots 2t, 2t+1, 2t+8, 2t+9 within a k-step */
+    uint32_t ksel0, ksel1, kmask[2]; /* PRMT selectors (rows g / g+8; equal for 2-bit keys), LOP3 masks */
+    float kinv[2];                   /* 2^24 / key code factor of rows g / g+8 (1 / factor with MG codes) */
     uint32_t vsel0, vsel1, vmask;
-    float vinv;                  /* 2^24 / value code factor (1 / factor with MG codes) */
+    float vinv;                      /* 2^24 / value code factor (1 / factor with MG codes) */
 };
 
 /* Code operand of one f16x2 register: the byte pair gathered by PRMT, masked; MG (magic) codes also get the
@@ -295,6 +326,10 @@ struct kvc_lane {
  * constant -1024 operand per code MMA. Default: subnormal codes (code 4^f 2^-24, exact on the tensor cores). */
 template <int MG> __device__ __forceinline__ uint32_t kvc_code2(uint32_t x, uint32_t y, uint32_t sel, uint32_t mask) {
     return (__byte_perm(x, y, sel) & mask) | (MG ? 0x64006400u : 0u);
+}
+/* The same for a register whose byte pair PRMT has gathered already (one PRMT, several masks). */
+template <int MG> __device__ __forceinline__ uint32_t kvc_code_m(uint32_t x, uint32_t mask) {
+    return (x & mask) | (MG ? 0x64006400u : 0u);
 }
 template <int MG> __device__ __forceinline__ void kvc_mma_code(float d[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
     kvc_mma_f16(d, a, b0, b1);
@@ -304,19 +339,35 @@ template <int MG> __device__ __forceinline__ void kvc_mma_code(float d[4], const
     }
 }
 
+/* Token (within a 16-token M tile) of score row g + 8u for KB-bit keys. */
+template <int KB> __device__ __forceinline__ int kvc_row_tok(int g, int u) {
+    if (KB == 2) {
+        const int e = g & 1, b = (g >> 1) ^ e;
+        return 4 * b + ((b + e + 2 * u) & 3);
+    }
+    return (g >> 1) + 4 * (g & 1) + 8 * u;
+}
+
 template <int KB, int VB, int MG> __device__ __forceinline__ kvc_lane kvc_lane_consts(int lane) {
     const float u = MG ? 1.0f : 16777216.0f; /* 2^24 for subnormal codes */
     kvc_lane c;
     c.g = lane >> 2, c.t = lane & 3;
-    const int e = c.g & 1, tt = c.g >> 1;
-    c.ktok = tt + 4 * e;
-    if (KB == 2) { /* token tt + 4e (+8) of a 16-token word: byte e (+2), bits 2 tt */
-        c.ksel0 = (uint32_t)(e | ((4 + e) << 8)), c.ksel1 = (uint32_t)((2 + e) | ((6 + e) << 8));
-        c.kmask = 0x00030003u << (2 * tt), c.kinv = u / (float)(1 << (2 * tt));
-    } else { /* token tt + 4e of an 8-token word (rows g+8: the next word): byte 2e + tt/2, nibble tt & 1 */
-        const int b = 2 * e + (tt >> 1);
+    c.ktok[0] = kvc_row_tok<KB>(c.g, 0), c.ktok[1] = kvc_row_tok<KB>(c.g, 1);
+    c.vtok[0] = kvc_row_tok<KB>(2 * c.t, 0), c.vtok[1] = kvc_row_tok<KB>(2 * c.t + 1, 0);
+    c.vtok[2] = kvc_row_tok<KB>(2 * c.t, 1), c.vtok[3] = kvc_row_tok<KB>(2 * c.t + 1, 1);
+    if (KB == 2) { /* token 4b + f of a 16-token word: byte b, bits 2f; both rows of the lane in byte b */
+        const int b = c.ktok[0] >> 2;
         c.ksel0 = c.ksel1 = (uint32_t)(b | ((4 + b) << 8));
-        c.kmask = 0x000f000fu << (4 * (tt & 1)), c.kinv = u / (float)(1 << (4 * (tt & 1)));
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int f = c.ktok[r] & 3;
+            c.kmask[r] = 0x00030003u << (2 * f), c.kinv[r] = u / (float)(1 << (2 * f));
+        }
+    } else { /* token tt + 4e of an 8-token word (rows g+8: the next word): byte 2e + tt/2, nibble tt & 1 */
+        const int e = c.g & 1, tt = c.g >> 1, b = 2 * e + (tt >> 1);
+        c.ksel0 = c.ksel1 = (uint32_t)(b | ((4 + b) << 8));
+        c.kmask[0] = c.kmask[1] = 0x000f000fu << (4 * (tt & 1));
+        c.kinv[0] = c.kinv[1] = u / (float)(1 << (4 * (tt & 1)));
     }
     if (VB == 2) { /* channel 16 mt + g (+8) of word mt: byte g/4 (+2), bits 2 (g % 4) */
         const int b = c.g >> 2;
@@ -389,7 +440,7 @@ __device__ __forceinline__ void kvc_bf16x2_split(float x0, float x1, uint32_t &h
  * plus per lane: score factor and bias factor of its heads 2t, 2t+1. */
 template <int D> struct kvc_qq {
     uint32_t b[D / 16][2];
-    float kf[2], bf[2];
+    float kf[2][2], bf[2]; /* kf[u][e]: score factor of row half u, head 2t + e */
 };
 
 /* Scores and values of one staged raw half-block (K rows [16][RS] at st, V rows after; rows >= n invalid).
@@ -437,8 +488,8 @@ __device__ __forceinline__ void kvc_raw_item(uint8_t *st, int n, const kvc_qraw<
 
 /* ---------------------------------------------------------------- quantized block: 32 tokens */
 
-/* Scores of one staged quantized block (key block at st) in the log2 domain, rows (mt, u) = token 16 mt + ktok
- * + 8 u, heads 2t, 2t+1; tokens < s0 are masked (sinks, read from their raw rows instead). */
+/* Scores of one staged quantized block (key block at st) in the log2 domain, rows (mt, u) = token 16 mt +
+ * ktok[u], heads 2t, 2t+1; tokens < s0 are masked (sinks, read from their raw rows instead). */
 template <int D, int KB, int VB, int MG>
 __device__ __forceinline__ void kvc_quant_scores(const uint8_t *st, int s0, int use_norm, const kvc_qq<D> &q,
                                                  const kvc_lane &c, float (&s)[4][2]) {
@@ -462,11 +513,12 @@ __device__ __forceinline__ void kvc_quant_scores(const uint8_t *st, int s0, int 
             for (int mt = 0; mt < 2; mt++) {
                 const uint32_t wa = mt ? u0.y : u0.x, wb = mt ? u0.w : u0.z, wc = mt ? u1.y : u1.x,
                                wd = mt ? u1.w : u1.z;
-                uint32_t a[4];
-                a[0] = kvc_code2<MG>(wa, wb, c.ksel0, c.kmask);
-                a[1] = kvc_code2<MG>(wa, wb, c.ksel1, c.kmask);
-                a[2] = kvc_code2<MG>(wc, wd, c.ksel0, c.kmask);
-                a[3] = kvc_code2<MG>(wc, wd, c.ksel1, c.kmask);
+                const uint32_t x0 = __byte_perm(wa, wb, c.ksel0), x1 = __byte_perm(wc, wd, c.ksel0);
+                uint32_t a[4]; /* rows g, g+8 in one byte: one PRMT, two masks */
+                a[0] = kvc_code_m<MG>(x0, c.kmask[0]);
+                a[1] = kvc_code_m<MG>(x0, c.kmask[1]);
+                a[2] = kvc_code_m<MG>(x1, c.kmask[0]);
+                a[3] = kvc_code_m<MG>(x1, c.kmask[1]);
                 kvc_mma_code<MG>(sacc[mt], a, b0, b1);
             }
         } else { /* channel c: words (tokens 0-7, 8-15, 16-23, 24-31) */
@@ -475,10 +527,10 @@ __device__ __forceinline__ void kvc_quant_scores(const uint8_t *st, int s0, int 
 #pragma unroll
             for (int mt = 0; mt < 2; mt++) {
                 uint32_t a[4];
-                a[0] = kvc_code2<MG>(mt ? u0.z : u0.x, mt ? u1.z : u1.x, c.ksel0, c.kmask);
-                a[1] = kvc_code2<MG>(mt ? u0.w : u0.y, mt ? u1.w : u1.y, c.ksel1, c.kmask);
-                a[2] = kvc_code2<MG>(mt ? u2.z : u2.x, mt ? u3.z : u3.x, c.ksel0, c.kmask);
-                a[3] = kvc_code2<MG>(mt ? u2.w : u2.y, mt ? u3.w : u3.y, c.ksel1, c.kmask);
+                a[0] = kvc_code2<MG>(mt ? u0.z : u0.x, mt ? u1.z : u1.x, c.ksel0, c.kmask[0]);
+                a[1] = kvc_code2<MG>(mt ? u0.w : u0.y, mt ? u1.w : u1.y, c.ksel1, c.kmask[1]);
+                a[2] = kvc_code2<MG>(mt ? u2.z : u2.x, mt ? u3.z : u3.x, c.ksel0, c.kmask[0]);
+                a[3] = kvc_code2<MG>(mt ? u2.w : u2.y, mt ? u3.w : u3.y, c.ksel1, c.kmask[1]);
                 kvc_mma_code<MG>(sacc[mt], a, b0, b1);
             }
         }
@@ -486,23 +538,23 @@ __device__ __forceinline__ void kvc_quant_scores(const uint8_t *st, int s0, int 
         const uint32_t am[4] = {*(const uint32_t *)(kmn + c0), 0u, *(const uint32_t *)(kmn + c0 + 2), 0u};
         kvc_mma_f16(bacc, am, q.b[ks][0], q.b[ks][1]);
     }
-    /* s = (acc 2^24 / 4^f + bias) 2^e_h norm_token; rows (mt, u) = token 16 mt + ktok + 8 u */
+    /* s = (acc 2^24 / 4^f + bias) 2^e_h norm_token; rows (mt, u) = token 16 mt + ktok[u] */
     const float bb0 = bacc[0] * q.bf[0], bb1 = bacc[1] * q.bf[1];
 #pragma unroll
     for (int mt = 0; mt < 2; mt++)
 #pragma unroll
         for (int u = 0; u < 2; u++) {
-            const int tok = 16 * mt + c.ktok + 8 * u;
+            const int tok = 16 * mt + c.ktok[u];
             const float nr = use_norm ? kvc_hw_h2f(knorm[tok]) : 1.0f;
-            s[2 * mt + u][0] = fmaf(sacc[mt][2 * u], q.kf[0], bb0) * nr;
-            s[2 * mt + u][1] = fmaf(sacc[mt][2 * u + 1], q.kf[1], bb1) * nr;
+            s[2 * mt + u][0] = fmaf(sacc[mt][2 * u], q.kf[u][0], bb0) * nr;
+            s[2 * mt + u][1] = fmaf(sacc[mt][2 * u + 1], q.kf[u][1], bb1) * nr;
         }
     if (s0 > 0) /* block 0 with sinks only (warp-uniform) */
 #pragma unroll
         for (int mt = 0; mt < 2; mt++)
 #pragma unroll
             for (int u = 0; u < 2; u++)
-                if (16 * mt + c.ktok + 8 * u < s0) s[2 * mt + u][0] = s[2 * mt + u][1] = -INFINITY;
+                if (16 * mt + c.ktok[u] < s0) s[2 * mt + u][0] = s[2 * mt + u][1] = -INFINITY;
 }
 
 /* Values of one staged quantized block (value block at st + KMAX) weighted by p (the scores after the softmax). */
@@ -523,17 +575,20 @@ __device__ __forceinline__ void kvc_quant_values(const uint8_t *st, const float 
     const int gg = c.g < NG ? c.g : NG - 1;
 #pragma unroll
     for (int ks = 0; ks < 2; ks++) {
-        const int tb = 16 * ks + c.t; /* tokens of k slots 2t, 2t+1, 2t+8, 2t+9: tb, tb+4, tb+8, tb+12 */
+        int tk[4]; /* tokens of k slots 2t, 2t+1, 2t+8, 2t+9 */
+#pragma unroll
+        for (int i = 0; i < 4; i++) tk[i] = 16 * ks + c.vtok[i];
         /* min term: A = min^T [group g][slot], B = P^T */
         uint32_t am[4];
-        am[0] = (uint32_t)vmn[tb * NG + gg] | ((uint32_t)vmn[(tb + 4) * NG + gg] << 16);
-        am[2] = (uint32_t)vmn[(tb + 8) * NG + gg] | ((uint32_t)vmn[(tb + 12) * NG + gg] << 16);
+        am[0] = (uint32_t)vmn[tk[0] * NG + gg] | ((uint32_t)vmn[tk[1] * NG + gg] << 16);
+        am[2] = (uint32_t)vmn[tk[2] * NG + gg] | ((uint32_t)vmn[tk[3] * NG + gg] << 16);
         if (c.g >= NG) am[0] = am[2] = 0u;
         am[1] = am[3] = 0u;
         kvc_mma_f16(w.mn, am, kvc_movm(P[ks][0]), kvc_movm(P[ks][1]));
-        /* value scales of this lane's score rows (tokens 16 ks + ktok, + 8): NG halves each, two per word */
+        /* value scales of this lane's score rows (tokens 16 ks + ktok[u]): NG halves each, two per word */
         uint32_t sc0[NG / 2], sc1[NG / 2];
-        const uint32_t *s0p = (const uint32_t *)(vsc + (16 * ks + c.ktok) * NG), *s1p = s0p + 4 * NG;
+        const uint32_t *s0p = (const uint32_t *)(vsc + (16 * ks + c.ktok[0]) * NG);
+        const uint32_t *s1p = (const uint32_t *)(vsc + (16 * ks + c.ktok[1]) * NG);
         if constexpr (NG == 4) {
             const uint2 x = *(const uint2 *)s0p, y = *(const uint2 *)s1p;
             sc0[0] = x.x, sc0[1] = x.y, sc1[0] = y.x, sc1[1] = y.y;
@@ -549,7 +604,7 @@ __device__ __forceinline__ void kvc_quant_values(const uint8_t *st, const float 
             if (VB == 2) { /* token row: 8 words; group gi = words 2 gi, 2 gi + 1 */
                 uint2 r[4];
 #pragma unroll
-                for (int i = 0; i < 4; i++) r[i] = *(const uint2 *)(vcode + (tb + 4 * i) * (D / 4) + 8 * gi);
+                for (int i = 0; i < 4; i++) r[i] = *(const uint2 *)(vcode + tk[i] * (D / 4) + 8 * gi);
 #pragma unroll
                 for (int h = 0; h < 2; h++) {
                     const uint32_t w0 = h ? r[0].y : r[0].x, w1 = h ? r[1].y : r[1].x, w2 = h ? r[2].y : r[2].x,
@@ -564,7 +619,7 @@ __device__ __forceinline__ void kvc_quant_values(const uint8_t *st, const float 
             } else { /* token row: 16 words; group gi = words 4 gi .. 4 gi + 3 */
                 uint4 r[4];
 #pragma unroll
-                for (int i = 0; i < 4; i++) r[i] = *(const uint4 *)(vcode + (tb + 4 * i) * (D / 2) + 16 * gi);
+                for (int i = 0; i < 4; i++) r[i] = *(const uint4 *)(vcode + tk[i] * (D / 2) + 16 * gi);
 #pragma unroll
                 for (int h = 0; h < 2; h++) {
                     uint32_t a[4];
@@ -617,7 +672,7 @@ template <int D, int KB, int VB, int V> struct kvc_split_layout {
     static constexpr int BARS = (sizeof(kvc_cta_smem<D>) + 7) / 8 * 8;
     static constexpr int RINGS = (BARS + KVC_NW * (F::NSQ + F::NSR) * 8 + 127) / 128 * 128;
     static constexpr int BYTES = RINGS + KVC_NW * F::RING;
-    static_assert(KVC_NW * F::RING >= KVC_NW * KVC_NCOL * (D + 2) * 4, "the merge reuses the rings");
+    static_assert(KVC_NW * F::RING >= KVC_NW * KVC_NCOL * (D + 4 + 3) * 4, "the merge reuses the rings");
     static_assert(KVC_NW * F::RING >= (int)sizeof(kvc_sched_smem), "the schedule uses the rings");
 };
 
@@ -791,34 +846,40 @@ __device__ __forceinline__ void kvc_raw_items(const kv_layer_view &v, const kvc_
     }
 }
 
-/* Issues the two bulk copies (key block with its norms, value block) of quantized item first + 4 k into stage st. */
+template <int D, int KB> __device__ __forceinline__ kvc_qsrc kvc_qsrc_of(const kv_layer_view &v, const kvc_role &r, int kvh,
+                                                                   int first) {
+    kvc_qsrc q;
+    q.tab = v.quant_tab + (int64_t)r.slot * v.tab_stride + (first - r.it.nraw); /* used only while items remain */
+    q.kb = v.quant_pool + v.q_k + kvh * v.q_kh, q.vb = v.quant_pool + v.q_v + kvh * v.q_vh;
+    q.pb = v.quant_page_bytes;
+    q.kbytes = (uint32_t)(D * 32 * KB / 8 + 4 * D + (v.scale ? 2 * KVC_G : 0));
+    return q;
+}
+
+/* Issues the two bulk copies (key block with its norms, value block) of page p into stage st. */
 template <int D, int KB, int VB, int V>
-__device__ __forceinline__ void kvc_quant_issue(const kv_layer_view &v, const kvc_role &r, int kvh, int first, int k,
-                                                int st, int32_t p, uint8_t *ring, uint64_t *bars, int lane,
-                                                uint64_t pol) {
+__device__ __forceinline__ void kvc_quant_issue(const kvc_qsrc &q, int st, int32_t p, uint8_t *ring, uint64_t *bars,
+                                                int lane, uint64_t pol) {
     using F = kvc_fmt<D, KB, VB, V>;
     if (lane == 0) {
-        const int kbytes = F::KCODE + 4 * D + (v.scale ? 2 * KVC_G : 0);
-        const kvc_item_src s = kvc_locate<D, true>(v, r, kvh, first + KVC_NW * k, p);
-        kvc_mbar_arrive_tx(&bars[st], (uint32_t)(kbytes + F::VBYTES));
-        kvc_bulk_g2s(ring + st * F::QSTAGE, s.k, (uint32_t)kbytes, &bars[st], pol);
-        kvc_bulk_g2s(ring + st * F::QSTAGE + F::KMAX, s.v, (uint32_t)F::VBYTES, &bars[st], pol);
+        const int64_t off = (int64_t)p * q.pb;
+        kvc_mbar_arrive_tx(&bars[st], q.kbytes + (uint32_t)F::VBYTES);
+        kvc_bulk_g2s(ring + st * F::QSTAGE, q.kb + off, q.kbytes, &bars[st], pol);
+        kvc_bulk_g2s(ring + st * F::QSTAGE + F::KMAX, q.vb + off, (uint32_t)F::VBYTES, &bars[st], pol);
     }
 }
 
 template <int D, int KB, int VB, int V>
-__device__ __forceinline__ void kvc_quant_prefetch(const kv_layer_view &v, const kvc_role &r, int kvh, int first,
-                                                   int end, uint8_t *ring, uint64_t *bars, int lane, uint64_t pol) {
+__device__ __forceinline__ void kvc_quant_prefetch(const kvc_qsrc &q, int first, int end, uint8_t *ring,
+                                                   uint64_t *bars, int lane, uint64_t pol) {
     using F = kvc_fmt<D, KB, VB, V>;
     const int n = first < end ? (end - first + KVC_NW - 1) / KVC_NW : 0;
-    for (int k = 0; k < F::NSQ && k < n; k++)
-        kvc_quant_issue<D, KB, VB, V>(v, r, kvh, first, k, k, kvc_item_page<true>(v, r, first + KVC_NW * k), ring,
-                                      bars, lane, pol);
+    for (int k = 0; k < F::NSQ && k < n; k++) kvc_quant_issue<D, KB, VB, V>(q, k, q.tab[KVC_NW * k], ring, bars, lane, pol);
 }
 
 template <int D, int KB, int VB, int MG, int V>
-__device__ __forceinline__ void kvc_quant_items(const kv_layer_view &v, const kvc_role &r, int kvh, int first,
-                                               int end, uint8_t *ring, uint64_t *bars, const kvc_cta_smem<D> &sm,
+__device__ __forceinline__ void kvc_quant_items(const kv_layer_view &v, const kvc_role &r, const kvc_qsrc &qs,
+                                               int first, int end, uint8_t *ring, uint64_t *bars, const kvc_cta_smem<D> &sm,
                                                const kvc_lane &c, kvc_wst<D> &w, int lane, uint64_t pol, bool pre) {
     using F = kvc_fmt<D, KB, VB, V>;
     constexpr int NS = F::NSQ;
@@ -826,7 +887,7 @@ __device__ __forceinline__ void kvc_quant_items(const kv_layer_view &v, const kv
     if (n == 0) return;
     kvc_qq<D> q;
     const int g = c.g, t = c.t;
-    const float sg = ldexpf(1.0f, -sm.qexp[g]);
+    const float sg = kvc_exp2i(-sm.qexp[g]);
 #pragma unroll
     for (int ks = 0; ks < D / 16; ks++) {
         const float *qh = sm.qs[g] + 16 * ks + 4 * t;
@@ -834,15 +895,15 @@ __device__ __forceinline__ void kvc_quant_items(const kv_layer_view &v, const kv
     }
 #pragma unroll
     for (int e = 0; e < 2; e++) {
-        q.bf[e] = ldexpf(1.0f, sm.qexp[2 * t + e]);
-        q.kf[e] = c.kinv * q.bf[e];
+        q.bf[e] = kvc_exp2i(sm.qexp[2 * t + e]);
+        q.kf[0][e] = c.kinv[0] * q.bf[e], q.kf[1][e] = c.kinv[1] * q.bf[e];
     }
     constexpr int NB = KVC_VAR_NB[V]; /* blocks per step */
     static_assert(NS >= NB, "a step's blocks need distinct stages");
-    if (!pre) kvc_quant_prefetch<D, KB, VB, V>(v, r, kvh, first, end, ring, bars, lane, pol);
+    if (!pre) kvc_quant_prefetch<D, KB, VB, V>(qs, first, end, ring, bars, lane, pol);
     int32_t pn[NB]; /* pages of the next step's issues (items k + NS + j), read a step ahead */
 #pragma unroll
-    for (int j = 0; j < NB; j++) pn[j] = NS + j < n ? kvc_item_page<true>(v, r, first + KVC_NW * (NS + j)) : 0;
+    for (int j = 0; j < NB; j++) pn[j] = NS + j < n ? qs.tab[KVC_NW * (NS + j)] : 0;
     for (int k = 0; k < n; k += NB) {
         const int st = k % NS, b = first + KVC_NW * k - r.it.nraw;
         kvc_mbar_wait(&bars[st], (k / NS) & 1);
@@ -858,15 +919,16 @@ __device__ __forceinline__ void kvc_quant_items(const kv_layer_view &v, const kv
 #pragma unroll
         for (int j = 0; j < NB; j++) {
             if (k + j < n && k + j + NS < n)
-                kvc_quant_issue<D, KB, VB, V>(v, r, kvh, first, k + j + NS, (k + j) % NS, pn[j], ring, bars, lane, pol);
+                kvc_quant_issue<D, KB, VB, V>(qs, (k + j) % NS, pn[j], ring, bars, lane, pol);
             const int nx = k + NB + NS + j;
-            if (nx < n) pn[j] = kvc_item_page<true>(v, r, first + KVC_NW * nx);
+            if (nx < n) pn[j] = qs.tab[KVC_NW * nx];
         }
     }
 }
 
-/* This warp's state into the merge area (o as true values of heads x channels, m, l summed over the warp). */
-template <int D, bool Q>
+/* This warp's state into the merge area (o as true values of heads x channels, rows of MS floats; m, l summed over
+ * the warp). */
+template <int D, bool Q, int MS>
 __device__ __forceinline__ void kvc_warp_store(kvc_wst<D> &w, const kvc_lane &c, float *mo, float2 *mml) {
 #pragma unroll
     for (int e = 0; e < 2; e++)
@@ -884,7 +946,7 @@ __device__ __forceinline__ void kvc_warp_store(kvc_wst<D> &w, const kvc_lane &c,
 #pragma unroll
             for (int e = 0; e < 2; e++) {
                 const float x = w.o[mt][2 * u + e];
-                mo[(2 * c.t + e) * D + 16 * mt + c.g + 8 * u] = Q ? fmaf(x, c.vinv, mnv[mt / 2][e]) : x;
+                mo[(2 * c.t + e) * MS + 16 * mt + c.g + 8 * u] = Q ? fmaf(x, c.vinv, mnv[mt / 2][e]) : x;
             }
     if (c.g == 0)
 #pragma unroll
@@ -920,44 +982,54 @@ __global__ void __launch_bounds__(KVC_NT, KVC_VAR_MINB[V]) kvc_split_kernel(cons
     int qfirst = first;
     if (qfirst < nraw) qfirst += (nraw - qfirst + KVC_NW - 1) / KVC_NW * KVC_NW;
     const bool raw_first = first < rend;
+    kvc_qsrc &qs = sm.qsrc[warp];
+    if constexpr (F::Q) {
+        if (lane == 0) qs = kvc_qsrc_of<D, KB>(a.v, r, kvh, qfirst);
+        __syncwarp();
+    }
     if (raw_first) kvc_raw_prefetch<D, KB, VB, V>(a.v, r, kvh, first, rend, ring, bars + F::NSQ, lane, pol);
-    else if constexpr (F::Q) kvc_quant_prefetch<D, KB, VB, V>(a.v, r, kvh, qfirst, r.i1, ring, bars, lane, pol);
+    else if constexpr (F::Q) kvc_quant_prefetch<D, KB, VB, V>(qs, qfirst, r.i1, ring, bars, lane, pol);
     kvc_load_q<D>(a, r, h0, nh, sm);
     const kvc_lane c = kvc_lane_consts<F::Q ? KB : 2, F::Q ? VB : 2, MG>(lane);
     kvc_wst<D> w;
     kvc_wst_init<D>(w);
     kvc_raw_items<D, KB, VB, V>(a.v, r, kvh, first, rend, ring, bars + F::NSQ, sm, w, lane, pol, raw_first);
     if constexpr (F::Q) {
-        /* raw sums -> the quantized scale (channel rows carry 2^-24 4^f) */
+        /* raw sums -> the quantized scale (channel rows carry 2^-24 4^f; vinv is a power of two) */
+        const float vr = 1.0f / c.vinv;
 #pragma unroll
         for (int mt = 0; mt < D / 16; mt++)
 #pragma unroll
-            for (int i = 0; i < 4; i++) w.o[mt][i] /= c.vinv;
-        kvc_quant_items<D, KB, VB, MG, V>(a.v, r, kvh, qfirst, r.i1, ring, bars, sm, c, w, lane, pol, !raw_first);
+            for (int i = 0; i < 4; i++) w.o[mt][i] *= vr;
+        kvc_quant_items<D, KB, VB, MG, V>(a.v, r, qs, qfirst, r.i1, ring, bars, sm, c, w, lane, pol, !raw_first);
     }
     kvc_pdl_launch(); /* the combine kernel may be scheduled; it waits for this grid to complete */
     __syncthreads();  /* every ring is idle: the merge area reuses them */
+    constexpr int MS = D + 4; /* merge row stride (floats): a warp's stores hit 32 distinct banks */
     float *mo = (float *)(smem + Y::RINGS);
-    float2 *mml = (float2 *)(mo + KVC_NW * KVC_NCOL * D);
-    kvc_warp_store<D, F::Q>(w, c, mo + warp * KVC_NCOL * D, mml + warp * KVC_NCOL);
+    float2 *mml = (float2 *)(mo + KVC_NW * KVC_NCOL * MS);
+    float *mf = (float *)(mml + KVC_NW * KVC_NCOL); /* [warp][head]: weight of the warp's partial */
+    kvc_warp_store<D, F::Q, MS>(w, c, mo + warp * KVC_NCOL * MS, mml + warp * KVC_NCOL);
     __syncthreads();
     const int slot = r.hr * a.B + (int)(blockIdx.x % a.B);
+    if (warp == 0) { /* lane 8 k + h: warp k's weight for head h; the CTA's (m, l) per head */
+        const float2 ml = mml[lane];
+        float M = fmaxf(ml.x, __shfl_xor_sync(0xffffffffu, ml.x, 8));
+        M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, 16));
+        const float f = ml.x == -INFINITY ? 0.0f : kvc_ex2(ml.x - M);
+        float L = f * ml.y;
+        L += __shfl_xor_sync(0xffffffffu, L, 8);
+        L += __shfl_xor_sync(0xffffffffu, L, 16);
+        mf[lane] = f;
+        if (lane < KVC_NCOL) a.ml[(size_t)slot * KVC_NCOL + lane] = make_float2(M, L);
+    }
+    __syncthreads();
     for (int i = tid; i < KVC_NCOL * D; i += KVC_NT) {
         const int h = i / D, ch = i % D;
-        float M = -INFINITY;
+        float A = 0.0f;
 #pragma unroll
-        for (int k = 0; k < KVC_NW; k++) M = fmaxf(M, mml[k * KVC_NCOL + h].x);
-        float A = 0.0f, L = 0.0f;
-        if (M != -INFINITY)
-#pragma unroll
-            for (int k = 0; k < KVC_NW; k++) {
-                const float2 ml = mml[k * KVC_NCOL + h];
-                const float f = ml.x == -INFINITY ? 0.0f : kvc_ex2(ml.x - M);
-                A += f * mo[(k * KVC_NCOL + h) * D + ch];
-                L += f * ml.y;
-            }
+        for (int k = 0; k < KVC_NW; k++) A = fmaf(mf[k * KVC_NCOL + h], mo[(k * KVC_NCOL + h) * MS + ch], A);
         a.part[((size_t)slot * KVC_NCOL + h) * D + ch] = A;
-        if (ch == 0) a.ml[(size_t)slot * KVC_NCOL + h] = make_float2(M, L);
     }
 }
 
