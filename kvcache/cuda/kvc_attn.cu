@@ -317,8 +317,8 @@ struct kvc_lane {
     int vtok[4];                     /* token of value k-slots 2t, 2t+1, 2t+8, 2t+9 within a k-step */
     uint32_t ksel0, ksel1, kmask[2]; /* PRMT selectors (rows g / g+8; equal for 2-bit keys), LOP3 masks */
     float kinv[2];                   /* 2^24 / key code factor of rows g / g+8 (1 / factor with MG codes) */
-    uint32_t vsel0, vsel1, vmask;
-    float vinv;                      /* 2^24 / value code factor (1 / factor with MG codes) */
+    uint32_t vsel0, vsel1, vmask[2]; /* values: PRMT selectors (rows g / g+8; equal for 2-bit), LOP3 masks */
+    float vinv[2];                   /* 2^24 / value code factor of rows g / g+8 (1 / factor with MG codes) */
 };
 
 /* Code operand of one f16x2 register: the byte pair gathered by PRMT, masked; MG (magic) codes also get the
@@ -348,6 +348,13 @@ template <int KB> __device__ __forceinline__ int kvc_row_tok(int g, int u) {
     return (g >> 1) + 4 * (g & 1) + 8 * u;
 }
 
+/* Channel (within a 16-channel M tile) of output row g + 8u of the values of a quantized layer: 2-bit values put
+ * both rows of a lane in one byte of the token word (byte g >> 1, positions (g & 1) + 2u: one PRMT feeds both A
+ * registers); 4-bit values, and every raw (bf16) item, use channel g + 8u. */
+template <int VB> __device__ __forceinline__ int kvc_row_ch(int g, int u) {
+    return VB == 2 ? 4 * (g >> 1) + (g & 1) + 2 * u : g + 8 * u;
+}
+
 template <int KB, int VB, int MG> __device__ __forceinline__ kvc_lane kvc_lane_consts(int lane) {
     const float u = MG ? 1.0f : 16777216.0f; /* 2^24 for subnormal codes */
     kvc_lane c;
@@ -369,14 +376,19 @@ template <int KB, int VB, int MG> __device__ __forceinline__ kvc_lane kvc_lane_c
         c.kmask[0] = c.kmask[1] = 0x000f000fu << (4 * (tt & 1));
         c.kinv[0] = c.kinv[1] = u / (float)(1 << (4 * (tt & 1)));
     }
-    if (VB == 2) { /* channel 16 mt + g (+8) of word mt: byte g/4 (+2), bits 2 (g % 4) */
-        const int b = c.g >> 2;
-        c.vsel0 = (uint32_t)(b | ((4 + b) << 8)), c.vsel1 = (uint32_t)((2 + b) | ((6 + b) << 8));
-        c.vmask = 0x00030003u << (2 * (c.g & 3)), c.vinv = u / (float)(1 << (2 * (c.g & 3)));
+    if (VB == 2) { /* channel 16 mt + 4b + f of word mt: byte b = g >> 1, bits 2f (both rows of the lane) */
+        const int b = c.g >> 1;
+        c.vsel0 = c.vsel1 = (uint32_t)(b | ((4 + b) << 8));
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int f = kvc_row_ch<2>(c.g, r) & 3;
+            c.vmask[r] = 0x00030003u << (2 * f), c.vinv[r] = u / (float)(1 << (2 * f));
+        }
     } else { /* channel 16 mt + g of word 2 mt (rows g+8: word 2 mt + 1): byte g/2, nibble g & 1 */
         const int b = c.g >> 1;
         c.vsel0 = c.vsel1 = (uint32_t)(b | ((4 + b) << 8));
-        c.vmask = 0x000f000fu << (4 * (c.g & 1)), c.vinv = u / (float)(1 << (4 * (c.g & 1)));
+        c.vmask[0] = c.vmask[1] = 0x000f000fu << (4 * (c.g & 1));
+        c.vinv[0] = c.vinv[1] = u / (float)(1 << (4 * (c.g & 1)));
     }
     return c;
 }
@@ -609,11 +621,12 @@ __device__ __forceinline__ void kvc_quant_values(const uint8_t *st, const float 
                 for (int h = 0; h < 2; h++) {
                     const uint32_t w0 = h ? r[0].y : r[0].x, w1 = h ? r[1].y : r[1].x, w2 = h ? r[2].y : r[2].x,
                                    w3 = h ? r[3].y : r[3].x;
-                    uint32_t a[4];
-                    a[0] = kvc_code2<MG>(w0, w1, c.vsel0, c.vmask);
-                    a[1] = kvc_code2<MG>(w0, w1, c.vsel1, c.vmask);
-                    a[2] = kvc_code2<MG>(w2, w3, c.vsel0, c.vmask);
-                    a[3] = kvc_code2<MG>(w2, w3, c.vsel1, c.vmask);
+                    const uint32_t x0 = __byte_perm(w0, w1, c.vsel0), x1 = __byte_perm(w2, w3, c.vsel0);
+                    uint32_t a[4]; /* rows g, g+8 in one byte: one PRMT, two masks */
+                    a[0] = kvc_code_m<MG>(x0, c.vmask[0]);
+                    a[1] = kvc_code_m<MG>(x0, c.vmask[1]);
+                    a[2] = kvc_code_m<MG>(x1, c.vmask[0]);
+                    a[3] = kvc_code_m<MG>(x1, c.vmask[1]);
                     kvc_mma_code<MG>(w.o[2 * gi + h], a, b0, b1);
                 }
             } else { /* token row: 16 words; group gi = words 4 gi .. 4 gi + 3 */
@@ -623,10 +636,10 @@ __device__ __forceinline__ void kvc_quant_values(const uint8_t *st, const float 
 #pragma unroll
                 for (int h = 0; h < 2; h++) {
                     uint32_t a[4];
-                    a[0] = kvc_code2<MG>(h ? r[0].z : r[0].x, h ? r[1].z : r[1].x, c.vsel0, c.vmask);
-                    a[1] = kvc_code2<MG>(h ? r[0].w : r[0].y, h ? r[1].w : r[1].y, c.vsel1, c.vmask);
-                    a[2] = kvc_code2<MG>(h ? r[2].z : r[2].x, h ? r[3].z : r[3].x, c.vsel0, c.vmask);
-                    a[3] = kvc_code2<MG>(h ? r[2].w : r[2].y, h ? r[3].w : r[3].y, c.vsel1, c.vmask);
+                    a[0] = kvc_code2<MG>(h ? r[0].z : r[0].x, h ? r[1].z : r[1].x, c.vsel0, c.vmask[0]);
+                    a[1] = kvc_code2<MG>(h ? r[0].w : r[0].y, h ? r[1].w : r[1].y, c.vsel1, c.vmask[1]);
+                    a[2] = kvc_code2<MG>(h ? r[2].z : r[2].x, h ? r[3].z : r[3].x, c.vsel0, c.vmask[0]);
+                    a[3] = kvc_code2<MG>(h ? r[2].w : r[2].y, h ? r[3].w : r[3].y, c.vsel1, c.vmask[1]);
                     kvc_mma_code<MG>(w.o[2 * gi + h], a, b0, b1);
                 }
             }
@@ -926,9 +939,40 @@ __device__ __forceinline__ void kvc_quant_items(const kv_layer_view &v, const kv
     }
 }
 
+/* The raw items' sums (rows: channel 16 mt + g + 8u) in the quantized items' row order (kvc_row_ch) and scale
+ * (channel rows carry 2^-24 4^f; vinv is a power of two, so the reciprocal is exact). */
+template <int D, int VB> __device__ __forceinline__ void kvc_raw_to_quant(kvc_wst<D> &w, const kvc_lane &c) {
+    const float r[2] = {1.0f / c.vinv[0], 1.0f / c.vinv[1]};
+    if (VB != 2) {
+#pragma unroll
+        for (int mt = 0; mt < D / 16; mt++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) w.o[mt][i] *= r[i >> 1];
+        return;
+    }
+    int src[2];
+#pragma unroll
+    for (int u = 0; u < 2; u++) src[u] = 4 * (kvc_row_ch<2>(c.g, u) & 7) + c.t;
+    const bool hi = c.g >= 4; /* the source rows are g' + 8 (kvc_row_ch >= 8) */
+#pragma unroll
+    for (int mt = 0; mt < D / 16; mt++) {
+        float x[4];
+#pragma unroll
+        for (int u = 0; u < 2; u++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const float lo = __shfl_sync(0xffffffffu, w.o[mt][e], src[u]);
+                const float hv = __shfl_sync(0xffffffffu, w.o[mt][2 + e], src[u]);
+                x[2 * u + e] = (hi ? hv : lo) * r[u];
+            }
+#pragma unroll
+        for (int i = 0; i < 4; i++) w.o[mt][i] = x[i];
+    }
+}
+
 /* This warp's state into the merge area (o as true values of heads x channels, rows of MS floats; m, l summed over
  * the warp). */
-template <int D, bool Q, int MS>
+template <int D, bool Q, int VB, int MS>
 __device__ __forceinline__ void kvc_warp_store(kvc_wst<D> &w, const kvc_lane &c, float *mo, float2 *mml) {
 #pragma unroll
     for (int e = 0; e < 2; e++)
@@ -946,7 +990,8 @@ __device__ __forceinline__ void kvc_warp_store(kvc_wst<D> &w, const kvc_lane &c,
 #pragma unroll
             for (int e = 0; e < 2; e++) {
                 const float x = w.o[mt][2 * u + e];
-                mo[(2 * c.t + e) * MS + 16 * mt + c.g + 8 * u] = Q ? fmaf(x, c.vinv, mnv[mt / 2][e]) : x;
+                const int ch = 16 * mt + (Q ? kvc_row_ch<VB>(c.g, u) : c.g + 8 * u);
+                mo[(2 * c.t + e) * MS + ch] = Q ? fmaf(x, c.vinv[u], mnv[mt / 2][e]) : x;
             }
     if (c.g == 0)
 #pragma unroll
@@ -995,12 +1040,7 @@ __global__ void __launch_bounds__(KVC_NT, KVC_VAR_MINB[V]) kvc_split_kernel(cons
     kvc_wst_init<D>(w);
     kvc_raw_items<D, KB, VB, V>(a.v, r, kvh, first, rend, ring, bars + F::NSQ, sm, w, lane, pol, raw_first);
     if constexpr (F::Q) {
-        /* raw sums -> the quantized scale (channel rows carry 2^-24 4^f; vinv is a power of two) */
-        const float vr = 1.0f / c.vinv;
-#pragma unroll
-        for (int mt = 0; mt < D / 16; mt++)
-#pragma unroll
-            for (int i = 0; i < 4; i++) w.o[mt][i] *= vr;
+        if (raw_first) kvc_raw_to_quant<D, VB>(w, c);
         kvc_quant_items<D, KB, VB, MG, V>(a.v, r, qs, qfirst, r.i1, ring, bars, sm, c, w, lane, pol, !raw_first);
     }
     kvc_pdl_launch(); /* the combine kernel may be scheduled; it waits for this grid to complete */
@@ -1009,7 +1049,7 @@ __global__ void __launch_bounds__(KVC_NT, KVC_VAR_MINB[V]) kvc_split_kernel(cons
     float *mo = (float *)(smem + Y::RINGS);
     float2 *mml = (float2 *)(mo + KVC_NW * KVC_NCOL * MS);
     float *mf = (float *)(mml + KVC_NW * KVC_NCOL); /* [warp][head]: weight of the warp's partial */
-    kvc_warp_store<D, F::Q, MS>(w, c, mo + warp * KVC_NCOL * MS, mml + warp * KVC_NCOL);
+    kvc_warp_store<D, F::Q, VB, MS>(w, c, mo + warp * KVC_NCOL * MS, mml + warp * KVC_NCOL);
     __syncthreads();
     const int slot = r.hr * a.B + (int)(blockIdx.x % a.B);
     if (warp == 0) { /* lane 8 k + h: warp k's weight for head h; the CTA's (m, l) per head */
