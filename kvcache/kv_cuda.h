@@ -69,8 +69,9 @@ typedef struct kvc_attn kvc_attn;
 
 /* Workspace for calls of up to max_seqs (1..256) sequences with n_q_heads / n_kv_heads heads of head_dim (64 or
  * 128): split partials (up to max(resident CTAs, 4 * max_seqs * rows) * 8 * D * 4 bytes, rows = Hkv *
- * ceil(group / 8): 33 MB at 256 sequences, 8 rows, D 128), allocated once; kernel attributes are set here
- * (nothing is set or allocated per call). */
+ * ceil(group / 8): 33 MB at 256 sequences, 8 rows, D 128) and those of the bf16-layer kernel ((resident CTAs +
+ * max_seqs) * rows * 8 * D * 4 bytes: 13 MB at 132 CTAs, 256 sequences, 8 rows, D 128), allocated once; kernel
+ * attributes are set here (nothing is set or allocated per call). */
 omni_status kvc_attn_init(int max_seqs, int n_q_heads, int n_kv_heads, int head_dim, kvc_attn **out);
 void kvc_attn_free(kvc_attn *a); /* NULL is a no-op */
 
@@ -83,15 +84,17 @@ typedef struct {
     int waves;       /* split-K sizing: a call's CTAs fill this many waves of resident CTAs (1..4) */
     int ctas_per_sm; /* at most this many resident split CTAs per SM (shared memory padded; 0: as many as fit) */
     int magic;       /* codes as normal f16 (1024 + code) with an offset MMA instead of f16 subnormals (fallback) */
+    int bf16;        /* bf16 layers: 0 = the split kernel above (variant, waves, cap), 1..4 = the dedicated bf16
+                        kernel's variant bf16 - 1 (kvcache/cuda/kvc_attn_bf16.cu: warps per CTA x ring stages) */
 } kvc_attn_params;
-kvc_attn_params kvc_attn_default_params(void); /* variant "auto", 1 wave, no cap, subnormal codes */
+kvc_attn_params kvc_attn_default_params(void); /* variant "auto", 1 wave, no cap, subnormal codes, bf16 kernel 1 */
 omni_status kvc_attn_init_ex(int max_seqs, int n_q_heads, int n_kv_heads, int head_dim, const kvc_attn_params *p,
                              kvc_attn **out);
 /* Name of a variant (NULL past the last): "base", "q2r1", ... (qN: N quantized stages, rN: N raw stages; x2: two
  * quantized blocks per warp step; a: raw rows by cp.async), the last "auto" (the default: per layer kind the
  * variant measured best on the H200). */
 const char *kvc_attn_variant_name(int variant);
-/* "variant[:wN][:cN][:m]" (e.g. "base:w2", "q3r2:c3") -> params (defaults for what is not given). */
+/* "variant[:wN][:cN][:m][:bN]" (e.g. "base:w2", "q3r2:c3", "auto:b0") -> params (defaults for what is not given). */
 omni_status kvc_attn_parse_config(const char *s, kvc_attn_params *p);
 
 /* Decode attention (one query token per sequence): for each batch entry i (slot s = slots[i]) and query head h,

@@ -18,6 +18,7 @@
  * with programmatic serialization and wait (griddepcontrol.wait) before their first global read, so the split
  * kernel's launch overlaps the end of the kernel before it.
  * Launch shapes depend on n_seq and the format only (lengths are read on the device): graph capturable.
+ * bf16 layers go to the dedicated kernel of kvc_attn_bf16.cu unless the configuration says ":b0" (kvc_attn_params.bf16).
  *
  * Tensor-core mapping (mma.m16n8k16, f32 accumulators; up to 8 query heads of a KV head in N):
  *   scores  S^T[token][head] = K[token][channel] . Q~[channel][head]: 32 tokens = 2 M tiles, D / 16 k-steps.
@@ -39,6 +40,7 @@
  * Accuracy: f16 operands for quantized blocks (codes exact, 11-bit roundings of q~ sc and p sc), 16-bit q~ and
  * P for raw rows, f32 accumulation: the error is dominated by the bf16 rounding of the output itself
  * (RMS ~1.6e-3 of RMS out; policy: 3e-3, performance.md section 4). */
+#include "kvc_attn_bf16.cuh"
 #include "kvc_common.cuh"
 #include "kvc_ptx.cuh"
 
@@ -158,6 +160,7 @@ struct kvc_attn {
     kvc_split_fn_t fn[5];  /* split kernel per kind: bf16, q22, q24, q42, q44 */
     int bytes[5];          /* its dynamic shared memory (padded when p.ctas_per_sm caps the residency) */
     int occ[5];            /* resident split CTAs per SM */
+    kvc_b16 *b16;          /* the dedicated bf16-layer kernel (kvc_attn_bf16.cu) when p.bf16 > 0 */
     int max_slots;         /* partial slots in the workspace */
     float *part;
     float2 *ml;
@@ -731,29 +734,6 @@ __device__ __forceinline__ kvc_item_src kvc_locate(const kv_layer_view &v, const
         s.s0 = b == 0 ? v.n_sink : 0;
     }
     return s;
-}
-
-/* In place FWHT of a D-vector held by a warp (x[j] = element 32 j + lane): the butterflies, stage order and
- * scaling of kvc_fwht_rows (bit-identical), lane stages by shuffles, no barriers. */
-template <int D> __device__ __forceinline__ void kvc_fwht_warp(float (&x)[D / 32], int lane) {
-#pragma unroll
-    for (int h = 1; h < 32; h <<= 1)
-#pragma unroll
-        for (int j = 0; j < D / 32; j++) {
-            const float o = __shfl_xor_sync(0xffffffffu, x[j], h);
-            x[j] = lane & h ? __fsub_rn(o, x[j]) : __fadd_rn(x[j], o);
-        }
-#pragma unroll
-    for (int h = 1; h < D / 32; h <<= 1)
-#pragma unroll
-        for (int j = 0; j < D / 32; j++)
-            if (!(j & h)) {
-                const float a = x[j], b = x[j + h];
-                x[j] = __fadd_rn(a, b), x[j + h] = __fsub_rn(a, b);
-            }
-    const float sc = (float)(1.0 / sqrt((double)D));
-#pragma unroll
-    for (int j = 0; j < D / 32; j++) x[j] = __fmul_rn(x[j], sc);
 }
 
 /* Loads q of the head row into shared memory: bf16 -> f32, FWHT when rotating, times qscale; per-head
@@ -1340,7 +1320,7 @@ static int kvc_b(const kvc_attn *a, int kind, int n_seq) {
 
 extern "C" kvc_attn_params kvc_attn_default_params(void) {
     kvc_attn_params p;
-    p.variant = KVC_NVAR, p.waves = 1, p.ctas_per_sm = 0, p.magic = 0; /* "auto" */
+    p.variant = KVC_NVAR, p.waves = 1, p.ctas_per_sm = 0, p.magic = 0, p.bf16 = 1; /* "auto" */
     return p;
 }
 
@@ -1356,7 +1336,7 @@ static int kvc_parse(const char *s, kvc_attn_params *p) {
     if (p->variant < 0) return 0;
     for (const char *c = s + n; *c;) {
         const char k = c[1];
-        if (k != 'w' && k != 'c' && k != 'm') return 0;
+        if (k != 'w' && k != 'c' && k != 'm' && k != 'b') return 0;
         if (k == 'm' && (c[2] == 0 || c[2] == ':')) {
             p->magic = 1, c += 2;
             continue;
@@ -1366,6 +1346,7 @@ static int kvc_parse(const char *s, kvc_attn_params *p) {
         if (end == c + 2 || (*end && *end != ':')) return 0;
         if (k == 'w' && x >= 1 && x <= 4) p->waves = (int)x;
         else if (k == 'c' && x >= 1 && x <= 32) p->ctas_per_sm = (int)x;
+        else if (k == 'b' && x >= 0 && x <= KVC_B16_NVAR) p->bf16 = (int)x;
         else return 0;
         c = end;
     }
@@ -1377,8 +1358,9 @@ extern "C" omni_status kvc_attn_parse_config(const char *s, kvc_attn_params *p) 
     p->variant = -1;
     if (s && kvc_parse(s, p)) return OMNI_OK;
     *p = kvc_attn_default_params();
-    return omni_fail(OMNI_ERR_USAGE, "kv cuda attn: bad kernel configuration '%s' (variant[:wN][:cN][:m]; variants "
-                     "base q2r1 q3r2 q6r3 q4r1 x2 x2b3 p1 q3r2a auto, waves 1-4, CTAs per SM 1-32, m: magic codes)", s ? s : "(null)");
+    return omni_fail(OMNI_ERR_USAGE, "kv cuda attn: bad kernel configuration '%s' (variant[:wN][:cN][:m][:bN]; variants "
+                     "base q2r1 q3r2 q6r3 q4r1 x2 x2b3 p1 q3r2a auto, waves 1-4, CTAs per SM 1-32, m: magic codes, "
+                     "b: bf16 kernel 0-%d)", s ? s : "(null)", KVC_B16_NVAR);
 }
 
 extern "C" omni_status kvc_attn_init_ex(int max_seqs, int n_q_heads, int n_kv_heads, int head_dim,
@@ -1388,9 +1370,10 @@ extern "C" omni_status kvc_attn_init_ex(int max_seqs, int n_q_heads, int n_kv_he
         (head_dim != 64 && head_dim != 128))
         return omni_fail(OMNI_ERR_USAGE, "kv cuda attn: bad sizes (seqs %d of 1..%d, heads %d/%d, head_dim %d: 64 "
                          "or 128)", max_seqs, KVC_MAX_SEQS, n_q_heads, n_kv_heads, head_dim);
-    if (p->variant < 0 || p->variant > KVC_NVAR || p->waves < 1 || p->waves > 4 || p->ctas_per_sm < 0)
-        return omni_fail(OMNI_ERR_USAGE, "kv cuda attn: variant %d (0..%d), waves %d (1..4), CTAs per SM %d",
-                         p->variant, KVC_NVAR, p->waves, p->ctas_per_sm);
+    if (p->variant < 0 || p->variant > KVC_NVAR || p->waves < 1 || p->waves > 4 || p->ctas_per_sm < 0 || p->bf16 < 0 ||
+        p->bf16 > KVC_B16_NVAR)
+        return omni_fail(OMNI_ERR_USAGE, "kv cuda attn: variant %d (0..%d), waves %d (1..4), CTAs per SM %d, bf16 "
+                         "kernel %d (0..%d)", p->variant, KVC_NVAR, p->waves, p->ctas_per_sm, p->bf16, KVC_B16_NVAR);
     kvc_attn *a = (kvc_attn *)calloc(1, sizeof *a);
     if (!a) return omni_fail(OMNI_ERR_NOMEM, "kv cuda attn: out of memory");
     a->max_seqs = max_seqs, a->Hq = n_q_heads, a->Hkv = n_kv_heads, a->D = head_dim, a->p = *p;
@@ -1413,6 +1396,8 @@ extern "C" omni_status kvc_attn_init_ex(int max_seqs, int n_q_heads, int n_kv_he
         if (!st) st = kvc_cuda_check(cudaMalloc((void **)&a->ml, slots * sizeof(float2)), "cudaMalloc partials");
         if (!st) st = kvc_cuda_check(cudaMalloc((void **)&a->seqinfo, (size_t)max_seqs * sizeof(int2)), "cudaMalloc");
     }
+    if (!st && p->bf16 > 0)
+        st = kvc_b16_init(p->bf16 - 1, max_seqs, n_q_heads, n_kv_heads, head_dim, a->n_pass, a->n_sm, &a->b16);
     if (st) {
         kvc_attn_free(a);
         return st;
@@ -1438,6 +1423,7 @@ extern "C" void kvc_attn_free(kvc_attn *a) {
     cudaFree(a->part);
     cudaFree(a->ml);
     cudaFree(a->seqinfo);
+    kvc_b16_free(a->b16);
     free(a);
 }
 
@@ -1470,6 +1456,7 @@ static omni_status kvc_check_view(const kvc_attn *a, const kv_layer_view *v, int
 }
 
 extern "C" int kvc_decode_ctas(const kvc_attn *a, const kv_layer_view *v, int n_seq) {
+    if (!v->quant && a->b16) return kvc_b16_ctas(a->b16);
     return kvc_b(a, kvc_kind(v), n_seq) * a->HP;
 }
 
@@ -1480,6 +1467,7 @@ static omni_status kvc_decode_any(kvc_attn *a, const kv_layer_view *v, int n_seq
                                   uint16_t *out, float scale, void *stream) {
     omni_status st = kvc_check_view(a, v, n_seq, q, out);
     if (st || n_seq == 0) return st;
+    if (!v->quant && a->b16) return kvc_b16_decode(a->b16, v, n_seq, slots, n_new, q, out, scale, stream);
     cudaStream_t cs = (cudaStream_t)stream;
     const int kind = kvc_kind(v), B = kvc_b(a, kind, n_seq), gs = a->Hq / a->Hkv;
     if (B * a->HP > a->max_slots)

@@ -53,4 +53,27 @@ __device__ __forceinline__ void kvc_fwht_rows(float *x, int n_rows, int stride, 
     __syncthreads();
 }
 
+/* In place FWHT of a D-vector held by a warp (x[j] = element 32 j + lane): the butterflies, stage order and
+ * scaling of kvc_fwht_rows (bit-identical), lane stages by shuffles, no barriers. */
+template <int D> __device__ __forceinline__ void kvc_fwht_warp(float (&x)[D / 32], int lane) {
+#pragma unroll
+    for (int h = 1; h < 32; h <<= 1)
+#pragma unroll
+        for (int j = 0; j < D / 32; j++) {
+            const float o = __shfl_xor_sync(0xffffffffu, x[j], h);
+            x[j] = lane & h ? __fsub_rn(o, x[j]) : __fadd_rn(x[j], o);
+        }
+#pragma unroll
+    for (int h = 1; h < D / 32; h <<= 1)
+#pragma unroll
+        for (int j = 0; j < D / 32; j++)
+            if (!(j & h)) {
+                const float a = x[j], b = x[j + h];
+                x[j] = __fadd_rn(a, b), x[j + h] = __fsub_rn(a, b);
+            }
+    const float sc = (float)(1.0 / sqrt((double)D));
+#pragma unroll
+    for (int j = 0; j < D / 32; j++) x[j] = __fmul_rn(x[j], sc);
+}
+
 #endif

@@ -227,6 +227,14 @@ __device__ __forceinline__ void kvc_cp_arrive(uint64_t *bar) {
     asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(kvc_smem_addr(bar)) : "memory");
 #endif
 }
+/* kvc_cp16 without an L2 cache hint (the plain cp.async.cg form). */
+__device__ __forceinline__ void kvc_cp16_nh(void *dst, const void *src) {
+#ifdef KVC_EMU
+    emu::cp_async16(dst, src);
+#else
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(kvc_smem_addr(dst)), "l"(src) : "memory");
+#endif
+}
 __device__ __forceinline__ uint64_t kvc_evict_first_policy() {
 #ifdef KVC_EMU
     return 0;

@@ -36,9 +36,11 @@ typedef struct {
 
 static int g_short = 0, g_keep_len = 0; /* g_keep_len: lengths as given under --short too */
 /* Kernel configurations (kvc_attn_parse_config) run on each case besides the default, same inputs and checks:
- * every compiled variant and the run-time split / residency options (OMNI_KVC_CONFIGS: a comma-separated list
+ * every compiled variant and the run-time split / residency options, bf16 layers also through the split kernel
+ * family (:b0) and every variant of the dedicated bf16 kernel (:b2..) (OMNI_KVC_CONFIGS: a comma-separated list
  * instead; the emulator run takes them on the first cases only). */
-static char g_cfgs[512] = "base,q2r1,q3r2,q6r3,q4r1,x2,x2b3,p1,q3r2a,base:w2,base:w4,q4r1:c3,x2b3:w2:c2";
+static char g_cfgs[512] = "base:b0,q2r1,q3r2:b0,q6r3,q4r1,x2,x2b3,p1,q3r2a:b0,base:w2:b0,base:w4,q4r1:c3,"
+                          "x2b3:w2:c2,auto:b2,auto:b3,auto:b4";
 static int g_cfg_cases = 1 << 30; /* cases that run them */
 
 /* kv_forward of the last token of each sequence over its first L - 1 tokens (CPU cache, same format). */
@@ -275,14 +277,16 @@ static void bad_args(void) {
     /* kernel configurations */
     kvc_attn_params p;
     const char *bad[] = {"", "nope", "base:", "base:w", "base:w0", "base:w5", "base:c0", "base:x2", "base:w2x", "q4r1:",
-                         "basex", "base:mm2"};
+                         "basex", "base:mm2", "base:b5", "base:b"};
     for (int i = 0; i < (int)(sizeof bad / sizeof bad[0]); i++)
         CHECK(kvc_attn_parse_config(bad[i], &p) == OMNI_ERR_USAGE, "configuration '%s' accepted", bad[i]);
     CHECK(kvc_attn_parse_config("q3r2:w2:c3:m", &p) == OMNI_OK && p.variant == 2 && p.waves == 2 &&
           p.ctas_per_sm == 3 && p.magic == 1, "q3r2:w2:c3:m parsed as %d %d %d %d", p.variant, p.waves, p.ctas_per_sm,
           p.magic);
-    CHECK(kvc_attn_parse_config("base", &p) == OMNI_OK && p.variant == 0 && p.waves == 1 && !p.ctas_per_sm && !p.magic,
-          "base parsed wrong");
+    CHECK(kvc_attn_parse_config("base", &p) == OMNI_OK && p.variant == 0 && p.waves == 1 && !p.ctas_per_sm && !p.magic &&
+          p.bf16 == 1, "base parsed wrong");
+    CHECK(kvc_attn_parse_config("auto:b0", &p) == OMNI_OK && p.bf16 == 0, "auto:b0 parsed wrong");
+    CHECK(kvc_attn_parse_config("q3r2:b4:w2", &p) == OMNI_OK && p.bf16 == 4 && p.waves == 2, "q3r2:b4:w2 parsed wrong");
     for (int v = 0; kvc_attn_variant_name(v); v++)
         CHECK(kvc_attn_parse_config(kvc_attn_variant_name(v), &p) == OMNI_OK && p.variant == v, "variant %d", v);
     CHECK(!kvc_attn_variant_name(-1) && kvc_attn_variant_name(0) && !strcmp(kvc_attn_variant_name(0), "base"),
