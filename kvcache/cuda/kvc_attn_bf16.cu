@@ -314,6 +314,9 @@ __global__ void __launch_bounds__(NW * 32, 1) b16_split_kernel(const __grid_cons
                                              * blocks lie on both sides of it (its slot must hold an empty partial) */
         if (g0 < g1 ? bstart[s] <= g0 && g0 < bstart[s + 1] : bstart[s] < g0 && g0 < bstart[s + 1]) *found = s;
     __syncthreads();
+    /* the combine kernel may be scheduled now (it waits for this grid to complete): once every CTA of this wave has
+     * started, its CTAs take the resources that finishing CTAs free, so the launch latency overlaps the streaming */
+    kvc_pdl_launch();
     uint8_t *ring = smem + Y::RINGS + warp * NST * Y::STAGE;
     float *qrow = (float *)(smem + Y::QROW) + warp * D;
     int s = *found, kk = 0;
@@ -334,7 +337,6 @@ __global__ void __launch_bounds__(NW * 32, 1) b16_split_kernel(const __grid_cons
         for (s++; s < n && bstart[s + 1] == bstart[s]; s++) {
         }
     }
-    kvc_pdl_launch(); /* the combine kernel may be scheduled; it waits for this grid to complete */
 }
 
 /* grid (Hq, n_seq), D * cg threads: group j merges entries j, j + cg, ... of the sequence's partials for head h
