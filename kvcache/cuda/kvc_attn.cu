@@ -18,7 +18,8 @@
  * with programmatic serialization and wait (griddepcontrol.wait) before their first global read, so the split
  * kernel's launch overlaps the end of the kernel before it.
  * Launch shapes depend on n_seq and the format only (lengths are read on the device): graph capturable.
- * bf16 layers go to the dedicated kernel of kvc_attn_bf16.cu unless the configuration says ":b0" (kvc_attn_params.bf16).
+ * kvc_decode on bf16 layers goes to the dedicated kernel of kvc_attn_bf16.cu unless the configuration says ":b0"
+ * (kvc_attn_params.bf16); kvc_decode_step (own tokens from the step's rows) always takes the kernels here.
  *
  * Tensor-core mapping (mma.m16n8k16, f32 accumulators; up to 8 query heads of a KV head in N):
  *   scores  S^T[token][head] = K[token][channel] . Q~[channel][head]: 32 tokens = 2 M tiles, D / 16 k-steps.
@@ -1467,7 +1468,8 @@ static omni_status kvc_decode_any(kvc_attn *a, const kv_layer_view *v, int n_seq
                                   uint16_t *out, float scale, void *stream) {
     omni_status st = kvc_check_view(a, v, n_seq, q, out);
     if (st || n_seq == 0) return st;
-    if (!v->quant && a->b16) return kvc_b16_decode(a->b16, v, n_seq, slots, n_new, q, out, scale, stream);
+    if (!v->quant && a->b16 && !kn) /* bf16 layers, the new token in the pages: the dedicated kernel */
+        return kvc_b16_decode(a->b16, v, n_seq, slots, n_new, q, out, scale, stream);
     cudaStream_t cs = (cudaStream_t)stream;
     const int kind = kvc_kind(v), B = kvc_b(a, kind, n_seq), gs = a->Hq / a->Hkv;
     if (B * a->HP > a->max_slots)
