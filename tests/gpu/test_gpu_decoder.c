@@ -49,6 +49,8 @@
 #include "llm/runner_impl.h"
 #include "vision/vision.h"
 
+#include "logit_cmp.h"
+
 #define KL_MAX 1e-3
 #define GAP 0.01
 #define GAP_Q 0.05 /* the GPU's own quantized history (see the top) */
@@ -87,27 +89,6 @@ static double g_q_worst_kl[N_QFMTS];
 static int g_q_positions[N_QFMTS];
 
 /* ---- comparison ------------------------------------------------------------------------------------------ */
-
-static double kl_div(const float *p_logits, const float *q_logits, int V) {
-    double mp = -INFINITY, mq = -INFINITY, sp = 0, sq = 0, kl = 0;
-    for (int i = 0; i < V; i++) mp = fmax(mp, p_logits[i]), mq = fmax(mq, q_logits[i]);
-    for (int i = 0; i < V; i++) sp += exp(p_logits[i] - mp), sq += exp(q_logits[i] - mq);
-    for (int i = 0; i < V; i++) {
-        double lp = p_logits[i] - mp - log(sp), lq = q_logits[i] - mq - log(sq);
-        kl += exp(lp) * (lp - lq);
-    }
-    return kl;
-}
-
-/* The CPU's top-2 gap relative to its largest |logit|. */
-static double top2_gap(const float *cpu, int V) {
-    int idx[2];
-    float val[2];
-    op_topk(cpu, V, V > 1 ? 2 : 1, idx, val);
-    double mx = 0;
-    for (int i = 0; i < V; i++) mx = fmax(mx, fabs(cpu[i]));
-    return V == 1 ? INFINITY : (val[0] - val[1]) / mx;
-}
 
 /* 1 when the CPU's top-2 gap exceeds GAP of its largest |logit| (then the argmax must agree). */
 static int clear_top1(const float *cpu, int V) { return top2_gap(cpu, V) > GAP; }

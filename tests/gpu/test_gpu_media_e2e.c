@@ -28,6 +28,8 @@
 #include "llm/positions.h"
 #include "llm/runner.h"
 
+#include "logit_cmp.h"
+
 #define KL_MAX 1e-3
 #define GAP 0.01
 #define N_DECODE 6
@@ -51,28 +53,6 @@ static cJSON *read_json(const char *path) {
 }
 
 /* ---- comparison ------------------------------------------------------------------------------------------ */
-
-static double kl_div(const float *p_logits, const float *q_logits, int V) {
-    double mp = -INFINITY, mq = -INFINITY, sp = 0, sq = 0, kl = 0;
-    for (int i = 0; i < V; i++) mp = fmax(mp, p_logits[i]), mq = fmax(mq, q_logits[i]);
-    for (int i = 0; i < V; i++) sp += exp(p_logits[i] - mp), sq += exp(q_logits[i] - mq);
-    for (int i = 0; i < V; i++) {
-        const double lp = p_logits[i] - mp - log(sp), lq = q_logits[i] - mq - log(sq);
-        kl += exp(lp) * (lp - lq);
-    }
-    return kl;
-}
-
-/* The CPU's top-2 gap relative to its largest |logit|. */
-static double top2_gap(const float *cpu, int V) {
-    int idx[2];
-    float val[2];
-    if (V < 2) return INFINITY;
-    op_topk(cpu, V, 2, idx, val);
-    double mx = 0;
-    for (int i = 0; i < V; i++) mx = fmax(mx, fabs(cpu[i]));
-    return (val[0] - val[1]) / mx;
-}
 
 static void cmp_logits(const char *what, const float *cpu, const float *gpu, int V) {
     int bad = 0;
