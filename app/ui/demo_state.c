@@ -153,7 +153,12 @@ static void pane_done(demo *d, int k, const demo_event *ev) {
         if (!p->kv.n || x > p->kv.x[p->kv.n - 1]) demo_series_add(&p->kv, x, ev->kv_bytes / 1048576.0);
         p->kv_bytes = ev->kv_bytes, p->kv_tokens = ev->kv_tokens;
     }
-    if (p->n_tok >= 2) demo_series_add(&p->rate, (p->t_last - d->t_submit) / 1000.0, recent_rate(p, p->t_last));
+    if (p->n_tok >= 2) {
+        double r = recent_rate(p, p->t_last);
+        if (!p->rate.n) /* a short answer that came between two samples: its rate from the first token on */
+            demo_series_add(&p->rate, (p->t_first - d->t_submit) / 1000.0, r);
+        demo_series_add(&p->rate, (p->t_last - d->t_submit) / 1000.0, r);
+    }
     const llm_request_stats *s = &ev->stats;
     if (s->finish == LLM_FINISH_ERROR) d->run_failed = 1;
     demo_log(d, s->finish == LLM_FINISH_ERROR, "%s (%s) %s: %d tokens, %.1f tokens/s, first token after %.0f ms%s%s",
