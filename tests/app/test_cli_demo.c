@@ -115,6 +115,8 @@ static int distinct_colours(const uint8_t *px, int n) {
  * panes generated, and when EXPECT_A is given that pane A answered exactly it. */
 typedef struct {
     const char *name, *media, *preset, *prompt, *demo_opts, *model, *gen_media, *gen_opts, *expect_a;
+    int min_frames; /* frames drawn while both panes generated, at least; 0: frame times not checked (a short
+                       answer may come whole between two frames) */
 } scripted;
 
 /* need: the fewest dark pixels each pane's text must have after the run (about 10 per character of the answer). */
@@ -180,8 +182,10 @@ static void test_scripted(const scripted *t) {
     printf("%s: answers '%.*s' / ...; frames while both panes generated: %d, p50 %.2f ms, p95 %.2f ms, max %.2f ms; "
            "UI CPU p50 %.2f p95 %.2f ms\n", t->name, d.out ? (int)strcspn(d.out, "\n") : 0, d.out ? d.out : "", f.n,
            f.p50, f.p95, f.mx, f.cpu50, f.cpu95);
-    CHECK(f.n >= 3 && f.p50 > 0 && f.p50 <= 33 && f.cpu95 > 0 && f.cpu95 <= 33, "%s: frame times: %d frames, p50 %.2f, "
-          "CPU p95 %.2f ms (budget 33 ms)", t->name, f.n, f.p50, f.cpu95);
+    if (t->min_frames)
+        CHECK(f.n >= t->min_frames && f.p50 > 0 && f.p50 <= 33 && f.cpu95 > 0 && f.cpu95 <= 33, "%s: frame times: %d "
+              "frames (want >= %d), p50 %.2f, CPU p95 %.2f ms (budget 33 ms)", t->name, f.n, t->min_frames, f.p50,
+              f.cpu95);
     int chars = d.out ? (int)strcspn(d.out, "\n") : 0;
     check_panes(shot, before, d.err, agree, chars * 10 < 500 ? chars * 10 : 500);
     cli_free(&d);
@@ -191,7 +195,7 @@ static void test_scripted(const scripted *t) {
 /* The fixture (random weights) reads the text of an image: long answers that diverge. */
 static void test_read(void) {
     const scripted t = {"read", IMAGE, "read", "Read all the text in the image.", "-m " OMNI_A " -n 400 -c 8192 " BUDGET,
-                        OMNI_A, "--image", "-n 400 -c 8192 " BUDGET, NULL};
+                        OMNI_A, "--image", "-n 400 -c 8192 " BUDGET, NULL, 3};
     test_scripted(&t);
 }
 
@@ -203,7 +207,7 @@ static void test_embedded_audio(void) {
         return;
     }
     const scripted t = {"speech", SAMPLES "/call.wav", "audio", "Transcribe the audio.", "-n 64", EMBEDDED "/speech",
-                        "--audio", "-n 64", "please call me at 415"};
+                        "--audio", "-n 64", "please call me at 415", 0};
     test_scripted(&t);
 }
 
