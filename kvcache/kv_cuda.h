@@ -87,7 +87,7 @@ typedef struct {
     int bf16;        /* bf16 layers: 0 = the split kernel above (variant, waves, cap), 1..4 = the dedicated bf16
                         kernel's variant bf16 - 1 (kvcache/cuda/kvc_attn_bf16.cu: warps per CTA x ring stages) */
 } kvc_attn_params;
-kvc_attn_params kvc_attn_default_params(void); /* variant "auto", 1 wave, no cap, subnormal codes, bf16 kernel 1 */
+kvc_attn_params kvc_attn_default_params(void); /* variant "auto", 1 wave, no cap, subnormal codes, bf16 kernel 0 */
 omni_status kvc_attn_init_ex(int max_seqs, int n_q_heads, int n_kv_heads, int head_dim, const kvc_attn_params *p,
                              kvc_attn **out);
 /* Name of a variant (NULL past the last): "base", "q2r1", ... (qN: N quantized stages, rN: N raw stages; x2: two

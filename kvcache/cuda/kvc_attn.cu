@@ -18,8 +18,9 @@
  * with programmatic serialization and wait (griddepcontrol.wait) before their first global read, so the split
  * kernel's launch overlaps the end of the kernel before it.
  * Launch shapes depend on n_seq and the format only (lengths are read on the device): graph capturable.
- * kvc_decode on bf16 layers goes to the dedicated kernel of kvc_attn_bf16.cu unless the configuration says ":b0"
- * (kvc_attn_params.bf16); kvc_decode_step (own tokens from the step's rows) always takes the kernels here.
+ * kvc_decode on bf16 layers goes to the dedicated kernel of kvc_attn_bf16.cu when the configuration says ":b1".. ":b4"
+ * (kvc_attn_params.bf16; default 0 = the kernels here until it is validated on the H200); kvc_decode_step (own tokens
+ * from the step's rows) always takes the kernels here.
  *
  * Tensor-core mapping (mma.m16n8k16, f32 accumulators; up to 8 query heads of a KV head in N):
  *   scores  S^T[token][head] = K[token][channel] . Q~[channel][head]: 32 tokens = 2 M tiles, D / 16 k-steps.
@@ -1321,7 +1322,7 @@ static int kvc_b(const kvc_attn *a, int kind, int n_seq) {
 
 extern "C" kvc_attn_params kvc_attn_default_params(void) {
     kvc_attn_params p;
-    p.variant = KVC_NVAR, p.waves = 1, p.ctas_per_sm = 0, p.magic = 0, p.bf16 = 1; /* "auto" */
+    p.variant = KVC_NVAR, p.waves = 1, p.ctas_per_sm = 0, p.magic = 0, p.bf16 = 0; /* "auto" */
     return p;
 }
 

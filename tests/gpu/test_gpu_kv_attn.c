@@ -36,11 +36,11 @@ typedef struct {
 
 static int g_short = 0, g_keep_len = 0; /* g_keep_len: lengths as given under --short too */
 /* Kernel configurations (kvc_attn_parse_config) run on each case besides the default, same inputs and checks:
- * every compiled variant and the run-time split / residency options, bf16 layers also through the split kernel
- * family (:b0) and every variant of the dedicated bf16 kernel (:b2..) (OMNI_KVC_CONFIGS: a comma-separated list
+ * every compiled variant and the run-time split / residency options, bf16 layers also through every variant of the
+ * dedicated bf16 kernel (:b1..:b4) (OMNI_KVC_CONFIGS: a comma-separated list
  * instead; the emulator run takes them on the first cases only). */
 static char g_cfgs[512] = "base:b0,q2r1,q3r2:b0,q6r3,q4r1,x2,x2b3,p1,q3r2a:b0,base:w2:b0,base:w4,q4r1:c3,"
-                          "x2b3:w2:c2,auto:b2,auto:b3,auto:b4";
+                          "x2b3:w2:c2,auto:b1,auto:b2,auto:b3,auto:b4";
 static int g_cfg_cases = 1 << 30; /* cases that run them */
 
 /* kv_forward of the last token of each sequence over its first L - 1 tokens (CPU cache, same format). */
@@ -284,8 +284,8 @@ static void bad_args(void) {
           p.ctas_per_sm == 3 && p.magic == 1, "q3r2:w2:c3:m parsed as %d %d %d %d", p.variant, p.waves, p.ctas_per_sm,
           p.magic);
     CHECK(kvc_attn_parse_config("base", &p) == OMNI_OK && p.variant == 0 && p.waves == 1 && !p.ctas_per_sm && !p.magic &&
-          p.bf16 == 1, "base parsed wrong");
-    CHECK(kvc_attn_parse_config("auto:b0", &p) == OMNI_OK && p.bf16 == 0, "auto:b0 parsed wrong");
+          p.bf16 == 0, "base parsed wrong");
+    CHECK(kvc_attn_parse_config("auto:b1", &p) == OMNI_OK && p.bf16 == 1, "auto:b1 parsed wrong");
     CHECK(kvc_attn_parse_config("q3r2:b4:w2", &p) == OMNI_OK && p.bf16 == 4 && p.waves == 2, "q3r2:b4:w2 parsed wrong");
     for (int v = 0; kvc_attn_variant_name(v); v++)
         CHECK(kvc_attn_parse_config(kvc_attn_variant_name(v), &p) == OMNI_OK && p.variant == v, "variant %d", v);
