@@ -342,6 +342,22 @@ omni_status omni_cuda_fill_uniform_bf16(uint16_t *y, int64_t n, uint64_t seed, f
 omni_status omni_cuda_linear(omni_cuda_ctx *ctx, void *y, omni_dtype y_dtype, const uint16_t *x, const uint16_t *w,
                              const uint16_t *b, int M, int N, int K);
 
+/* Decode linears with the small op before them done in their prologue (one kernel instead of two: each block
+ * rebuilds its x rows in shared memory from L2), y = x·Wᵀ bf16 [M, N] with omni_cuda_linear's GEMV arithmetic:
+ *   omni_cuda_add_rmsnorm_linear: x_out = bf16(x_in + add), x = rmsnorm(x_out)·norm_w (omni_cuda_add_rmsnorm_bf16's
+ *     arithmetic: bit for bit its result when K >= 2048, where its block reduction has the same shape; smaller K
+ *     sums the squares in another order); x_in, add, x_out [M, K], x_out aliasing neither (other blocks still read
+ *     x_in while block 0 writes x_out);
+ *   omni_cuda_swiglu_linear: x = swiglu(gu) (omni_cuda_swiglu_bf16, bit for bit), gu [M, 2K].
+ * Taken shapes: omni_cuda_fused_linear_ok (M <= 4, K % 8 == 0, M·K bf16 within 48 KiB of shared memory), all
+ * pointers 16-byte aligned, on `stream` (programmatic dependent launch as the GEMVs); else OMNI_ERR_USAGE. */
+int omni_cuda_fused_linear_ok(int M, int K);
+omni_status omni_cuda_add_rmsnorm_linear(uint16_t *y, uint16_t *x_out, const uint16_t *x_in, const uint16_t *add,
+                                         const uint16_t *norm_w, float eps, const uint16_t *w, int M, int N, int K,
+                                         void *stream);
+omni_status omni_cuda_swiglu_linear(uint16_t *y, const uint16_t *gu, const uint16_t *w, int M, int N, int K,
+                                    void *stream);
+
 /* Batched linear (cuBLAS strided batched, no bias): y[b] = x[b] · W[b]ᵀ for b < batch, bf16 in and out, fp32
  * accumulation, one rounding. x[b] = x + b·sx ([M, K]), W[b] = w + b·sw ([N, K]), y[b] = y + b·sy ([M, N]), all
  * row-major, strides in elements. */

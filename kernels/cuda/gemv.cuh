@@ -25,6 +25,14 @@ typedef struct {
     int64_t bias_bstride;
     int M, N, K, batch;
     int f32_out;
+    /* Prologue (batch 1, no selections, bf16 out; omni_cuda_add_rmsnorm_linear / omni_cuda_swiglu_linear): x is not
+     * read; each block builds its M rows of K in shared memory first. pro 1: rows = rmsnorm(pin + padd) * pnorm
+     * with add_rmsnorm's arithmetic, pout = bf16(pin + padd) written by block 0; pro 2: rows = swiglu(pin), pin
+     * rows of 2K (gate, up). Rows [M][K] contiguous. */
+    int pro;
+    const uint16_t *pin, *padd, *pnorm;
+    uint16_t *pout;
+    float eps;
 } omni_gemv_args;
 
 /* 1 if the GEMV kernel takes these sizes and alignments. */

@@ -7,6 +7,10 @@
  *   h = rmsnorm(x) (fused with the previous residual add) -> qkv = h·Wqkvᵀ -> q/k norm + MRoPE in place ->
  *   append k, v -> att = attention -> o = att·Woᵀ -> x += o, h = rmsnorm(x) -> MLP (dense: gu = h·Wguᵀ,
  *   act = swiglu(gu), m = act·Wdᵀ; MoE: router, top-k, experts, combine) -> x += m (-> DeepStack rows).
+ * Decode-sized steps (T <= 4) fuse the dense chain (OMNI_CUDA_FUSE=0 at init: off): "x += o, h = rmsnorm(x)" runs
+ * in the gate/up GEMV's prologue, SwiGLU in the down GEMV's, "x += m, h = the next input norm" in the next qkv
+ * GEMV's (omni_cuda_add_rmsnorm_linear / omni_cuda_swiglu_linear, bit for bit the separate ops at H >= 2048); each
+ * fused add writes the residual into the other of two buffers (x, x2: other blocks still read the old one).
  * Decode-sized MoE steps fold both add + RMSNorm around the block into its kernels (omni_cuda_moe_decode_res, the
  * same bits; OMNI_CUDA_MOE=split or =fused at init: the separate launches around omni_cuda_moe_decode_split /
  * _fused, for A/B timing).
@@ -94,6 +98,9 @@ struct llm_cuda {
     cudaStream_t s2;            /* side stream: L2 prefetch of o_proj's weights beside the attention (decode) */
     cudaEvent_t ev_fork, ev_join;
     int prefetch;               /* OMNI_CUDA_PREFETCH=0 at init turns the side-stream prefetch off (A/B timing) */
+    int fuse;                   /* decode: norms / SwiGLU in the GEMVs' prologues (OMNI_CUDA_FUSE=0 at init: off) */
+    uint16_t *xc;               /* the step's residual: x or x2 (a fused add writes the other buffer) */
+    int pend;                   /* xc += hb and the next input norm are left to the next layer's qkv GEMV */
     int moe_mode;               /* decode MoE (OMNI_CUDA_MOE at init, A/B timing): MOE_RES, MOE_SPLIT, MOE_FUSED */
     lcw_weights w;
     dev_cache caches[MAX_CACHES + 1];
@@ -101,7 +108,7 @@ struct llm_cuda {
     /* workspace (one allocation) */
     void *ws;
     size_t ws_bytes;
-    uint16_t *x, *ha, *hb, *qkv, *q, *k, *v, *att, *gu, *act, *hl, *kvfill;
+    uint16_t *x, *x2, *ha, *hb, *qkv, *q, *k, *v, *att, *gu, *act, *hl, *kvfill;
     float *logits, *attn_ws;
     int64_t attn_ws_floats;
     omni_cuda_moe_scratch moe;  /* omni_cuda_moe_decode's (ticket zeroed at init) */
@@ -164,6 +171,7 @@ static size_t carve_ws(llm_cuda *r, char *base) {
     carver c = {base, 0};
     const size_t T = r->T_max, H = r->H, O = r->O;
     r->x = (uint16_t *)carve(&c, 2 * T * H);
+    r->x2 = (uint16_t *)carve(&c, 2 * T * H);
     r->ha = (uint16_t *)carve(&c, 2 * T * H);
     r->hb = (uint16_t *)carve(&c, 2 * T * H);
     r->qkv = (uint16_t *)carve(&c, 2 * T * r->Q);
@@ -280,6 +288,8 @@ static omni_status init_common(llm_cuda *r, size_t weight_bytes) {
     OMNI_CUDA_TRY(cudaEventCreateWithFlags(&r->ev_join, cudaEventDisableTiming));
     const char *pf = getenv("OMNI_CUDA_PREFETCH");
     r->prefetch = !(pf && !strcmp(pf, "0"));
+    const char *fu = getenv("OMNI_CUDA_FUSE");
+    r->fuse = !(fu && !strcmp(fu, "0"));
     const char *mm = getenv("OMNI_CUDA_MOE");
     r->moe_mode = mm && !strcmp(mm, "split") ? MOE_SPLIT : mm && !strcmp(mm, "fused") ? MOE_FUSED : MOE_RES;
     r->attn_ws_floats = attn_floats(r, 32768); /* decode graphs cover 32K keys; longer histories run eagerly */
@@ -808,16 +818,31 @@ static omni_status prefetch_o(llm_cuda *r, const lcw_layer *L, const step_in *in
 static omni_status layer_tail(llm_cuda *r, int l, const step_in *in, const step_shape *sh, int ds) {
     const int T = sh->T, H = r->H;
     if (ds)
-        OP(r, P_RESID, omni_cuda_add_rows_bf16(r->x, H, in->dsdst + l * T,
+        OP(r, P_RESID, omni_cuda_add_rows_bf16(r->xc, H, in->dsdst + l * T,
                                                r->rows_dev + ((size_t)(1 + l) * r->T_max) * H, sh->n_ds[l], r->s));
-    if (l + 1 < r->L) OP(r, P_NORM, omni_cuda_rmsnorm_bf16(r->ha, r->x, r->w.layers[l + 1].in_norm, T, H, r->eps, r->s));
+    if (l + 1 < r->L) OP(r, P_NORM, omni_cuda_rmsnorm_bf16(r->ha, r->xc, r->w.layers[l + 1].in_norm, T, H, r->eps, r->s));
+    return OMNI_OK;
+}
+
+/* Fused (decode): x' = x + hb into the other residual buffer and h = rmsnorm(x') * nw in the prologue of y = h W^T. */
+static omni_status add_norm_linear(llm_cuda *r, int kind, uint16_t *y, const uint16_t *nw, const uint16_t *w, int T,
+                                   int N) {
+    uint16_t *xo = r->xc == r->x ? r->x2 : r->x;
+    OP(r, kind, omni_cuda_add_rmsnorm_linear(y, xo, r->xc, r->hb, nw, r->eps, w, T, N, r->H, r->s));
+    r->xc = xo;
     return OMNI_OK;
 }
 
 static omni_status layer(llm_cuda *r, int l, const step_in *in, const step_shape *sh, int graph) {
     const lcw_layer *L = &r->w.layers[l];
     const int T = sh->T, H = r->H, qd = r->Hq * r->D;
-    OP(r, P_QKV, omni_cuda_linear(r->ctx, r->qkv, OMNI_BF16, r->ha, L->qkv, NULL, T, r->Q, H));
+    const int fuse = r->fuse && omni_cuda_fused_linear_ok(T, H); /* decode-sized steps (T <= 4) */
+    if (r->pend) { /* the previous layer's x += mlp and this layer's input norm */
+        RUN(add_norm_linear(r, P_QKV, r->qkv, L->in_norm, L->qkv, T, r->Q));
+        r->pend = 0;
+    } else {
+        OP(r, P_QKV, omni_cuda_linear(r->ctx, r->qkv, OMNI_BF16, r->ha, L->qkv, NULL, T, r->Q, H));
+    }
     const int pf = r->prefetch && T <= r->S; /* decode-sized steps: o_proj's weights into L2 beside the attention (a side branch) */
     if (pf) RUN(prefetch_o(r, L, in, T));
     OP(r, P_QKR, omni_cuda_qkv_norm_rope_bf16(r->qkv, r->Q, r->q, r->k, r->v, T, r->Hq, r->Hkv, r->D, L->q_norm,
@@ -829,32 +854,45 @@ static omni_status layer(llm_cuda *r, int l, const step_in *in, const step_shape
     if (r->E && !r->force_T && T * r->K <= ENTRY_MAX && r->moe_mode == MOE_RES) {
         /* x += o, h = norm(x), the MoE block into moe.out, x += out, h = the next layer's norm(x): three kernels */
         const uint16_t *wn = l + 1 < r->L && !ds ? r->w.layers[l + 1].in_norm : NULL;
-        OP(r, P_EXPERTS, omni_cuda_moe_decode_res(r->x, r->ha, r->hb, L->post_norm, wn, r->eps, L->router,
+        OP(r, P_EXPERTS, omni_cuda_moe_decode_res(r->xc, r->ha, r->hb, L->post_norm, wn, r->eps, L->router,
                                                   L->gate_up, L->down, T, r->E, r->K, H, r->I, r->norm_topk, &r->moe,
                                                   r->s));
         if (wn) return OMNI_OK;
         return layer_tail(r, l, in, sh, ds);
     }
-    OP(r, P_RESID, omni_cuda_add_rmsnorm_bf16(r->ha, r->x, r->hb, L->post_norm, T, H, r->eps, r->s));
     if (r->E) {
+        OP(r, P_RESID, omni_cuda_add_rmsnorm_bf16(r->ha, r->xc, r->hb, L->post_norm, T, H, r->eps, r->s));
         RUN(mlp_moe(r, l, L, T));
     } else {
-        OP(r, P_MLP, omni_cuda_linear(r->ctx, r->gu, OMNI_BF16, r->ha, L->gate_up, NULL, T, 2 * r->I, H));
-        OP(r, P_SWIGLU, omni_cuda_swiglu_bf16(r->act, r->gu, T, r->I, r->s));
-        OP(r, P_MLP, omni_cuda_linear(r->ctx, r->hb, OMNI_BF16, r->act, L->down, NULL, T, H, r->I));
+        if (fuse) { /* x += o and the post-attention norm in the gate/up GEMV's prologue */
+            RUN(add_norm_linear(r, P_MLP, r->gu, L->post_norm, L->gate_up, T, 2 * r->I));
+        } else {
+            OP(r, P_RESID, omni_cuda_add_rmsnorm_bf16(r->ha, r->xc, r->hb, L->post_norm, T, H, r->eps, r->s));
+            OP(r, P_MLP, omni_cuda_linear(r->ctx, r->gu, OMNI_BF16, r->ha, L->gate_up, NULL, T, 2 * r->I, H));
+        }
+        if (r->fuse && omni_cuda_fused_linear_ok(T, r->I)) { /* SwiGLU in the down GEMV's prologue */
+            OP(r, P_MLP, omni_cuda_swiglu_linear(r->hb, r->gu, L->down, T, H, r->I, r->s));
+        } else {
+            OP(r, P_SWIGLU, omni_cuda_swiglu_bf16(r->act, r->gu, T, r->I, r->s));
+            OP(r, P_MLP, omni_cuda_linear(r->ctx, r->hb, OMNI_BF16, r->act, L->down, NULL, T, H, r->I));
+        }
     }
     /* x += mlp; DeepStack rows after layers 0..levels-1; the next layer's input norm */
     if (l + 1 < r->L && !ds) {
-        OP(r, P_RESID, omni_cuda_add_rmsnorm_bf16(r->ha, r->x, r->hb, r->w.layers[l + 1].in_norm, T, H, r->eps, r->s));
+        if (fuse) { /* both in the next layer's qkv GEMV */
+            r->pend = 1;
+            return OMNI_OK;
+        }
+        OP(r, P_RESID, omni_cuda_add_rmsnorm_bf16(r->ha, r->xc, r->hb, r->w.layers[l + 1].in_norm, T, H, r->eps, r->s));
         return OMNI_OK;
     }
-    OP(r, P_RESID, omni_cuda_add_bf16(r->x, r->x, r->hb, (int64_t)T * H, r->s));
+    OP(r, P_RESID, omni_cuda_add_bf16(r->xc, r->xc, r->hb, (int64_t)T * H, r->s));
     return layer_tail(r, l, in, sh, ds);
 }
 
 /* lm_head over n output rows of x (row indices at out_rows, device): final norm, f32 logits [n][V]. */
 static omni_status head(llm_cuda *r, const int32_t *out_rows, int T, int n) {
-    OP(r, P_HEAD, omni_cuda_embed_rows_bf16(r->hl, r->x, T, r->H, out_rows, NULL, NULL, n, r->s)); /* gather rows */
+    OP(r, P_HEAD, omni_cuda_embed_rows_bf16(r->hl, r->xc, T, r->H, out_rows, NULL, NULL, n, r->s)); /* gather rows */
     OP(r, P_HEAD, omni_cuda_rmsnorm_bf16(r->hl, r->hl, r->w.norm, n, r->H, r->eps, r->s));
     OP(r, P_HEAD, omni_cuda_linear(r->ctx, r->logits, OMNI_F32, r->hl, r->w.lm_head, NULL, n, r->V, r->H));
     return OMNI_OK;
@@ -864,6 +902,7 @@ static omni_status head(llm_cuda *r, const int32_t *out_rows, int T, int n) {
 static omni_status forward(llm_cuda *r, const step_shape *sh, int graph) {
     const int T = sh->T, H = r->H;
     step_in in = in_views(r->in_dev, T);
+    r->xc = r->x, r->pend = 0;
     OP(r, P_EMBED, omni_cuda_embed_rows_bf16(r->x, r->w.embed, r->V, H, in.ids, in.src, r->rows_dev, T, r->s));
     OP(r, P_NORM, omni_cuda_rmsnorm_bf16(r->ha, r->x, r->w.layers[0].in_norm, T, H, r->eps, r->s));
     for (int l = 0; l < r->L; l++) RUN(layer(r, l, &in, sh, graph));

@@ -12,12 +12,12 @@
 #include "kernels/ops.h"
 
 enum { O_RMS, O_ADD_RMS, O_LN, O_ROPE, O_SILU, O_GELU_ERF, O_GELU_TANH, O_ADD, O_EMBED, O_SOFTMAX, O_ARGMAX, O_LINEAR,
-       O_LINEAR32, O_COUNT };
+       O_LINEAR32, O_FUSED, O_COUNT };
 static op_stats g_ops[O_COUNT] = {
     {.name = "rmsnorm"},   {.name = "add_rmsnorm"}, {.name = "layernorm"}, {.name = "rope_neox"},
     {.name = "silu_mul"},  {.name = "gelu_erf"},    {.name = "gelu_tanh"}, {.name = "add"},
     {.name = "embed"},     {.name = "softmax"},     {.name = "argmax"},    {.name = "linear_bf16out"},
-    {.name = "linear_f32out"}};
+    {.name = "linear_f32out"}, {.name = "fused_linear"}};
 #define compare(op, ...) compare(&g_ops[op], __VA_ARGS__)
 
 /* ---- rmsnorm (also per-head q_norm/k_norm shapes) ------------------------------------------------------ */
@@ -487,6 +487,83 @@ static void test_linear(void) {
             linear_case(shapes[s][0], shapes[s][1], shapes[s][2], v & 1, v & 2 ? OMNI_F32 : OMNI_BF16);
 }
 
+/* ---- fused decode linears ----------------------------------------------------------------------------- */
+
+/* omni_cuda_add_rmsnorm_linear (kind 1) / omni_cuda_swiglu_linear (kind 2) against the two ops they replace, run
+ * on the GPU on the same inputs: x_out equals add_rmsnorm's x bit for bit, y equals linear(h) bit for bit for SwiGLU
+ * and for the norm when K >= 2048 (the same reduction shape). Smaller K sums the squares in another order: h may
+ * move by one bf16 step (B|h|), so |dy| <= B|y| + (1 + B)(B + 6u(sqrt(K) + 1))·A with A = sum |h_k w_nk|, y the
+ * two-op result, + ATOL_SUB. */
+static void fused_case(int kind, int M, int N, int K) {
+    const int64_t xn = (int64_t)M * K, gn = kind == 2 ? 2 * xn : xn, wn = (int64_t)N * K, yn = (int64_t)M * N;
+    uint16_t *xh = xmalloc(2 * gn), *ah = xmalloc(2 * xn), *nh = xmalloc(2 * (size_t)K), *wh = xmalloc(2 * wn);
+    uint16_t *x1 = xmalloc(2 * xn), *x2 = xmalloc(2 * xn), *hh = xmalloc(2 * xn);
+    float *xf = xmalloc(4 * gn), *af = xmalloc(4 * xn), *nf = xmalloc(4 * (size_t)K), *wf = xmalloc(4 * wn);
+    float *y1 = xmalloc(4 * yn), *y2 = xmalloc(4 * yn);
+    double *tol = xmalloc(8 * yn);
+    rand_bf16(xh, xf, gn, 2.f, 0.f);
+    rand_bf16(ah, af, xn, 1.f, 0.f);
+    rand_bf16(nh, nf, K, 0.2f, 1.f);
+    rand_bf16(wh, wf, wn, 0.05f, 0.f);
+    uint16_t *dx = dev_buf(xh, 2 * gn), *da = dev_buf(ah, 2 * xn), *dn = dev_buf(nh, 2 * (size_t)K);
+    uint16_t *dw = dev_buf(wh, 2 * wn), *dx1 = dev_buf(xh, 2 * xn), *dh = dev_buf(NULL, 2 * xn);
+    uint16_t *dxo = dev_buf(NULL, 2 * xn), *dy1 = dev_buf(NULL, 2 * yn), *dy2 = dev_buf(NULL, 2 * yn);
+    if (kind == 1) {
+        TRY(omni_cuda_add_rmsnorm_bf16(dh, dx1, da, dn, M, K, 1e-6f, g_stream));
+        TRY(omni_cuda_add_rmsnorm_linear(dy2, dxo, dx, da, dn, 1e-6f, dw, M, N, K, g_stream));
+    } else {
+        TRY(omni_cuda_swiglu_bf16(dh, dx, M, K, g_stream));
+        TRY(omni_cuda_swiglu_linear(dy2, dx, dw, M, N, K, g_stream));
+    }
+    TRY(omni_cuda_linear(g_ctx, dy1, OMNI_BF16, dh, dw, NULL, M, N, K));
+    TRY(omni_cuda_sync(g_stream));
+    fetch_bf16(y1, dy1, yn);
+    fetch_bf16(y2, dy2, yn);
+    TRY(omni_cuda_d2h(hh, dh, 2 * xn, g_stream));
+    int64_t dxn = 0, dyn = 0;
+    if (kind == 1) {
+        TRY(omni_cuda_d2h(x1, dx1, 2 * xn, g_stream));
+        TRY(omni_cuda_d2h(x2, dxo, 2 * xn, g_stream));
+        for (int64_t i = 0; i < xn; i++) dxn += x1[i] != x2[i];
+    }
+    for (int64_t i = 0; i < yn; i++) dyn += y1[i] != y2[i];
+    for (int m = 0; m < M; m++)
+        for (int n = 0; n < N; n++) {
+            double A = 0;
+            for (int k = 0; k < K; k++)
+                A += fabs((double)omni_bf16_to_f32(hh[(int64_t)m * K + k]) * omni_bf16_to_f32(wh[(int64_t)n * K + k]));
+            tol[(int64_t)m * N + n] = B * fabs(y1[(int64_t)m * N + n]) + (1 + B) * (B + 6 * U * (sqrt(K) + 1)) * A +
+                                      ATOL_SUB;
+        }
+    const int exact = kind == 2 || K >= 2048;
+    char what[96];
+    snprintf(what, sizeof what, "%s_linear M=%d N=%d K=%d", kind == 1 ? "add_rmsnorm" : "swiglu", M, N, K);
+    CHECK(dxn == 0, "%s: %lld x_out values differ from add_rmsnorm's x", what, (long long)dxn);
+    CHECK(!exact || dyn == 0, "%s: %lld of %lld outputs differ from the two ops", what, (long long)dyn, (long long)yn);
+    compare(O_FUSED, what, y2, y1, tol, yn);
+    dev_done(what, dx, 2 * gn), dev_done(what, da, 2 * xn), dev_done(what, dn, 2 * (size_t)K);
+    dev_done(what, dw, 2 * wn), dev_done(what, dx1, 2 * xn), dev_done(what, dh, 2 * xn);
+    dev_done(what, dxo, 2 * xn), dev_done(what, dy1, 2 * yn), dev_done(what, dy2, 2 * yn);
+    free(xh), free(ah), free(nh), free(wh), free(x1), free(x2), free(hh);
+    free(xf), free(af), free(nf), free(wf), free(y1), free(y2), free(tol);
+}
+
+static void test_fused(void) {
+    const int shapes[][3] = {{1, 19, 8}, {2, 1025, 264}, {3, 33, 2056}, {4, 127, 4096}, {1, 4096, 4096}, {1, 7, 1032}};
+    for (int s = 0; s < (int)(sizeof shapes / sizeof shapes[0]); s++)
+        for (int kind = 1; kind <= 2; kind++) fused_case(kind, shapes[s][0], shapes[s][1], shapes[s][2]);
+    fused_case(2, 1, 259, 12288); /* the 8B down projection's K */
+    fused_case(2, 2, 33, 12288);
+    uint16_t *d = dev_buf(NULL, 2 * 4096);
+    CHECK(!omni_cuda_fused_linear_ok(5, 8) && !omni_cuda_fused_linear_ok(4, 8192) && omni_cuda_fused_linear_ok(4, 6144),
+          "fused shapes: M <= 4 within 48 KiB");
+    CHECK(omni_cuda_add_rmsnorm_linear(d, d, d, d, d, 1e-6f, d, 1, 8, 8, g_stream) == OMNI_ERR_USAGE,
+          "x_out aliasing x_in refused");
+    CHECK(omni_cuda_swiglu_linear(d, d, d, 5, 8, 8, g_stream) == OMNI_ERR_USAGE, "5 rows refused");
+    CHECK(omni_cuda_swiglu_linear(d, d + 1, d, 1, 8, 8, g_stream) == OMNI_ERR_USAGE, "misaligned gu refused");
+    dev_done("fused contracts", d, 2 * 4096);
+}
+
 /* ---- API contracts ------------------------------------------------------------------------------------- */
 
 static void test_contracts(void) {
@@ -521,6 +598,7 @@ int main(void) {
     test_softmax();
     test_argmax();
     test_linear();
+    test_fused();
     stats_print(g_ops, O_COUNT);
     printf("(embed, argmax, add: exact comparisons) %.0f ms\n", omni_time_ms() - t0);
     omni_cuda_ctx_free(g_ctx);
