@@ -9,8 +9,9 @@
 #            (default: tests memcheck bench; logs: $OUT)
 # Prints one line per test, the memcheck summary and the decode tok/s rows; writes $OUT/<test>.log,
 # $OUT/memcheck_decoder.log, $OUT/bench_pf1.log, $OUT/bench_pf0.log. Exit status: failed tests.
-# ab: 8B bs1/4K bf16 + int2 decode with programmatic dependent launches on / off (OMNI_CUDA_PDL=0) and the o_proj
-#     L2 prefetch on / off ($OUT/ab_*.log, ~20 s each); chain: omni_bench_gpu_ops --chain (decode-shaped GEMVs alone,
+# ab: 8B bs1/4K bf16 + int2 decode with programmatic dependent launches on / off (OMNI_CUDA_PDL=0), the o_proj
+#     L2 prefetch on / off and the fused decode linears on / off (OMNI_CUDA_FUSE=0): AB="pdl pf fuse,..." triples
+#     (default AB="1 0 1,1 0 0,0 0 1,1 1 1"; $OUT/ab_*.log, ~20 s each); chain: omni_bench_gpu_ops --chain (decode-shaped GEMVs alone,
 #     the 36-layer decode chain without attention eager and as a graph) with PDL on and off ($OUT/chain_pdl*.log);
 # ncu: per-kernel times (graph nodes profiled one at a time) of ~one bf16 bs1/4K decode step ($OUT/ncu_step.csv).
 set -u
@@ -48,13 +49,15 @@ for part in $parts; do
             grep -E "decode .*tok/s|split of an eager" "$OUT/bench_pf$pf.log"
         done ;;
     ab)
-        for c in "1 0" "0 0" "1 1"; do
+        combos=("1 0 1" "1 0 0" "0 0 1" "1 1 1")
+        [ -n "${AB:-}" ] && IFS=',' read -ra combos <<< "$AB"
+        for c in "${combos[@]}"; do
             set -- $c
-            OMNI_CUDA_PDL=$1 OMNI_CUDA_PREFETCH=$2 timeout 40 "$D/omni_bench_llm_cuda" \
+            OMNI_CUDA_PDL=$1 OMNI_CUDA_PREFETCH=$2 OMNI_CUDA_FUSE=$3 timeout 40 "$D/omni_bench_llm_cuda" \
                 assets/configs/Qwen3-VL-8B-Instruct --ctx 4096 --kv bf16,int2 --prefill 0 --steps 64 \
-                --label "Qwen3-VL-8B pdl=$1 prefetch=$2" > "$OUT/ab_pdl$1_pf$2.log" 2>&1
-            echo "== pdl $1 prefetch $2 (rc=$?)"
-            grep -E "decode .*tok/s|split of an eager" "$OUT/ab_pdl$1_pf$2.log"
+                --label "Qwen3-VL-8B pdl=$1 prefetch=$2 fuse=$3" > "$OUT/ab_pdl$1_pf$2_fu$3.log" 2>&1
+            echo "== pdl $1 prefetch $2 fuse $3 (rc=$?)"
+            grep -E "decode .*tok/s|split of an eager" "$OUT/ab_pdl$1_pf$2_fu$3.log"
         done ;;
     chain)
         for pdl in 1 0; do

@@ -162,18 +162,26 @@ static void bench_linear(const char *name, int M, int N, int K, omni_dtype ydt, 
  * Qwen3-VL-8B's per-layer decode kernels at M = 1 (qkv GEMV, o_proj GEMV, add + RMSNorm, gate/up GEMV, SwiGLU,
  * down GEMV, add + RMSNorm) over L layers of distinct random weights (L x 420 MB: nothing stays in L2), timed
  * eagerly (one event pair around the whole chain) and as one CUDA graph: weights / time against the copy
- * bandwidth, and the time beyond the bytes per kernel boundary. OMNI_CUDA_PDL=0 in the environment gives the same
- * without programmatic dependent launches (the A/B). */
+ * bandwidth, and the time beyond the bytes per kernel boundary; then the same with the runner's fused decode linears
+ * (add + RMSNorm in the qkv and gate/up GEMVs, SwiGLU in the down GEMV: 4 kernels per layer). OMNI_CUDA_PDL=0 in the
+ * environment gives both without programmatic dependent launches (the A/B). */
 typedef struct {
     uint16_t *qkv, *o, *gu, *down, *n1, *n2;
 } chain_layer;
 static chain_layer *g_cl;
-static uint16_t *g_cx, *g_cha, *g_chb, *g_cq, *g_catt, *g_cgu, *g_cact;
-static int g_cL;
+static uint16_t *g_cx, *g_cx2, *g_cha, *g_chb, *g_cq, *g_catt, *g_cgu, *g_cact;
+static int g_cL, g_cfuse;
 enum { CH_H = 4096, CH_Q = 6144, CH_I = 12288 };
 
 static void chain_enqueue(void) {
-    for (int l = 0; l < g_cL; l++) {
+    for (int l = 0; l < g_cL && g_cfuse; l++) { /* the runner's fused form: 4 kernels per layer */
+        const chain_layer *c = &g_cl[l];
+        CK(omni_cuda_add_rmsnorm_linear(g_cq, g_cx2, g_cx, g_chb, c->n2, 1e-6f, c->qkv, 1, CH_Q, CH_H, g_s));
+        CK(omni_cuda_linear(g_ctx, g_chb, OMNI_BF16, g_catt, c->o, NULL, 1, CH_H, CH_H));
+        CK(omni_cuda_add_rmsnorm_linear(g_cgu, g_cx, g_cx2, g_chb, c->n1, 1e-6f, c->gu, 1, 2 * CH_I, CH_H, g_s));
+        CK(omni_cuda_swiglu_linear(g_chb, g_cgu, c->down, 1, CH_H, CH_I, g_s));
+    }
+    for (int l = 0; l < g_cL && !g_cfuse; l++) {
         const chain_layer *c = &g_cl[l];
         CK(omni_cuda_linear(g_ctx, g_cq, OMNI_BF16, g_cha, c->qkv, NULL, 1, CH_Q, CH_H));
         CK(omni_cuda_linear(g_ctx, g_chb, OMNI_BF16, g_catt, c->o, NULL, 1, CH_H, CH_H));
@@ -204,8 +212,8 @@ static uint16_t *dev_uniform(int64_t n, float lo, float hi) {
     return d;
 }
 
-static void bench_chain(int L) {
-    g_cL = L;
+static void bench_chain(int L, int fuse) {
+    g_cL = L, g_cfuse = fuse;
     g_cl = calloc((size_t)L, sizeof *g_cl);
     const float a = 0.02f; /* weights ~U(-a, a): activations stay O(1) */
     for (int l = 0; l < L; l++) {
@@ -214,11 +222,11 @@ static void bench_chain(int L) {
         c->gu = dev_uniform((int64_t)2 * CH_I * CH_H, -a, a), c->down = dev_uniform((int64_t)CH_H * CH_I, -a, a);
         c->n1 = dev_uniform(CH_H, 0.9f, 1.1f), c->n2 = dev_uniform(CH_H, 0.9f, 1.1f);
     }
-    g_cx = dev_uniform(CH_H, -1, 1), g_cha = dev_uniform(CH_H, -1, 1), g_chb = dev_uniform(CH_H, -1, 1);
+    g_cx = dev_uniform(CH_H, -1, 1), g_cx2 = dev_uniform(CH_H, -1, 1), g_cha = dev_uniform(CH_H, -1, 1), g_chb = dev_uniform(CH_H, -1, 1);
     g_catt = dev_uniform(CH_H, -1, 1), g_cq = dev_uniform(CH_Q, 0, 0), g_cgu = dev_uniform(2 * CH_I, 0, 0);
     g_cact = dev_uniform(CH_I, 0, 0);
     const double bytes = (double)L * 2 * ((double)CH_Q * CH_H + (double)CH_H * CH_H + 3.0 * CH_I * CH_H);
-    const int kernels = 7 * L;
+    const int kernels = (fuse ? 4 : 7) * L;
     CK(omni_cuda_sync(g_s));
     const float eager = bench_time_ms(launch_chain, 1, 5, g_s);
     cudaGraph_t gr;
@@ -231,8 +239,9 @@ static void bench_chain(int L) {
     const float graph = bench_time_ms(launch_chain_graph, 1, 11, g_s);
     const double ideal = bytes / (g_copy_gbs * 1e9) * 1e3;
     const char *pdl = getenv("OMNI_CUDA_PDL");
-    printf("decode chain (no attention) x %d layers, PDL %s: %.1f MB of weights, ideal %.3f ms at copy speed\n", L,
-           pdl && pdl[0] == '0' ? "off" : "on", bytes / 1e6, ideal);
+    printf("decode chain (no attention) x %d layers, %s, PDL %s: %.1f MB of weights, ideal %.3f ms at copy speed\n", L,
+           fuse ? "fused (4 kernels per layer)" : "separate (7 kernels per layer)", pdl && pdl[0] == '0' ? "off" : "on",
+           bytes / 1e6, ideal);
     printf("%-44s %9.4f ms %8.1f GB/s %6.1f%% of copy, %.2f us per kernel beyond the bytes\n", "  eager", eager,
            bytes / (eager * 1e-3) / 1e9, 100 * ideal / eager, (eager - ideal) * 1e3 / kernels);
     printf("%-44s %9.4f ms %8.1f GB/s %6.1f%% of copy, %.2f us per kernel beyond the bytes\n", "  graph", graph,
@@ -243,7 +252,7 @@ static void bench_chain(int L) {
         omni_cuda_free(c->qkv), omni_cuda_free(c->o), omni_cuda_free(c->gu), omni_cuda_free(c->down);
         omni_cuda_free(c->n1), omni_cuda_free(c->n2);
     }
-    omni_cuda_free(g_cx), omni_cuda_free(g_cha), omni_cuda_free(g_chb), omni_cuda_free(g_catt);
+    omni_cuda_free(g_cx), omni_cuda_free(g_cx2), omni_cuda_free(g_cha), omni_cuda_free(g_chb), omni_cuda_free(g_catt);
     omni_cuda_free(g_cq), omni_cuda_free(g_cgu), omni_cuda_free(g_cact);
     free(g_cl);
 }
@@ -273,7 +282,8 @@ int main(int argc, char **argv) {
         bench_linear("gemv o_proj", 1, CH_H, CH_H, OMNI_BF16, 4);
         bench_linear("gemv gate/up", 1, 2 * CH_I, CH_H, OMNI_BF16, 4);
         bench_linear("gemv down", 1, CH_H, CH_I, OMNI_BF16, 4);
-        bench_chain(36);
+        bench_chain(36, 0);
+        bench_chain(36, 1);
         omni_cuda_ctx_free(g_ctx);
         return 0;
     }
