@@ -1,7 +1,7 @@
 #!/bin/bash
 # bench/decode_gpu.sh - the CUDA runner's decode work on the GPU host in one command (repository root): the tests of
 # the decode chain, memcheck of the short decoder test, and the Qwen3-VL-8B random-weight decode timings with the
-# o_proj L2 prefetch on and off (OMNI_CUDA_PREFETCH=0), from binaries packed here by kernels/cuda/h200_run.sh.
+# o_proj L2 prefetch on and off (OMNI_CUDA_PREFETCH=1 / 0; off by default), from binaries packed here by kernels/cuda/h200_run.sh.
 #   here:    cmake -S . -B build-h200 -DCMAKE_BUILD_TYPE=Release -DOMNI_CUDA=ON -DOMNI_FFMPEG=OFF -DOMNI_UI=OFF
 #            cmake --build build-h200 -j2 --target test_gpu_ops test_gpu_llm_ops test_gpu_kv_dev test_gpu_decoder \
 #                omni_bench_llm_cuda && bash kernels/cuda/h200_run.sh pack build-h200      (carry build-h200/dev)

@@ -29,7 +29,8 @@
  * The small kernels and the decode GEMVs are programmatic dependent launches (each may start while the one before
  * finishes; kernels/cuda/common.cuh). Decode-sized steps (T <= max_seqs) also fork a side branch (stream s2,
  * after the qkv GEMV, joined before o_proj) that prefetches o_proj's weights into L2 while a short-context attention leaves
- * HBM idle (omni_cuda_l2_prefetch; OMNI_CUDA_PREFETCH=0 at init turns it off). */
+ * HBM idle (omni_cuda_l2_prefetch) when OMNI_CUDA_PREFETCH=1 at init: OFF by default since session 5 call B (8B bs1/4K:
+ * bf16 -2.4%, int2 -15%: its reads compete with the attention's). */
 #include "llm/cuda/llm_cuda.h"
 
 #include <math.h>
@@ -97,7 +98,7 @@ struct llm_cuda {
     cudaStream_t s;
     cudaStream_t s2;            /* side stream: L2 prefetch of o_proj's weights beside the attention (decode) */
     cudaEvent_t ev_fork, ev_join;
-    int prefetch;               /* OMNI_CUDA_PREFETCH=0 at init turns the side-stream prefetch off (A/B timing) */
+    int prefetch;               /* OMNI_CUDA_PREFETCH=1 at init turns the side-stream prefetch on (A/B timing) */
     int fuse;                   /* decode: norms / SwiGLU in the GEMVs' prologues (OMNI_CUDA_FUSE=0 at init: off) */
     uint16_t *xc;               /* the step's residual: x or x2 (a fused add writes the other buffer) */
     int pend;                   /* xc += hb and the next input norm are left to the next layer's qkv GEMV */
@@ -287,7 +288,7 @@ static omni_status init_common(llm_cuda *r, size_t weight_bytes) {
     OMNI_CUDA_TRY(cudaEventCreateWithFlags(&r->ev_fork, cudaEventDisableTiming));
     OMNI_CUDA_TRY(cudaEventCreateWithFlags(&r->ev_join, cudaEventDisableTiming));
     const char *pf = getenv("OMNI_CUDA_PREFETCH");
-    r->prefetch = !(pf && !strcmp(pf, "0"));
+    r->prefetch = pf && !strcmp(pf, "1");
     const char *fu = getenv("OMNI_CUDA_FUSE");
     r->fuse = !(fu && !strcmp(fu, "0"));
     const char *mm = getenv("OMNI_CUDA_MOE");
