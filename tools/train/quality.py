@@ -451,6 +451,31 @@ def findings(res):
             else:
                 out.append("- Speech, R=%d: int2 WER %.2f%% vs BF16 %.2f%%; other answers %.1f%% vs %.1f%%." % (
                     r, 100 * q["wer"], 100 * base["wer"], 100 * q["answers"], 100 * base["answers"]))
+    for task in ("ocr", "speech"):  # OScaR-2 vs KIVI-2 and the ablations on the short tasks (R=0: quantized)
+        if task not in res or "int2 R=0" not in res[task] or "kivi2 R=0" not in res[task]:
+            continue
+        if task == "ocr":
+            val = lambda m: res["ocr"][m]["single_line_le40"]["exact"]  # noqa: E731
+            what, better = "exact match", lambda a, b: a > b  # noqa: E731
+        else:
+            val = lambda m: res["speech"][m]["wer"]  # noqa: E731
+            what, better = "WER", lambda a, b: a < b  # noqa: E731
+        a, b = val("int2 R=0"), val("kivi2 R=0")
+        verdict = "better than" if better(a, b) else ("the same as" if a == b else "NOT better than")
+        abl = ", ".join("%s %.1f%%" % (m[5:-4], 100 * val(m)) for m in ("int2 no rotation R=0", "int2 no scaling R=0")
+                        if m in res[task])
+        out.append("- %s, R=0: OScaR-2 %s %.1f%% vs KIVI-2 %.1f%%: OScaR-2 is %s KIVI-2 (ablations: %s; BF16 %.1f%%)."
+                   % ("OCR" if task == "ocr" else "Speech", what, 100 * a, 100 * b, verdict, abl, 100 * val("bf16")))
+    if "kv_stats" in res:  # why: are there attention sinks / token-norm imbalance for the scaling to remove?
+        for kind, st in res["kv_stats"].items():
+            ly = st["layers"]
+            out.append("- %s model keys: max K norm / median %.2f, K norm CV <= %.3f, attention on token 0 <= %.1f%% "
+                       "(over layers): %s." % (
+                           kind, max(x["k_norm_max_over_median"] for x in ly), max(x["k_norm_cv"] for x in ly),
+                           100 * max(x["attn_to_token0"] for x in ly),
+                           "no attention sink and no token-norm imbalance for OScaR's per-token scaling to remove"
+                           if max(x["k_norm_max_over_median"] for x in ly) < 2 and
+                           max(x["attn_to_token0"] for x in ly) < 0.2 else "imbalance present"))
     if "passkey" in res:
         for r in WINDOWS:
             q = res["passkey"].get("int2 R=%d" % r)
