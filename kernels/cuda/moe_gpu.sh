@@ -8,8 +8,8 @@
 #        then test_gpu_llm_ops --short under compute-sanitizer memcheck; racecheck: the same under racecheck;
 # short: test_gpu_llm_ops --short alone (~10 s); bench: omni_bench_moe (decode T = 1/2/4/8: one kernel vs three
 #        kernels vs per-entry, eager and in graphs; prefill); bench-decode: the same for decode T = 1, 2 only; omni: omni_bench_llm_cuda on the Omni-30B-A3B config at bs1/4K (random weights made on the
-#        device); omni-ab: the same decode only (no prefill) with each decode MoE path (OMNI_CUDA_MOE=res, split,
-#        fused); decoder: test_gpu_decoder (the runner end to end, Omni fixtures on the default path);
+#        device); omni-ab: the same decode only (no prefill) with each decode MoE path (OMNI_CUDA_MOE=res,
+#        split, fused; MOES="res split" picks some); decoder: test_gpu_decoder (the runner end to end, Omni fixtures on the default path);
 #        ncu: one launch of the one-kernel decode at T = 1 under Nsight Compute (clocks left alone); ncu3: every
 #        kernel of three T = 1 calls of each decode path (omni_bench_moe --profile: durations, DRAM, occupancy).
 # Logs: $OUT/moe_tests.log, moe_sanitizer.log, bench_moe.log, omni30b.log (+ .csv), ncu_moe.log. Each step has
@@ -64,7 +64,7 @@ for step in "$@"; do
         grep -E "decode|prefill|split|peak|roofline" "$OUT/omni30b.log" | cut -c1-260 | head -12 ;;
     omni-ab)
         el omni-ab
-        for m in res split fused; do
+        for m in ${MOES:-res split fused}; do
             OMNI_CUDA_MOE=$m timeout ${OMNI_CAP:-40} "$D/omni_bench_llm_cuda" assets/configs/Qwen3-Omni-30B-A3B-Instruct \
                 --ctx 4096 --prefill 0 --label "Omni-30B-A3B moe=$m" --csv "$OUT/omni30b_ab.csv" > "$OUT/omni30b_$m.log" 2>&1
             echo "OMNI_CUDA_MOE=$m omni_bench_llm_cuda rc=$?"
