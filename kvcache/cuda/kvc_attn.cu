@@ -66,23 +66,22 @@ extern "C" {
  * format's default), raw stages at least (0: the default, 3 for bf16 layers, 1 for quantized ones) and the minimum
  * resident CTAs per SM that the register allocation must allow (__launch_bounds__); x2*: a warp takes two
  * quantized blocks per step (two independent score chains, one softmax update); p1: raw (bf16) items weight the
- * values with P rounded once to bf16 (one MMA instead of hi + lo); q3r2a: raw rows are copied by the warp's lanes
- * with cp.async (16 bytes each, completing on the stage's mbarrier) instead of 32 bulk copies of one row. (A
- * variant "basea" = base + cp.async rows was removed: ptxas 13.0 compiled its first cp.async in the quantized
- * kernels with uniform registers UR0/UR1 that nothing writes, an illegal instruction on the H200.) */
-#define KVC_NVAR 9
-static constexpr int KVC_VAR_NSQ[KVC_NVAR] = {0, 2, 3, 6, 0, 0, 0, 0, 3};
-static constexpr int KVC_VAR_NSR[KVC_NVAR] = {0, 1, 2, 3, 1, 0, 0, 0, 2};
-static constexpr int KVC_VAR_MINB[KVC_NVAR] = {1, 4, 4, 1, 4, 2, 3, 1, 4};
-static constexpr int KVC_VAR_NB[KVC_NVAR] = {1, 1, 1, 1, 1, 2, 2, 1, 1}; /* quantized blocks per step of a warp */
-static constexpr int KVC_VAR_P1[KVC_NVAR] = {0, 0, 0, 0, 0, 0, 0, 1, 0}; /* raw values: P without its lo part */
-static constexpr int KVC_VAR_AC[KVC_NVAR] = {0, 0, 0, 0, 0, 0, 0, 0, 1}; /* raw rows by cp.async, not bulk */
+ * values with P rounded once to bf16 (one MMA instead of hi + lo). (The variants q3r2a / basea, raw rows copied by
+ * the lanes with cp.async instead of bulk copies, were removed: ptxas 13.0 compiled cp.async (LDGSTS) in their
+ * quantized kernels with uniform registers UR0/UR1 that nothing writes - an illegal instruction on the H200 - and
+ * they had measured no gain.) */
+#define KVC_NVAR 8
+static constexpr int KVC_VAR_NSQ[KVC_NVAR] = {0, 2, 3, 6, 0, 0, 0, 0};
+static constexpr int KVC_VAR_NSR[KVC_NVAR] = {0, 1, 2, 3, 1, 0, 0, 0};
+static constexpr int KVC_VAR_MINB[KVC_NVAR] = {1, 4, 4, 1, 4, 2, 3, 1};
+static constexpr int KVC_VAR_NB[KVC_NVAR] = {1, 1, 1, 1, 1, 2, 2, 1}; /* quantized blocks per step of a warp */
+static constexpr int KVC_VAR_P1[KVC_NVAR] = {0, 0, 0, 0, 0, 0, 0, 1}; /* raw values: P without its lo part */
 /* "auto" (index KVC_NVAR, the default) is no compiled variant: each kind takes the variant that measured best
  * for it on the H200 (bench/NOTES.md): bf16 layers KVC_AUTO_RAW, quantized layers KVC_AUTO_Q. */
 #define KVC_AUTO_RAW 2 /* q3r2 */
 #define KVC_AUTO_Q 6   /* x2b3 */
 static const char *const kvc_var_names[KVC_NVAR + 1] = {"base", "q2r1", "q3r2",  "q6r3",  "q4r1", "x2",
-                                                        "x2b3", "p1",   "q3r2a", "auto"};
+                                                        "x2b3", "p1",   "auto"};
 
 /* D head dim; KB / VB key / value bits (2, 4) or both 16 (bf16 layer); V variant. Shared memory per warp: a ring
  * of NSQ quantized stages or NSR raw stages (the same bytes). */
@@ -343,6 +342,16 @@ template <int MG> __device__ __forceinline__ void kvc_mma_code(float d[4], const
         kvc_mma_f16(d, n, b0, b1);
     }
 }
+/* The code MMA when rows g and g+8 of the lane lie in one byte: k pairs (w0, w1) and (w2, w3) gathered by one PRMT
+ * each (selector sel), the two rows by their masks. */
+template <int MG>
+__device__ __forceinline__ void kvc_mma_code_pairs(float d[4], uint32_t w0, uint32_t w1, uint32_t w2, uint32_t w3,
+                                                   uint32_t sel, const uint32_t (&mask)[2], uint32_t b0, uint32_t b1) {
+    const uint32_t x0 = __byte_perm(w0, w1, sel), x1 = __byte_perm(w2, w3, sel);
+    const uint32_t a[4] = {kvc_code_m<MG>(x0, mask[0]), kvc_code_m<MG>(x0, mask[1]), kvc_code_m<MG>(x1, mask[0]),
+                           kvc_code_m<MG>(x1, mask[1])};
+    kvc_mma_code<MG>(d, a, b0, b1);
+}
 
 /* Token (within a 16-token M tile) of score row g + 8u for KB-bit keys. */
 template <int KB> __device__ __forceinline__ int kvc_row_tok(int g, int u) {
@@ -528,15 +537,8 @@ __device__ __forceinline__ void kvc_quant_scores(const uint8_t *st, int s0, int 
             const uint4 u0 = *(const uint4 *)(kc + c0 * 8), u1 = *(const uint4 *)(kc + c0 * 8 + 16);
 #pragma unroll
             for (int mt = 0; mt < 2; mt++) {
-                const uint32_t wa = mt ? u0.y : u0.x, wb = mt ? u0.w : u0.z, wc = mt ? u1.y : u1.x,
-                               wd = mt ? u1.w : u1.z;
-                const uint32_t x0 = __byte_perm(wa, wb, c.ksel0), x1 = __byte_perm(wc, wd, c.ksel0);
-                uint32_t a[4]; /* rows g, g+8 in one byte: one PRMT, two masks */
-                a[0] = kvc_code_m<MG>(x0, c.kmask[0]);
-                a[1] = kvc_code_m<MG>(x0, c.kmask[1]);
-                a[2] = kvc_code_m<MG>(x1, c.kmask[0]);
-                a[3] = kvc_code_m<MG>(x1, c.kmask[1]);
-                kvc_mma_code<MG>(sacc[mt], a, b0, b1);
+                kvc_mma_code_pairs<MG>(sacc[mt], mt ? u0.y : u0.x, mt ? u0.w : u0.z, mt ? u1.y : u1.x,
+                                       mt ? u1.w : u1.z, c.ksel0, c.kmask, b0, b1);
             }
         } else { /* channel c: words (tokens 0-7, 8-15, 16-23, 24-31) */
             const uint4 u0 = *(const uint4 *)(kc + c0 * 16), u1 = *(const uint4 *)(kc + c0 * 16 + 16);
@@ -624,15 +626,8 @@ __device__ __forceinline__ void kvc_quant_values(const uint8_t *st, const float 
                 for (int i = 0; i < 4; i++) r[i] = *(const uint2 *)(vcode + tk[i] * (D / 4) + 8 * gi);
 #pragma unroll
                 for (int h = 0; h < 2; h++) {
-                    const uint32_t w0 = h ? r[0].y : r[0].x, w1 = h ? r[1].y : r[1].x, w2 = h ? r[2].y : r[2].x,
-                                   w3 = h ? r[3].y : r[3].x;
-                    const uint32_t x0 = __byte_perm(w0, w1, c.vsel0), x1 = __byte_perm(w2, w3, c.vsel0);
-                    uint32_t a[4]; /* rows g, g+8 in one byte: one PRMT, two masks */
-                    a[0] = kvc_code_m<MG>(x0, c.vmask[0]);
-                    a[1] = kvc_code_m<MG>(x0, c.vmask[1]);
-                    a[2] = kvc_code_m<MG>(x1, c.vmask[0]);
-                    a[3] = kvc_code_m<MG>(x1, c.vmask[1]);
-                    kvc_mma_code<MG>(w.o[2 * gi + h], a, b0, b1);
+                    kvc_mma_code_pairs<MG>(w.o[2 * gi + h], h ? r[0].y : r[0].x, h ? r[1].y : r[1].x,
+                                           h ? r[2].y : r[2].x, h ? r[3].y : r[3].x, c.vsel0, c.vmask, b0, b1);
                 }
             } else { /* token row: 16 words; group gi = words 4 gi .. 4 gi + 3 */
                 uint4 r[4];
@@ -770,19 +765,6 @@ __device__ __forceinline__ void kvc_raw_issue(const kv_layer_view &v, const kvc_
                                               uint64_t pol) {
     using F = kvc_fmt<D, KB, VB, V>;
     const kvc_item_src s = kvc_locate<D, F::Q>(v, r, kvh, first + KVC_NW * k, p);
-    constexpr bool AC = KVC_VAR_AC[V];
-    if constexpr (AC) { /* 16-byte pieces: a warp instruction copies 512 contiguous bytes (D / 8 per lane) */
-        constexpr int CPR = D / 8; /* pieces per row */
-        uint8_t *dst = ring + st * F::RSTAGE;
-#pragma unroll
-        for (int i = 0; i < D / 8; i++) {
-            const int x = 32 * i + lane, half = x / (16 * CPR), row = (x / CPR) % 16, col = x % CPR;
-            if (row < s.n)
-                kvc_cp16(dst + (16 * half + row) * F::RS + 16 * col, (half ? s.v : s.k) + row * 2 * D + 16 * col, pol);
-        }
-        kvc_cp_arrive(&bars[st]);
-        return;
-    }
     if (lane == 0) kvc_mbar_arrive_tx(&bars[st], (uint32_t)(s.n * 4 * D));
     __syncwarp();
     const int row = lane & 15;
@@ -833,11 +815,6 @@ __device__ __forceinline__ void kvc_raw_items(const kv_layer_view &v, const kvc_
             kvc_raw_issue<D, KB, VB, V>(v, r, kvh, first, k + NS, st, pn, ring, bars, lane, pol);
             if (k + NS + 1 < n) pn = kvc_item_page<F::Q>(v, r, first + KVC_NW * (k + NS + 1));
         }
-    }
-    constexpr bool AC = KVC_VAR_AC[V];
-    if constexpr (AC) { /* the ring is refilled by bulk copies (async proxy) in the quantized phase */
-        kvc_fence_proxy_async();
-        __syncwarp();
     }
 }
 
@@ -925,30 +902,30 @@ __device__ __forceinline__ void kvc_quant_items(const kv_layer_view &v, const kv
  * (channel rows carry 2^-24 4^f; vinv is a power of two, so the reciprocal is exact). */
 template <int D, int VB> __device__ __forceinline__ void kvc_raw_to_quant(kvc_wst<D> &w, const kvc_lane &c) {
     const float r[2] = {1.0f / c.vinv[0], 1.0f / c.vinv[1]};
-    if (VB != 2) {
+    if constexpr (VB != 2) {
 #pragma unroll
         for (int mt = 0; mt < D / 16; mt++)
 #pragma unroll
             for (int i = 0; i < 4; i++) w.o[mt][i] *= r[i >> 1];
-        return;
-    }
-    int src[2];
+    } else {
+        int src[2];
 #pragma unroll
-    for (int u = 0; u < 2; u++) src[u] = 4 * (kvc_row_ch<2>(c.g, u) & 7) + c.t;
-    const bool hi = c.g >= 4; /* the source rows are g' + 8 (kvc_row_ch >= 8) */
+        for (int u = 0; u < 2; u++) src[u] = 4 * (kvc_row_ch<2>(c.g, u) & 7) + c.t;
+        const bool hi = c.g >= 4; /* the source rows are g' + 8 (kvc_row_ch >= 8) */
 #pragma unroll
-    for (int mt = 0; mt < D / 16; mt++) {
-        float x[4];
+        for (int mt = 0; mt < D / 16; mt++) {
+            float x[4];
 #pragma unroll
-        for (int u = 0; u < 2; u++)
+            for (int u = 0; u < 2; u++)
 #pragma unroll
-            for (int e = 0; e < 2; e++) {
-                const float lo = __shfl_sync(0xffffffffu, w.o[mt][e], src[u]);
-                const float hv = __shfl_sync(0xffffffffu, w.o[mt][2 + e], src[u]);
-                x[2 * u + e] = (hi ? hv : lo) * r[u];
-            }
+                for (int e = 0; e < 2; e++) {
+                    const float lo = __shfl_sync(0xffffffffu, w.o[mt][e], src[u]);
+                    const float hv = __shfl_sync(0xffffffffu, w.o[mt][2 + e], src[u]);
+                    x[2 * u + e] = (hi ? hv : lo) * r[u];
+                }
 #pragma unroll
-        for (int i = 0; i < 4; i++) w.o[mt][i] = x[i];
+            for (int i = 0; i < 4; i++) w.o[mt][i] = x[i];
+        }
     }
 }
 
@@ -997,9 +974,8 @@ __global__ void __launch_bounds__(KVC_NT, KVC_VAR_MINB[V]) kvc_split_kernel(cons
     const int nh = min(KVC_NCOL, a.gs - pass * KVC_NCOL);
     uint64_t *bars = (uint64_t *)(smem + Y::BARS) + warp * (F::NSQ + F::NSR);
     uint8_t *ring = smem + Y::RINGS + warp * F::RING;
-    constexpr int RAW_ARRIVALS = KVC_VAR_AC[V] ? 32 : 1; /* cp.async: every lane arrives */
     if (lane == 0)
-        for (int i = 0; i < F::NSQ + F::NSR; i++) kvc_mbar_init(&bars[i], i >= F::NSQ ? RAW_ARRIVALS : 1);
+        for (int i = 0; i < F::NSQ + F::NSR; i++) kvc_mbar_init(&bars[i], 1);
     kvc_fence_mbar_init();
     __syncthreads(); /* the schedule's scratch in the rings is dead, the barriers are initialized */
     const uint64_t pol = kvc_evict_first_policy();
@@ -1256,7 +1232,6 @@ static void kvc_variant_kernels(int v, kvc_split_fn_t fn[5], int bytes[5]) {
     else if (v == 5) kvc_kernels<128, 0, 5>(fn, bytes);
     else if (v == 6) kvc_kernels<128, 0, 6>(fn, bytes);
     else if (v == 7) kvc_kernels<128, 0, 7>(fn, bytes);
-    else if (v == 8) kvc_kernels<128, 0, 8>(fn, bytes);
     else kvc_kernels<128, 0, 0>(fn, bytes);
 }
 
@@ -1361,7 +1336,7 @@ extern "C" omni_status kvc_attn_parse_config(const char *s, kvc_attn_params *p) 
     if (s && kvc_parse(s, p)) return OMNI_OK;
     *p = kvc_attn_default_params();
     return omni_fail(OMNI_ERR_USAGE, "kv cuda attn: bad kernel configuration '%s' (variant[:wN][:cN][:m][:bN]; variants "
-                     "base q2r1 q3r2 q6r3 q4r1 x2 x2b3 p1 q3r2a auto, waves 1-4, CTAs per SM 1-32, m: magic codes, "
+                     "base q2r1 q3r2 q6r3 q4r1 x2 x2b3 p1 auto, waves 1-4, CTAs per SM 1-32, m: magic codes, "
                      "b: bf16 kernel 0-%d)", s ? s : "(null)", KVC_B16_NVAR);
 }
 

@@ -39,7 +39,7 @@ static int g_short = 0, g_keep_len = 0; /* g_keep_len: lengths as given under --
  * every compiled variant and the run-time split / residency options, bf16 layers also through every variant of the
  * dedicated bf16 kernel (:b1..:b4) (OMNI_KVC_CONFIGS: a comma-separated list
  * instead; the emulator run takes them on the first cases only). */
-static char g_cfgs[512] = "base:b0,q2r1,q3r2:b0,q6r3,q4r1,x2,x2b3,p1,q3r2a:b0,base:w2:b0,base:w4,q4r1:c3,"
+static char g_cfgs[512] = "base:b0,q2r1,q3r2:b0,q6r3,q4r1,x2,x2b3,p1,base:w2:b0,base:w4,q4r1:c3,"
                           "x2b3:w2:c2,auto:b1,auto:b2,auto:b3,auto:b4";
 static int g_cfg_cases = 1 << 30; /* cases that run them */
 
