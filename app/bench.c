@@ -232,7 +232,7 @@ void bench_print_table(FILE *f, const bench_results *r) {
                 p->step_mib, p->roofline_tok_s, p->roofline_pct);
     }
     if (r->n_fits) {
-        fprintf(f, "%s| kv       |    ctx | KV budget GiB | step reserve MiB | KV MiB/seq | fits (engine) | fits (budget) |\n",
+        fprintf(f, "%s| kv       |    ctx | KV budget GiB | flush rsv MiB    | KV MiB/seq | fits (engine) | fits (budget) |\n",
                 r->n_points ? "\n" : "");
         fprintf(f, "|----------|-------:|--------------:|-----------------:|-----------:|--------------:|--------------:|\n");
     }

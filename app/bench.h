@@ -22,15 +22,16 @@
  *   roofline_tok_s  batch / (step bytes / bandwidth): the speed limit of this point
  *   roofline_pct    100 * decode_tok_s / roofline_tok_s
  *   kv_mem_gib      the KV budget of the fits-count (GiB = 2^30 B)
- *   seq_kv_mib      KV bytes one sequence of ctx tokens is promised: the most it holds while it decodes (page
- *                   allocator arithmetic, kv_budget_of's decode_bytes; prefill chunks in flight hold their extra
- *                   window pages in one step reserve per cache, kv_step_extra_of)
+ *   seq_kv_mib      KV bytes one sequence of ctx tokens is promised: the most it holds at once while it decodes,
+ *                   the steps that flush a window block excepted (page allocator arithmetic, kv_budget_of's
+ *                   promise_bytes; a flushing step's extra quant page comes from unpromised bytes)
  *   fits            sequences of ctx tokens the engine admitted at once within kv_mem_gib (empty when the device
  *                   does not run the format: then only fits_budget is known)
  *   fits_budget     the same count from the page allocator's budget arithmetic: (kv_mem_gib - reserve_mib) /
  *                   seq_kv_mib, rounded down (must equal fits)
- *   reserve_mib     the cache's step reserve: the window pages prefill chunks hold beyond their sequences'
- *                   seq_kv_mib while their step is in flight (kv_step_extra_of per chunk of a step)
+ *   reserve_mib     what the engine keeps unpromised while it counts: one flushing decode step's excess (a quant
+ *                   page, kv_step_extra_bytes_of); the count's one-token prompts hold no prefill step reserve
+ *                   (held only for chunks on non-empty sequences: prompts over one chunk, conversation turns)
  *   fits_limit      set when the engine's count stopped at the most sequences one step takes on the device
  *                   (llm_runner_max_seqs, e.g. 256 for the CUDA attention): then fits = fits_limit and at least
  *                   that many fit (fits_budget says how many the budget holds); empty otherwise
@@ -60,7 +61,7 @@ typedef struct {
     int ctx;
     double kv_mem_gib, seq_kv_mib;
     int fits, fits_budget; /* fits -1: not counted by the engine (format not run on the device) */
-    double reserve_mib;    /* the cache's step reserve (prefill chunks in flight) */
+    double reserve_mib;    /* kept unpromised during the count (one flush's excess) */
     int fits_limit;        /* > 0: the engine's count stopped at the most sequences one step takes on the device
                               (fits == fits_limit < fits_budget: at least that many fit); 0: no limit reached */
     char limit_why[64];    /* what sets fits_limit (llm_runner_max_seqs), "" when not known */

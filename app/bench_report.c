@@ -226,16 +226,20 @@ static void memory_table(FILE *f, const bench_results *r, const char **kv, int n
     fprintf(f, "| paper (H20): INT2 vs BF16 |");
     for (int j = 0; j < nc; j++) fprintf(f, " %.1fx smaller | |", PAPER_MEMORY);
     fprintf(f, "\n\n");
-    fprintf(f, "KV MiB per sequence: the most bytes one sequence of that length holds at any moment of its decode "
-               "(page allocator arithmetic, kv_budget_of); sequences that fit: what the engine admitted at once within "
-               "the budget%s, less one step reserve per cache for the window pages that prefill chunks hold while "
-               "their step is in flight (kv_step_extra_of:",
+    fprintf(f, "KV MiB per sequence: what the engine promises a sequence that grows to that length: the most bytes it "
+               "holds at once while it decodes, the steps that flush a window block excepted (page allocator arithmetic, "
+               "kv_budget_of's promise_bytes); such a step holds one quant page more, taken from bytes the engine keeps "
+               "unpromised (at least one flush's worth; flushes beyond them wait a step). Sequences that fit: what the "
+               "engine admitted at once within the budget%s less that flush reserve (kv_step_extra_bytes_of:",
             arithmetic_only ? " (* the budget arithmetic alone: this device does not run the format yet)" : "");
     for (int k = 0; k < nk; k++) {
         const bench_fit *x = find_fit(r, kv[k], ctxs[0]);
         fprintf(f, "%s %s %.2f MiB", k ? "," : "", kv[k], x ? x->reserve_mib : 0.0);
     }
-    fprintf(f, "; a chunk waits for a later step when the reserve is used up).");
+    fprintf(f, "). A prompt longer than one prefill chunk or a conversation turn also holds the prefill step reserve "
+               "while it prefills (the old window's pages beside the new window's: kv_step_extra_bytes_of, about R/32 + 1 "
+               "raw pages per chunk; held only while such a request is admitted, and a chunk waits for a later step when "
+               "it is used up).");
     if (limited)
         fprintf(f, " † The engine admitted every sequence it was given: %d is the most one step takes on this device "
                    "(%s), so at least that many fit; the budget arithmetic holds %d (%s at %d tokens).",

@@ -402,9 +402,10 @@ static omni_status measure_point(bench_run *b, const char *kv, int batch, int ct
 
 /* ---- sequences that fit ----------------------------------------------------------------------------------- */
 
-/* The page allocator's arithmetic, as the engine admits: sequences of ctx tokens within the budget less the step
- * reserve of prefill chunks in flight (kv_step_extra_of per chunk of a step, llm_engine_step_chunks), each promised
- * the most bytes it holds while it decodes (kv_budget_of(ctx).decode_bytes; chunks of the engine's step size). */
+/* The page allocator's arithmetic, as the engine admits the count's requests (one-token prompts, no chunk on a
+ * non-empty sequence: no prefill step reserve held): sequences of ctx tokens within the budget less one flushing
+ * decode step's excess kept unpromised (kv_step_extra_bytes_of), each promised the most bytes it holds at once while
+ * it decodes, its flushing steps excepted (kv_budget_of(ctx).promise_bytes; steps of the engine's step size). */
 static omni_status budget_fits(const bench_run *b, const kv_format *f, int ctx, int64_t budget, int64_t *seq_bytes,
                                int64_t *step_bytes, int *fits) {
     kv_params kp = llm_model_kv_params(b->model);
@@ -414,17 +415,19 @@ static omni_status budget_fits(const bench_run *b, const kv_format *f, int ctx, 
     kp.max_chunk = step_tokens(b, LLM_RUNNER_MAX_SEQS); /* the fits engine's step size (engine_fits) */
     const llm_engine_params ep = engine_params(b, LLM_RUNNER_MAX_SEQS, kp.max_chunk);
     kv_budget kb;
-    int64_t step_raw = 0;
+    int64_t chunk_bytes = 0, flush_bytes = 0;
     omni_status st = kv_budget_of(&kp, ctx, &kb);
-    if (!st) st = kv_step_extra_of(&kp, &step_raw);
+    if (!st) st = kv_step_extra_bytes_of(&kp, &chunk_bytes, &flush_bytes);
     if (st) return st;
-    *seq_bytes = kb.decode_bytes;
-    step_raw *= llm_engine_step_chunks(&ep);
-    *step_bytes = step_raw * kb.raw_page_bytes;
-    omni_log(2, "bench: allocator: %lld raw + %lld quant pages = %lld bytes per sequence of %d tokens, a step reserve "
-             "of %lld raw pages\n", (long long)kb.decode_raw_pages, (long long)kb.quant_pages,
-             (long long)kb.decode_bytes, ctx, (long long)step_raw);
-    *fits = kb.decode_bytes > 0 && budget > *step_bytes ? (int)((budget - *step_bytes) / kb.decode_bytes) : 0;
+    *seq_bytes = kb.promise_bytes;
+    *step_bytes = flush_bytes;
+    omni_log(2, "bench: allocator: %lld bytes per sequence of %d tokens (peaks %lld raw + %lld quant pages = %lld "
+             "bytes, not at once), %lld kept for a flush; a prefill step reserve of %lld bytes (%d chunks) is held "
+             "only for chunks on non-empty sequences\n", (long long)kb.promise_bytes, ctx,
+             (long long)kb.decode_raw_pages, (long long)kb.quant_pages, (long long)kb.decode_bytes,
+             (long long)flush_bytes, (long long)(chunk_bytes * llm_engine_step_chunks(&ep)),
+             llm_engine_step_chunks(&ep));
+    *fits = kb.promise_bytes > 0 && budget > *step_bytes ? (int)((budget - *step_bytes) / kb.promise_bytes) : 0;
     return OMNI_OK;
 }
 

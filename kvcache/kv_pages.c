@@ -213,6 +213,55 @@ static int64_t step_extra_raw(const kv_geom *g) {
     return best;
 }
 
+/* Bytes a sequence holds while a step L0 -> L1 is in flight (L0 == L1: committed). */
+static int64_t held_bytes(const kv_geom *g, int64_t L0, int64_t L1) {
+    return peak_raw(g, L0, L1) * g->raw_page + nq_of(g, L1) * g->quant_page;
+}
+
+/* A one-token step L -> L + 1 that flushes a window block: it holds the block's raw page (returned at its commit)
+ * and the block's new quant page at once. */
+static int flushes(const kv_geom *g, int64_t L) { return nq_of(g, L + 1) > nq_of(g, L); }
+
+/* The most bytes held at once while growing to N one token per step, the flushing steps excepted: max of
+ * held_bytes(L, L) over L <= N and held_bytes(L, L + 1) over non-flushing L < N. For L >= R + 32 the raw pages
+ * depend only on L mod 32 and the quant pages grow by one every 32 tokens, so past the first R + 64 tokens only the
+ * last 64 can hold the maximum. *flush (may be NULL): the most a flushing step L < N holds beyond that (0: none). */
+static int64_t promise_bytes(const kv_geom *g, int64_t N, int64_t *flush) {
+    const int64_t head = min64(N, g->R + 64), tail = N - 64; /* L in (head, tail): never the maximum */
+    int64_t best = 0, fl = 0;
+    for (int64_t L = 0; L <= N; L = L == head && tail > head ? tail : L + 1) {
+        int64_t v = held_bytes(g, L, L);
+        if (L < N && !flushes(g, L) && held_bytes(g, L, L + 1) > v) v = held_bytes(g, L, L + 1);
+        best = v > best ? v : best;
+    }
+    for (int64_t L = 0; L < N; L = L == head && tail > head ? tail : L + 1)
+        if (flushes(g, L) && held_bytes(g, L, L + 1) - best > fl) fl = held_bytes(g, L, L + 1) - best;
+    if (flush) *flush = fl;
+    return best;
+}
+
+/* The largest excess over promise_bytes(L1) of any step L0 -> L1 (L1 - L0 <= max_chunk: *chunk) and of the
+ * flushing one-token steps (*flush). Ranges as in step_extra_raw (the byte terms repeat with the same periods:
+ * promise_bytes and held_bytes both gain one quant page every 32 tokens). */
+static void step_extra_bytes(const kv_geom *g, int64_t *chunk, int64_t *flush) {
+    *chunk = *flush = 0;
+    if (!g->quantizing) return; /* every new page stays: a step holds what its end length holds */
+    const int64_t n0 = g->R + 128, span = min64(g->max_chunk, g->R + 128);
+    int64_t pb[2 * (KV_MAX_WINDOW + 128) + 1]; /* pb[L] = promise_bytes(L) */
+    pb[0] = 0;
+    for (int64_t L = 1; L <= n0 + span; L++) {
+        int64_t v = held_bytes(g, L, L);
+        if (!flushes(g, L - 1) && held_bytes(g, L - 1, L) > v) v = held_bytes(g, L - 1, L);
+        pb[L] = v > pb[L - 1] ? v : pb[L - 1];
+    }
+    for (int64_t L0 = 0; L0 < n0; L0++)
+        for (int64_t L1 = L0 + 1; L1 <= L0 + span; L1++) {
+            int64_t v = held_bytes(g, L0, L1) - pb[L1];
+            *chunk = v > *chunk ? v : *chunk;
+            if (L1 == L0 + 1 && flushes(g, L0)) *flush = v > *flush ? v : *flush;
+        }
+}
+
 static omni_status budget_of(const kv_geom *g, int64_t N, kv_budget *b) {
     memset(b, 0, sizeof *b);
     if (N < 0 || N > g->seq_cap)
@@ -225,6 +274,7 @@ static omni_status budget_of(const kv_geom *g, int64_t N, kv_budget *b) {
     b->bytes = b->raw_pages * b->raw_page_bytes + b->quant_pages * b->quant_page_bytes;
     b->decode_raw_pages = decode_raw_pages(g, N);
     b->decode_bytes = b->decode_raw_pages * b->raw_page_bytes + b->quant_pages * b->quant_page_bytes;
+    b->promise_bytes = promise_bytes(g, N, &b->flush_bytes);
     b->committed_raw_pages = peak_raw(g, N, N);
     b->committed_quant_pages = b->quant_pages;
     b->committed_bytes = b->committed_raw_pages * b->raw_page_bytes + b->committed_quant_pages * b->quant_page_bytes;
@@ -249,6 +299,16 @@ omni_status kv_step_extra_of(const kv_params *p, int64_t *raw_pages) {
     kv_geom g;
     plan_layout(p, NULL, &g);
     *raw_pages = step_extra_raw(&g);
+    return OMNI_OK;
+}
+
+omni_status kv_step_extra_bytes_of(const kv_params *p, int64_t *chunk_bytes, int64_t *flush_bytes) {
+    *chunk_bytes = *flush_bytes = 0;
+    omni_status st = check_params(p);
+    if (st) return st;
+    kv_geom g;
+    plan_layout(p, NULL, &g);
+    step_extra_bytes(&g, chunk_bytes, flush_bytes);
     return OMNI_OK;
 }
 

@@ -39,6 +39,10 @@
  * Tighter (llm/engine.c): promise each sequence only decode_raw_pages / quant_pages (what it holds while it grows
  * one token per step) and keep one shared reserve of kv_step_extra_of raw pages per prefill chunk a step may hold:
  * a step in flight holds at most that much more in all (kv_step_pages gives each chunk's excess exactly).
+ * Tighter still in bytes (llm/engine.c): the raw and quant peaks of decode_pages need not coincide; promise_bytes is
+ * the most bytes held at once while growing one token per step, the flushing steps excepted (they hold the flushed
+ * block's raw page and its new quant page at once: flush_bytes more, one quant page), and kv_step_extra_bytes_of
+ * gives the byte excess of any step over promise_bytes (a prefill chunk) and of a flushing one-token step.
  * Pool sizing: raw pages = min(ceil(max_tokens / 32) + max_seqs, max_seqs * budget(max_seq_len).raw_pages),
  * quant pages = min(nq(max_tokens), max_seqs * nq(max_seq_len)) with nq(L) = max(0, (L - R) / 32) (0 when no
  * layer quantizes); hence a cache made for n sequences of N tokens (max_seqs n, max_tokens n * N, max_seq_len N)
@@ -194,6 +198,13 @@ typedef struct {
     int64_t decode_raw_pages, decode_bytes; /* the most held while growing to n_tokens one token per step (with
                                                quant_pages): an engine's per-sequence reservation when its prefill
                                                steps take their extra pages from a shared reserve (kv_step_extra_of) */
+    int64_t promise_bytes, flush_bytes; /* the most bytes held at once while growing to n_tokens one token per
+                                           step, the steps that flush a window block excepted (<= decode_bytes: the
+                                           raw and quant peaks of decode_bytes need not coincide), and the most one
+                                           of those flushing steps holds beyond it (the flushed block's raw page and
+                                           its new quant page at once; 0 when nothing is flushed): what an engine
+                                           promises a sequence when flushes and prefill chunks take their excess
+                                           from shared reserves (kv_step_extra_bytes_of, llm/engine.c) */
     int64_t raw_page_bytes, quant_page_bytes;                           /* page sizes of this format */
 } kv_budget;
 
@@ -212,6 +223,10 @@ omni_status kv_seq_budget(const kv_cache *c, int64_t n_tokens, kv_budget *b);
  * So a step whose prefill entries' excesses sum to at most the reserve never exceeds the promised pages. */
 void kv_step_pages(const kv_cache *c, int64_t L0, int64_t L1, int64_t *raw_pages, int64_t *quant_pages);
 omni_status kv_step_extra_of(const kv_params *p, int64_t *raw_pages);
+/* The same in bytes against promise_bytes (kv_budget): the most any step L0 -> L1 (L1 - L0 <= max_chunk) holds
+ * beyond promise_bytes of L1 (*chunk_bytes: the reserve one prefill chunk needs), and the most a one-token step
+ * that flushes a window block holds beyond it (*flush_bytes: about one quant page; 0 when no layer quantizes). */
+omni_status kv_step_extra_bytes_of(const kv_params *p, int64_t *chunk_bytes, int64_t *flush_bytes);
 
 /* The layout of one layer as stored by this cache (host pointers into its pool, its page tables and committed
  * lengths; kv_layout.h): what tests and other attention implementations read. Valid for the cache's life; the

@@ -53,7 +53,8 @@ typedef struct rq {
     int64_t pos_base;       /* added to prompt positions: base_len + earlier rope deltas */
     int64_t delta;          /* decode position = sequence length + delta */
     int64_t limit, cap, max_gen;
-    int64_t resv_raw, resv_quant, resv_tokens;
+    int64_t resv_raw, resv_quant, resv_bytes, resv_tokens;
+    int cont;               /* holds its cache's step reserve: a prefill chunk may start on a non-empty sequence */
     int n_done;             /* prompt tokens evaluated */
     int32_t *gen;           /* [gen_cap] sampled tokens */
     int n_gen, gen_cap, n_fed, n_decode;
@@ -69,7 +70,7 @@ struct conv {
     int id, cache, n_ctx;
     conv *next;
     int seq;                /* -1 until the first turn is admitted */
-    int64_t len, delta, resv_raw, resv_quant, resv_tokens;
+    int64_t len, delta, resv_raw, resv_quant, resv_bytes, resv_tokens;
     int busy, clear_req, free_req, gone; /* under mu */
     int64_t len_pub;        /* under mu */
 };
@@ -77,9 +78,17 @@ struct conv {
 typedef struct {
     kv_cache *kv;
     int max_seqs, n_seqs, blocked;
-    int64_t budget, resv_bytes, resv_raw, resv_quant, resv_tokens; /* promised to admitted sequences */
-    int64_t step_raw, step_bytes, step_left; /* the reserve of prefill steps in flight (kv_step_extra_of) and what
-                                                this step's prefill entries left of it */
+    int64_t budget, resv_bytes, resv_raw, resv_quant, resv_tokens; /* promised to admitted sequences: bytes of
+                                                the joint peaks (promise_bytes), pages of each kind's peak */
+    int64_t step_raw, step_bytes; /* the reserve of prefill chunks in flight (kv_step_extra_of, _bytes_of), held
+                                     only while n_cont > 0 */
+    int n_cont;             /* admitted requests whose prompt may run a chunk on a non-empty sequence (longer than
+                               one chunk, or a conversation turn on a history) and is not done yet */
+    int64_t flush_bytes;    /* one flushing decode step's excess over its promise (kv_step_extra_bytes_of): always
+                               kept unpromised, so that at least one flush can run in every step */
+    int64_t step_left, step_left_raw, flush_left; /* this step: what its prefill chunks left of the step reserve
+                                     (bytes, raw pages) and its flushing decode entries left of the unpromised bytes */
+    int64_t peak_bytes;     /* the most bytes its pages held during any step (allocator arithmetic) */
     int pool_covers;        /* the raw pool holds max_seqs sequences of max_len at their own prefill peaks: no
                                mix of steps can run it out (only the byte budget binds) */
     int64_t pool_raw, pool_quant, pool_tokens, max_len, raw_pb, quant_pb;
@@ -239,9 +248,11 @@ static int64_t pages_bytes(const cache_slot *c, int64_t raw, int64_t quant) {
     return raw * c->raw_pb + quant * c->quant_pb;
 }
 
-/* What a sequence of n tokens of cache c is promised: the most pages (and bytes) it can hold while it decodes
- * (kv_seq_budget's decode_raw_pages / quant_pages); its prefill steps hold more only with pages of the cache's step
- * reserve (build_batch). n beyond the cache's longest sequence: INT64_MAX bytes (never fits). */
+/* What a sequence of n tokens of cache c is promised: the most bytes it holds at once while it decodes, its
+ * flushing steps excepted (kv_seq_budget's promise_bytes), and for the pools the most pages of each kind
+ * (decode_raw_pages / quant_pages). Its prefill chunks on a non-empty sequence hold more only with the cache's step
+ * reserve, its flushing decode steps only with unpromised bytes (build_batch). n beyond the cache's longest
+ * sequence: INT64_MAX bytes (never fits). */
 static int64_t seq_need(const cache_slot *c, int64_t n, int64_t *raw, int64_t *quant) {
     kv_budget b;
     if (n > c->max_len || kv_seq_budget(c->kv, n, &b)) {
@@ -249,8 +260,15 @@ static int64_t seq_need(const cache_slot *c, int64_t n, int64_t *raw, int64_t *q
         return INT64_MAX / 4;
     }
     *raw = b.decode_raw_pages, *quant = b.quant_pages;
-    return b.decode_bytes;
+    return b.promise_bytes;
 }
+
+/* Does a request of n_prompt tokens on a sequence of hist tokens hold the step reserve while it prefills (a chunk
+ * from a non-empty sequence may hold the old window's pages beside the new ones)? A first chunk that covers the
+ * whole prompt holds no more than the sequence's promise. */
+static int needs_reserve(int64_t hist, int n_prompt, int chunk) { return hist > 0 || n_prompt > chunk; }
+
+static int64_t held_step(const cache_slot *c, int cont) { return c->n_cont > 0 || cont ? c->step_bytes : 0; }
 
 /* Pages held by a sequence with exactly n tokens committed. */
 static int64_t seq_held(const cache_slot *c, int64_t n, int64_t *raw, int64_t *quant) {
@@ -278,9 +296,10 @@ omni_status llm_engine_add_cache(llm_engine *e, const llm_cache_params *p, int *
     kp.max_tokens = KV_GROUP;
     omni_status st = kv_budget_of(&kp, 0, &b); /* page sizes of this format (validates it too) */
     if (!st) st = kv_step_extra_of(&kp, &c.step_raw); /* a prefill chunk's pages beyond its sequence's promise */
+    if (!st) st = kv_step_extra_bytes_of(&kp, &c.step_bytes, &c.flush_bytes); /* the same in bytes; a flush's */
     if (st) return st;
     c.step_raw *= llm_engine_step_chunks(&e->p);
-    c.step_bytes = c.step_raw * b.raw_page_bytes;
+    c.step_bytes *= llm_engine_step_chunks(&e->p);
     if (p->budget_bytes > 0) { /* tokens enough that pages, not tokens, bind: a sequence of N tokens holds more
                                   than N / 32 - 1 pages of the smaller kind */
         int64_t min_pb = b.quant_page_bytes > 0 && b.quant_page_bytes < b.raw_page_bytes ? b.quant_page_bytes
@@ -292,7 +311,7 @@ omni_status llm_engine_add_cache(llm_engine *e, const llm_cache_params *p, int *
         kp.max_tokens = (int64_t)c.max_seqs * p->ctx_tokens;
         kp.max_seq_len = p->ctx_tokens;
         if ((st = kv_budget_of(&kp, p->ctx_tokens, &b))) return st;
-        c.budget = (int64_t)c.max_seqs * b.decode_bytes + c.step_bytes;
+        c.budget = (int64_t)c.max_seqs * (b.promise_bytes + b.flush_bytes) + c.step_bytes + c.flush_bytes;
     }
     if ((st = llm_runner_cache_init(e->r, &kp, &c.kv))) return st;
     kv_usage u;
@@ -311,18 +330,24 @@ omni_status llm_engine_add_cache(llm_engine *e, const llm_cache_params *p, int *
     return OMNI_OK;
 }
 
-/* Can cache c promise `raw`/`quant` more pages and `tokens` more tokens now (beside its step reserve)? */
-static int fits(const cache_slot *c, int64_t raw, int64_t quant, int64_t tokens) {
-    return c->resv_bytes + c->step_bytes + pages_bytes(c, raw, quant) <= c->budget &&
+/* Can cache c promise `bytes` (and `raw`/`quant` pages, `tokens` tokens) more now, beside its step reserve (held
+ * while a request that needs it is admitted, cont: this one does) and one flush's excess? */
+static int fits(const cache_slot *c, int64_t raw, int64_t quant, int64_t bytes, int64_t tokens, int cont) {
+    return c->resv_bytes + held_step(c, cont) + c->flush_bytes + bytes <= c->budget &&
            (c->pool_covers || c->resv_raw + c->step_raw + raw <= c->pool_raw) &&
            c->resv_quant + quant <= c->pool_quant && c->resv_tokens + tokens <= c->pool_tokens;
 }
 
-static void reserve(cache_slot *c, int64_t raw, int64_t quant, int64_t tokens) {
+static void reserve(cache_slot *c, int64_t raw, int64_t quant, int64_t bytes, int64_t tokens) {
     c->resv_raw += raw;
     c->resv_quant += quant;
+    c->resv_bytes += bytes;
     c->resv_tokens += tokens;
-    c->resv_bytes += pages_bytes(c, raw, quant);
+}
+
+/* r's prompt is done (or r ended): it no longer needs its cache's step reserve. */
+static void cont_done(llm_engine *e, rq *r) {
+    if (r->cont) r->cont = 0, e->caches[r->cache].n_cont--;
 }
 
 /* ---- submit --------------------------------------------------------------------------------------------- */
@@ -442,7 +467,9 @@ static omni_status plan_request(llm_engine *e, rq *r, const llm_request *q) {
     r->max_gen = gen;
     const cache_slot *c = &e->caches[r->cache];
     int64_t raw, quant, bytes = seq_need(c, r->limit, &raw, &quant);
-    if (bytes + c->step_bytes > c->budget || (!c->pool_covers && raw + c->step_raw > c->pool_raw) ||
+    const int64_t kept = (needs_reserve(r->cv ? r->cv->len_pub : 0, r->n_prompt, r->chunk) ? c->step_bytes : 0) +
+                         c->flush_bytes;
+    if (bytes + kept > c->budget || (!c->pool_covers && raw + c->step_raw > c->pool_raw) ||
         quant > c->pool_quant || r->limit > c->pool_tokens) {
         char name[64];
         kv_format_name(kv_layer_format(c->kv, 0), name, sizeof name);
@@ -452,7 +479,7 @@ static omni_status plan_request(llm_engine *e, rq *r, const llm_request *q) {
                              c->budget / 1048576.0, (long long)(c->max_len < c->pool_tokens ? c->max_len : c->pool_tokens));
         return omni_fail(OMNI_ERR_NOMEM, "request of up to %lld tokens needs %.2f MiB of KV pages, more than the whole "
                          "budget of cache %d (%s, %.2f MiB, %.2f MiB of it kept for prefill steps)", (long long)r->limit,
-                         bytes / 1048576.0, r->cache, name, c->budget / 1048576.0, c->step_bytes / 1048576.0);
+                         bytes / 1048576.0, r->cache, name, c->budget / 1048576.0, kept / 1048576.0);
     }
     r->gen_cap = (int)(gen < inf ? gen : r->limit - r->n_prompt + 1) + 1;
     return OMNI_OK;
@@ -617,8 +644,8 @@ static void conv_apply(llm_engine *e) {
                     kv_seq_clear(cs->kv, c->seq);
                 }
             }
-            reserve(cs, -c->resv_raw, -c->resv_quant, -c->resv_tokens);
-            c->resv_raw = c->resv_quant = c->resv_tokens = 0;
+            reserve(cs, -c->resv_raw, -c->resv_quant, -c->resv_bytes, -c->resv_tokens);
+            c->resv_raw = c->resv_quant = c->resv_bytes = c->resv_tokens = 0;
             c->len = c->delta = 0;
             c->clear_req = 0;
             cs->blocked = 0;
@@ -646,13 +673,13 @@ static int admit(llm_engine *e, rq *r) {
         r->limit = cv->len + r->n_prompt + gen < r->cap ? cv->len + r->n_prompt + gen : r->cap;
         if (cv->len + r->n_prompt > r->cap) return -1; /* the history grew since submit */
     }
-    int64_t raw, quant;
-    seq_need(c, r->limit, &raw, &quant);
+    int64_t raw, quant, bytes = seq_need(c, r->limit, &raw, &quant);
     int64_t tokens = r->limit;
-    if (cv) raw -= cv->resv_raw, quant -= cv->resv_quant, tokens -= cv->resv_tokens;
-    raw = raw > 0 ? raw : 0, quant = quant > 0 ? quant : 0, tokens = tokens > 0 ? tokens : 0;
-    int need_seq = !cv || cv->seq < 0;
-    if ((need_seq && c->n_seqs >= c->max_seqs) || !fits(c, raw, quant, tokens)) return 0;
+    if (cv) raw -= cv->resv_raw, quant -= cv->resv_quant, bytes -= cv->resv_bytes, tokens -= cv->resv_tokens;
+    raw = raw > 0 ? raw : 0, quant = quant > 0 ? quant : 0, bytes = bytes > 0 ? bytes : 0;
+    tokens = tokens > 0 ? tokens : 0;
+    int need_seq = !cv || cv->seq < 0, cont = needs_reserve(cv ? cv->len : 0, r->n_prompt, r->chunk);
+    if ((need_seq && c->n_seqs >= c->max_seqs) || !fits(c, raw, quant, bytes, tokens, cont)) return 0;
     if (need_seq) {
         int s;
         if (kv_seq_add(c->kv, &s)) return 0;
@@ -662,14 +689,15 @@ static int admit(llm_engine *e, rq *r) {
     } else {
         r->seq = cv->seq;
     }
-    reserve(c, raw, quant, tokens);
+    reserve(c, raw, quant, bytes, tokens);
+    if (cont) r->cont = 1, c->n_cont++;
     if (cv) {
-        cv->resv_raw += raw, cv->resv_quant += quant, cv->resv_tokens += tokens;
+        cv->resv_raw += raw, cv->resv_quant += quant, cv->resv_bytes += bytes, cv->resv_tokens += tokens;
         r->base_len = cv->len;
         r->pos_base = cv->len + cv->delta;
         r->delta = cv->delta + r->rope_delta;
     } else {
-        r->resv_raw = raw, r->resv_quant = quant, r->resv_tokens = tokens;
+        r->resv_raw = raw, r->resv_quant = quant, r->resv_bytes = bytes, r->resv_tokens = tokens;
         r->delta = r->rope_delta;
     }
     r->admitted = 1;
@@ -688,6 +716,7 @@ static void finish(llm_engine *e, rq *r, llm_finish why, omni_status st, const c
     if (r->ended) return;
     r->ended = 1;
     r->finish = r->finish ? r->finish : why;
+    cont_done(e, r);
     int n = 0;
     if (r->dt && r->finish != LLM_FINISH_STOP) {
         if (r->hold && r->hold_len) memcpy(e->piece, r->hold, (size_t)(n = r->hold_len));
@@ -713,20 +742,20 @@ static void finish(llm_engine *e, rq *r, llm_finish why, omni_status st, const c
         s.kv_tokens = len;
         s.kv_bytes = seq_held(c, len, &raw, &quant);
         if (r->cv && st == OMNI_OK) { /* the history stays: keep pages for what it holds now */
-            int64_t hr, hq;
-            seq_need(c, len, &hr, &hq);
-            reserve(c, hr - r->cv->resv_raw, hq - r->cv->resv_quant, len - r->cv->resv_tokens);
-            r->cv->resv_raw = hr, r->cv->resv_quant = hq, r->cv->resv_tokens = len;
+            int64_t hr, hq, hb = seq_need(c, len, &hr, &hq);
+            reserve(c, hr - r->cv->resv_raw, hq - r->cv->resv_quant, hb - r->cv->resv_bytes, len - r->cv->resv_tokens);
+            r->cv->resv_raw = hr, r->cv->resv_quant = hq, r->cv->resv_bytes = hb, r->cv->resv_tokens = len;
             r->cv->len = len;
             r->cv->delta = r->delta;
         } else if (r->cv) { /* a failed step leaves the sequence unusable: the history is lost */
             kv_seq_clear(c->kv, r->seq);
-            reserve(c, -r->cv->resv_raw, -r->cv->resv_quant, -r->cv->resv_tokens);
-            r->cv->resv_raw = r->cv->resv_quant = r->cv->resv_tokens = r->cv->len = r->cv->delta = 0;
+            reserve(c, -r->cv->resv_raw, -r->cv->resv_quant, -r->cv->resv_bytes, -r->cv->resv_tokens);
+            r->cv->resv_raw = r->cv->resv_quant = r->cv->resv_bytes = r->cv->resv_tokens = 0;
+            r->cv->len = r->cv->delta = 0;
         } else {
             kv_seq_remove(c->kv, r->seq);
             c->n_seqs--;
-            reserve(c, -r->resv_raw, -r->resv_quant, -r->resv_tokens);
+            reserve(c, -r->resv_raw, -r->resv_quant, -r->resv_bytes, -r->resv_tokens);
         }
         c->blocked = 0;
     }
@@ -875,24 +904,38 @@ static int clip_spans(llm_engine *e, rq *r, int c0, int n) {
     return k;
 }
 
-/* Raw pages a prefill chunk of r (len tokens) holds beyond r's promise while the step is in flight: taken from the
- * cache's step reserve (kv_step_extra_of bounds every chunk's excess: one always fits an unused reserve). */
-static int64_t chunk_excess(const cache_slot *c, const rq *r, int len) {
-    const int64_t L0 = kv_seq_len(c->kv, r->seq), have = r->cv ? r->cv->resv_raw : r->resv_raw;
+/* What a step of len tokens of r holds beyond r's promise while it is in flight: bytes, and raw pages beyond the
+ * pool's share (0 when within). A prefill chunk takes them from the cache's step reserve (kv_step_extra_bytes_of /
+ * kv_step_extra_of bound every chunk's excess: one always fits an unused reserve), a flushing decode step its bytes
+ * from the unpromised ones (at least flush_bytes: one always fits). */
+static int64_t step_excess(const cache_slot *c, const rq *r, int len, int64_t *raw_excess) {
+    const int64_t L0 = kv_seq_len(c->kv, r->seq);
+    const int64_t have_raw = r->cv ? r->cv->resv_raw : r->resv_raw, have = r->cv ? r->cv->resv_bytes : r->resv_bytes;
     int64_t raw, quant;
     kv_step_pages(c->kv, L0, L0 + len, &raw, &quant);
-    return raw > have ? raw - have : 0;
+    *raw_excess = raw > have_raw ? raw - have_raw : 0;
+    const int64_t bytes = pages_bytes(c, raw, quant);
+    return bytes > have ? bytes - have : 0;
 }
 
-/* Entries: decode tokens of running requests first, then prefill chunks in admission order (a chunk waits for a
- * later step when the cache's step reserve is used up). Returns n. */
+/* Entries: decode tokens of running requests first (a decode step that flushes a window block waits for a later
+ * step when this step's flushes used up the unpromised bytes), then prefill chunks in admission order (a chunk waits
+ * when the cache's step reserve is used up). Returns n. */
 static int build_batch(llm_engine *e) {
     int S = e->p.runner.max_seqs, budget = e->p.runner.max_tokens, n = 0, rows = e->p.max_logits_rows, used = 0;
-    for (int i = 0; i < e->n_caches; i++) e->caches[i].step_left = e->caches[i].step_raw;
+    for (int i = 0; i < e->n_caches; i++) {
+        cache_slot *c = &e->caches[i];
+        c->step_left = held_step(c, 0), c->step_left_raw = c->step_raw;
+        c->flush_left = c->budget - c->resv_bytes - c->step_left;
+    }
     for (rq *r = e->seen_first; r && n < S && used < budget; r = next_seen(e, r)) {
         if (!rq_active(r) || !r->admitted) continue;
         int32_t t = decode_input(r);
         if (t < 0) continue;
+        cache_slot *cs = &e->caches[r->cache];
+        int64_t raw_x, excess = step_excess(cs, r, 1, &raw_x); /* raw_x: 0 (decode_raw_pages covers a decode step) */
+        if (excess > cs->flush_left) continue;
+        cs->flush_left -= excess;
         llm_batch_entry *b = &e->batch[n];
         e->feed[n] = t;
         int64_t L = kv_seq_len(e->caches[r->cache].kv, r->seq) + r->delta;
@@ -912,9 +955,9 @@ static int build_batch(llm_engine *e) {
         len = len < r->chunk ? len : r->chunk; /* never shortened by others: results do not depend on the batch */
         if (len > budget - used || (r->logits == LLM_LOGITS_ALL && len > rows)) continue;
         cache_slot *cs = &e->caches[r->cache];
-        const int64_t excess = chunk_excess(cs, r, len);
-        if (excess > cs->step_left) continue;
-        cs->step_left -= excess;
+        int64_t raw_x, excess = step_excess(cs, r, len, &raw_x);
+        if (excess > cs->step_left || raw_x > cs->step_left_raw) continue;
+        cs->step_left -= excess, cs->step_left_raw -= raw_x;
         int last = c0 + len == r->n_prompt;
         llm_batch_entry *b = &e->batch[n];
         int32_t *p = e->posbuf + 3 * used;
@@ -954,6 +997,7 @@ static void process_batch(llm_engine *e, int n, double ms) {
         if (e->bkind[i] == E_PREFILL) {
             int c0 = e->bchunk0[i], len = b->in.n_tokens;
             r->n_done += len;
+            if (r->n_done == r->n_prompt) cont_done(e, r);
             r->prompt_ms += ms;
             if (b->logits_all)
                 for (int j = 0; j < len; j++) emit_logits(e, r, c0 + j, b->logits + (size_t)j * e->V);
@@ -982,7 +1026,8 @@ static void publish_one(llm_engine *e, int i) {
         kv_get_usage(c->kv, &u);
         s.budget_bytes = c->budget;
         s.reserved_bytes = c->resv_bytes;
-        s.step_reserve_bytes = c->step_bytes;
+        s.step_reserve_bytes = held_step(c, 0) + c->flush_bytes;
+        s.peak_bytes = c->peak_bytes;
         s.used_bytes = u.total_bytes;
         s.used_tokens = u.cells_used;
         s.raw_pages = u.raw_pages, s.quant_pages = u.quant_pages;
@@ -1031,12 +1076,32 @@ static int count_left(const llm_engine *e) {
     return n;
 }
 
+/* The bytes each cache's pages hold while this batch is in flight (committed pages + every entry's step, by the
+ * allocator's arithmetic kv_step_pages): its peak is published (llm_cache_stats.peak_bytes). */
+static void note_peak(llm_engine *e, int n) {
+    int64_t add[LLM_ENGINE_MAX_CACHES] = {0};
+    for (int i = 0; i < n; i++) {
+        const cache_slot *c = &e->caches[e->brq[i]->cache];
+        const int64_t L0 = kv_seq_len(c->kv, e->batch[i].seq);
+        int64_t r0, q0, r1, q1;
+        kv_step_pages(c->kv, L0, L0, &r0, &q0);
+        kv_step_pages(c->kv, L0, L0 + e->batch[i].in.n_tokens, &r1, &q1);
+        add[e->brq[i]->cache] += pages_bytes(c, r1 - r0, q1 - q0);
+    }
+    for (int k = 0; k < e->n_caches; k++) {
+        kv_usage u;
+        kv_get_usage(e->caches[k].kv, &u);
+        if (u.total_bytes + add[k] > e->caches[k].peak_bytes) e->caches[k].peak_bytes = u.total_bytes + add[k];
+    }
+}
+
 /* One step; *did: entries run. */
 static omni_status step(llm_engine *e, int *left, int *did) {
     intake(e);
     end_students(e);
     int n = build_batch(e);
     *did = n;
+    note_peak(e, n);
     if (n > 0) {
         double t0 = now_ms();
         omni_status st = llm_runner_step(e->r, n, e->batch);

@@ -3,10 +3,15 @@
  * runner (llm/runner.h): requests join and leave between steps, prefill chunks are interleaved with decode tokens
  * under a per-step token budget, and a KV memory budget per cache admits a request only when every page it can
  * ever need is free (nothing is over-committed; a request that can never fit is refused at submit). What a request
- * is promised is what its sequence holds while it decodes (kv_budget's decode pages for its longest length); the
- * window pages a prefill chunk holds beyond that while its step is in flight come from one step reserve per cache
- * (kv_step_extra_of, ~R / 32 + 1 raw pages, for each of llm_engine_step_chunks chunks; kept out of the budget), and
- * a chunk waits for a later step when the chunks of this step used it up.
+ * is promised is the most bytes its sequence holds at once while it decodes to its longest length, the decode steps
+ * that flush a window block excepted (kv_budget's promise_bytes; pages of each kind's peak for the pools). What a
+ * step holds beyond the promises comes from two shared reserves per cache: a flushing decode step (the flushed
+ * block's raw page and its new quant page at once: one quant page more) takes unpromised bytes, of which admission
+ * always keeps one flush's worth (kv_step_extra_bytes_of), and waits a step when this step's flushes used them up;
+ * a prefill chunk on a non-empty sequence (the second chunk of a long prompt, a conversation turn) holds the old
+ * window beside the new one and takes the step reserve (kv_step_extra_bytes_of / kv_step_extra_of, ~R / 32 + 1
+ * raw pages, for each of llm_engine_step_chunks chunks), held only while a request that can run such a chunk is
+ * admitted; a chunk waits for a later step when the chunks of this step used it up.
  *
  * ---- Tutorial ----
  * 1. Make an engine and at least one cache (a KV format + a byte budget):
@@ -207,7 +212,10 @@ int64_t llm_engine_conv_len(llm_engine *e, int conv);       /* tokens held (-1: 
 typedef struct {
     int64_t budget_bytes;   /* the cache's budget */
     int64_t reserved_bytes; /* bytes promised to admitted requests and conversations */
-    int64_t step_reserve_bytes; /* bytes kept for prefill steps in flight (the rest of the budget is promised) */
+    int64_t step_reserve_bytes; /* bytes kept unpromised now: the prefill step reserve (while a request holding it
+                                   is admitted) and one flushing decode step's excess */
+    int64_t peak_bytes;     /* the most bytes of pages held during any step so far, steps in flight included (the
+                               allocator's arithmetic): never above budget_bytes */
     int64_t used_bytes;     /* bytes of pages in use (after the last step) */
     int64_t used_tokens;    /* tokens the cache's sequences hold (after the last step): with used_bytes, the
                                KV-memory-vs-tokens curve of a cache (the demo's chart) */

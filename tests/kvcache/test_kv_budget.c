@@ -63,6 +63,27 @@ static void m_peaks(const model_t *m, int64_t N, int64_t C, int64_t *pk, int64_t
     }
 }
 
+/* Bytes held while a step L0 -> L1 is in flight, with pages of rb / qb bytes. */
+static int64_t m_bytes(const model_t *m, int64_t L0, int64_t L1, int64_t rb, int64_t qb) {
+    int64_t r, q;
+    m_pages(m, L0, L1, &r, &q);
+    return r * rb + q * qb;
+}
+static int m_flushes(const model_t *m, int64_t L) { return m_nq(m, L + 1) > m_nq(m, L); }
+
+/* pm[n] = max bytes over the committed states L <= n and the one-token steps L -> L + 1 (L < n) that flush no
+ * block; fm[n] = max(0, the most a flushing one-token step L < n holds beyond pm[n]) (n = 0..N). */
+static void m_promise(const model_t *m, int64_t N, int64_t rb, int64_t qb, int64_t *pm, int64_t *fm) {
+    int64_t fl = -1; /* the most bytes of a flushing step so far */
+    for (int64_t n = 0; n <= N; n++) {
+        int64_t v = m_bytes(m, n, n, rb, qb);
+        if (n > 0 && !m_flushes(m, n - 1) && m_bytes(m, n - 1, n, rb, qb) > v) v = m_bytes(m, n - 1, n, rb, qb);
+        if (n > 0 && m_flushes(m, n - 1) && m_bytes(m, n - 1, n, rb, qb) > fl) fl = m_bytes(m, n - 1, n, rb, qb);
+        pm[n] = n > 0 && pm[n - 1] > v ? pm[n - 1] : v;
+        fm[n] = fl - pm[n] > 0 ? fl - pm[n] : 0;
+    }
+}
+
 /* dec[n] = max over L < n of the raw pages in flight of a one-token step L -> L + 1 (n = 0..N). */
 static void m_decode(const model_t *m, int64_t N, int64_t *dec) {
     dec[0] = 0;
@@ -236,6 +257,39 @@ static void test_config(const cfg_t *cf, uint64_t seed) {
                 worst = r - dec[L1] > worst ? r - dec[L1] : worst;
             }
         CHECK(extra == worst, "%s: step reserve %lld raw pages, model %lld", what, (long long)extra, (long long)worst);
+        /* the joint promise (bytes at once, flushing steps excepted), the flush excess, and the byte reserves:
+         * every length up to NE (past the R + 64 + 64 tokens that promise_bytes searches in full) */
+        kv_budget b0;
+        kv_budget_of(&pe, 0, &b0);
+        const int64_t rb = b0.raw_page_bytes, qb = b0.quant_page_bytes;
+        int64_t *pm = malloc((size_t)(NE + 1) * sizeof(int64_t)), *fm = malloc((size_t)(NE + 1) * sizeof(int64_t));
+        m_promise(&m, NE, rb, qb, pm, fm);
+        int saved = 0;
+        for (int64_t n = 0; n <= NE; n++) {
+            kv_budget b;
+            kv_budget_of(&pe, n, &b);
+            CHECK(b.promise_bytes == pm[n] && b.flush_bytes == fm[n] && b.promise_bytes <= b.decode_bytes &&
+                  b.promise_bytes + b.flush_bytes <= b.decode_bytes,
+                  "%s N %lld: promise %lld + flush %lld bytes, model %lld + %lld (decode_bytes %lld)", what,
+                  (long long)n, (long long)b.promise_bytes, (long long)b.flush_bytes, (long long)pm[n],
+                  (long long)fm[n], (long long)b.decode_bytes);
+            saved += b.promise_bytes < b.decode_bytes;
+        }
+        int64_t chunk = -1, flush = -1, wc = 0, wf = 0;
+        CHECK(kv_step_extra_bytes_of(&pe, &chunk, &flush) == OMNI_OK, "%s", omni_last_error());
+        for (int64_t L0 = 0; L0 < NE; L0++)
+            for (int64_t L1 = L0 + 1; L1 <= NE && L1 - L0 <= cf->C; L1++) {
+                int64_t v = m_bytes(&m, L0, L1, rb, qb) - pm[L1];
+                wc = v > wc ? v : wc;
+                if (L1 == L0 + 1 && m_flushes(&m, L0)) wf = v > wf ? v : wf;
+            }
+        CHECK(chunk == wc && flush == wf, "%s: byte reserves chunk %lld flush %lld, model %lld %lld", what,
+              (long long)chunk, (long long)flush, (long long)wc, (long long)wf);
+        CHECK(!m.quant || flush == qb, "%s: a flush holds one quant page (%lld) over the promise, not %lld", what,
+              (long long)qb, (long long)flush);
+        CHECK(!m.quant || cf->R + 64 > NE || saved > 0, "%s: the promise never below decode_bytes", what);
+        free(pm);
+        free(fm);
         free(dec);
     }
     /* the real cache on the model's worst step reaches the budget */

@@ -4,6 +4,9 @@
  *    greedy tokens equal the same request run alone (llm_forward, a cache of its own); after every step each
  *    cache's pages in use and its promised pages stay within its budget; every page is back at the end; a request
  *    larger than a whole budget is refused at submit with one error while the others finish;
+ *  - synchronised int2 sequences promised their joint peak (kv_budget's promise_bytes) in a budget that keeps one
+ *    flush free: more fit than decode_bytes allows, their final flushes wait for free bytes, the pages in flight
+ *    (llm_cache_stats.peak_bytes) never exceed the budget here or in the mixed run, results equal alone;
  *  - a teacher-forced request (int2 fed bf16's tokens) gives one distribution per teacher token, and on a cache of
  *    the teacher's own format exactly the teacher's logits;
  *  - a conversation of two turns equals the one-shot prompt of both turns; stop strings cut the text;
@@ -34,7 +37,7 @@ static int rnd(int n) {
 
 typedef struct {
     int32_t prompt[300];
-    int n_prompt, max_tokens, fmt, arrive;
+    int n_prompt, max_tokens, fmt, arrive, ignore_eos;
     int id, done, n_out;
     int32_t out[64];
     llm_request_stats st;
@@ -71,7 +74,7 @@ static int alone(const llm_model *m, const job *j, int32_t *out) {
     while (n < j->max_tokens) {
         int32_t t = op_argmax(lg, c->vocab);
         out[n++] = t;
-        if (llm_config_is_eos(c, t) || n == j->max_tokens) break;
+        if ((!j->ignore_eos && llm_config_is_eos(c, t)) || n == j->max_tokens) break;
         llm_input d = {1, &t, NULL, 0, NULL};
         CHECK(llm_forward(m, kv, seq, &d, lg) == OMNI_OK, "alone step: %s", omni_last_error());
     }
@@ -84,9 +87,11 @@ static void check_budgets(llm_engine *e, int n_caches, int step) {
     for (int c = 0; c < n_caches; c++) {
         llm_cache_stats s;
         llm_engine_cache_stats(e, c, &s);
-        CHECK(s.used_bytes <= s.budget_bytes && s.reserved_bytes <= s.budget_bytes && s.used_bytes <= s.reserved_bytes,
-              "step %d cache %d: used %lld reserved %lld budget %lld", step, c, (long long)s.used_bytes,
-              (long long)s.reserved_bytes, (long long)s.budget_bytes);
+        CHECK(s.used_bytes <= s.budget_bytes && s.reserved_bytes <= s.budget_bytes && s.used_bytes <= s.reserved_bytes &&
+                  s.peak_bytes <= s.budget_bytes && s.reserved_bytes + s.step_reserve_bytes <= s.budget_bytes,
+              "step %d cache %d: used %lld reserved %lld (+%lld kept) peak in flight %lld budget %lld", step, c,
+              (long long)s.used_bytes, (long long)s.reserved_bytes, (long long)s.step_reserve_bytes,
+              (long long)s.peak_bytes, (long long)s.budget_bytes);
     }
 }
 
@@ -164,6 +169,85 @@ static void test_mixed(const llm_model *m) {
         CHECK(s.used_bytes == 0 && s.reserved_bytes == 0 && s.n_seqs == 0 && s.raw_pages == 0 && s.quant_pages == 0,
               "cache %d not empty at the end: %lld bytes, %d seqs", c, (long long)s.used_bytes, s.n_seqs);
     }
+    llm_engine_free(e);
+}
+
+/* ---- flushes wait for unpromised bytes -------------------------------------------------------------------- */
+
+/* Sequences are promised their joint peak (promise_bytes: a flushing step's raw + new quant page at once excepted;
+ * only a sequence's last flush, the one that reaches nq of its length, holds more) and the budget keeps exactly one
+ * flush's excess free: NSYNC synchronised int2 sequences of 64 tokens (window 32 + one block: their last step
+ * flushes) fit where decode_bytes would admit one less, their final flushes run one per step (the others wait a
+ * step), the pages in flight never exceed the budget, and every result equals the request alone (EOS ignored). One
+ * more request waits until a sequence ends. */
+#define NSYNC 6
+static void test_flush_wait(const llm_model *m) {
+    llm_engine_params ep = llm_engine_default_params();
+    ep.runner.max_seqs = NSYNC + 1;
+    ep.runner.max_tokens = 96;
+    ep.prefill_chunk = 64;
+    llm_engine *e = NULL;
+    CHECK(llm_engine_init(m, &ep, &e) == OMNI_OK, "init: %s", omni_last_error());
+    if (!e) return;
+    kv_params kp = llm_model_kv_params(m);
+    kv_parse_mode("int2", &kp.fmt);
+    kp.fmt.window = 32;
+    kp.max_tokens = kp.max_seq_len = 64;
+    kp.max_chunk = ep.runner.max_tokens;
+    kv_budget b;
+    int64_t chunk = 0, flush = 0;
+    CHECK(kv_budget_of(&kp, 64, &b) == OMNI_OK && kv_step_extra_bytes_of(&kp, &chunk, &flush) == OMNI_OK, "%s",
+          omni_last_error());
+    CHECK(flush == b.quant_page_bytes && b.promise_bytes + flush == b.decode_bytes && b.flush_bytes == flush,
+          "promise %lld + flush %lld vs decode %lld", (long long)b.promise_bytes, (long long)flush,
+          (long long)b.decode_bytes);
+    llm_cache_params cp = llm_cache_default_params();
+    cp.fmt = kp.fmt;
+    cp.budget_bytes = NSYNC * b.promise_bytes + flush;
+    cp.max_seqs = NSYNC + 1;
+    CHECK(NSYNC * b.decode_bytes > cp.budget_bytes, "the old promise would admit all %d", NSYNC);
+    int cache = -1;
+    CHECK(llm_engine_add_cache(e, &cp, &cache) == OMNI_OK, "cache: %s", omni_last_error());
+    static job jobs[NSYNC + 1];
+    for (int i = 0; i <= NSYNC; i++) {
+        job *j = &jobs[i];
+        memset(j, 0, sizeof *j);
+        j->n_prompt = 1, j->prompt[0] = 100 + 37 * i, j->max_tokens = 64, j->fmt = 2, j->ignore_eos = 1; /* int2 */
+        llm_request r = llm_request_default_params();
+        r.tokens = j->prompt, r.n_tokens = 1, r.max_tokens = 64, r.cache = cache, r.ignore_eos = 1;
+        r.sampling.temp = 0;
+        r.cb = (llm_callbacks){on_token, NULL, on_done, j};
+        CHECK(llm_engine_submit(e, &r, &j->id) == OMNI_OK, "submit %d: %s", i, omni_last_error());
+    }
+    int left = 1, step = 0, first = -1; /* the NSYNC jobs that ended in the first step any ended */
+    for (; left > 0 && step < 1000; step++) {
+        int before = 0, after = 0;
+        for (int i = 0; i < NSYNC; i++) before += jobs[i].done;
+        llm_engine_step(e, &left);
+        for (int i = 0; i < NSYNC; i++) after += jobs[i].done;
+        if (first < 0 && after > before) first = after - before;
+        llm_cache_stats s;
+        llm_engine_cache_stats(e, cache, &s);
+        check_budgets(e, 1, step);
+        if (step == 0)
+            CHECK(s.running == NSYNC && s.waiting == 1, "first step: %d running, %d waiting", s.running, s.waiting);
+    }
+    for (int i = 0; i <= NSYNC; i++) {
+        job *j = &jobs[i];
+        int32_t ref[64];
+        int n = alone(m, j, ref);
+        CHECK(j->done == 1 && j->st.status == OMNI_OK && n == j->n_out && !memcmp(ref, j->out, sizeof(int32_t) * n),
+              "sync job %d: done %d, %d tokens vs %d alone", i, j->done, j->n_out, n);
+    }
+    /* their last step flushes a block at length 64 (its quant page beyond the promise): one fits the free bytes,
+     * the others wait; once a sequence ended, its promise is free bytes too */
+    CHECK(first == 1, "%d synchronised sequences ended in the first step, want 1 (the others' flushes wait)", first);
+    llm_cache_stats s;
+    llm_engine_cache_stats(e, cache, &s);
+    printf("flush wait: %d sequences of 64 tokens in %lld bytes (decode_bytes would admit %lld), %d steps, peak %lld\n",
+           NSYNC, (long long)cp.budget_bytes, (long long)((cp.budget_bytes) / b.decode_bytes), step,
+           (long long)s.peak_bytes);
+    CHECK(s.used_bytes == 0 && s.reserved_bytes == 0 && s.n_seqs == 0, "pages back");
     llm_engine_free(e);
 }
 
@@ -445,6 +529,7 @@ int main(void) {
     CHECK(llm_tokenizer_load(MODEL "/tokenizer.json", &tok) == OMNI_OK, "%s", omni_last_error());
     if (!m || !tok) return check_exit();
     test_mixed(m);
+    test_flush_wait(m);
     teacher_case(m, "bf16", 1);
     teacher_case(m, "int2", 0);
     test_conversation(m);
