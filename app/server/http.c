@@ -79,6 +79,7 @@ struct srv_job {
     buf out;            /* stream: SSE bytes; otherwise the answer text */
     size_t sent;        /* stream: bytes handed to the connection */
     int first_sent, tail_done;
+    int counted;        /* count_end ran: a request is counted once */
     int prompt_tokens, n_tokens;
     int finished;       /* the answer is complete (engine end, stop sequence, timeout, failure) */
     int engine_done;
@@ -122,9 +123,14 @@ static void count_token(srv_server *s) {
     pthread_mutex_unlock(&s->mu);
 }
 
-/* A finished job: counters and one log line (llama-server prints one per request too). */
+/* A finished job: counters and one log line (llama-server prints one per request too); once per job. */
 static void count_end(srv_server *s, srv_job *j) {
     pthread_mutex_lock(&j->mu);
+    if (j->counted) {
+        pthread_mutex_unlock(&j->mu);
+        return;
+    }
+    j->counted = 1;
     int failed = j->failed, cancelled = j->cancelled && j->finish == SRV_FINISH_NONE;
     int np = j->prompt_tokens, ng = j->n_tokens;
     double ms = now_ms() - j->t_start;
@@ -348,11 +354,14 @@ static int stream_tail(srv_job *j) {
     return rc;
 }
 
+/* Copies the next SSE bytes to the connection. The request is counted in /metrics as soon as its tail is queued,
+   before the client can read [DONE], so that a client never sees its answer end before the counters do. */
 static ssize_t stream_reader(void *cls, uint64_t pos, char *out, size_t max) {
     srv_job *j = cls;
     (void)pos;
     pthread_mutex_lock(&j->mu);
     ssize_t rc;
+    int tail_now = 0;
     for (;;) {
         if (wait_job(j, has_output) == WAIT_GONE) {
             rc = MHD_CONTENT_READER_END_WITH_ERROR;
@@ -373,8 +382,10 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *out, size_t max) {
             rc = MHD_CONTENT_READER_END_WITH_ERROR;
             break;
         }
+        tail_now = 1;
     }
     pthread_mutex_unlock(&j->mu);
+    if (tail_now) count_end(j->srv, j);
     return rc;
 }
 
@@ -385,7 +396,7 @@ static void stream_free(void *cls) {
     int running = !j->engine_done;
     pthread_mutex_unlock(&j->mu);
     if (running) cancel_job(j);
-    count_end(j->srv, j);
+    count_end(j->srv, j); /* a client that left before the tail: counted here */
     job_unref(j);
 }
 
