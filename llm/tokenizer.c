@@ -156,6 +156,23 @@ static size_t utf8_sanitize(const uint8_t *src, size_t n, char *dst, int *n_bad)
     return o;
 }
 
+size_t llm_utf8_valid_len(const char *s, size_t n) {
+    const uint8_t *u = (const uint8_t *)s;
+    size_t i = 0;
+    while (i < n) {
+        uint32_t cp;
+        int inc, k = u[i] < 0x80 ? 1 : utf8_scan(u + i, n - i, &cp, &inc);
+        if (k < 0) break;
+        i += (size_t)k;
+    }
+    return i;
+}
+
+size_t llm_utf8_sanitize(const char *s, size_t n, char *dst) {
+    int bad = 0;
+    return utf8_sanitize((const uint8_t *)s, n, dst, &bad);
+}
+
 /* Number of invalid subparts in s[0..n) (0 means the text is valid UTF-8). */
 static int utf8_count_invalid(const uint8_t *s, size_t n) {
     int bad = 0;

@@ -88,6 +88,13 @@ int llm_detok_flush(llm_detok *d, char *out, int cap);
 /* NULL is a no-op. */
 void llm_detok_free(llm_detok *d);
 
+/* UTF-8 checks with the rules above (maximal subparts, as Python's errors="replace"):
+ * llm_utf8_valid_len = the length of the longest valid prefix of s[0..n) (n when it is all valid; a character
+ * cut off at the end is invalid); llm_utf8_sanitize writes s[0..n) to dst (room for 3n bytes, not terminated)
+ * with each invalid subpart as U+FFFD and returns the bytes written. */
+size_t llm_utf8_valid_len(const char *s, size_t n);
+size_t llm_utf8_sanitize(const char *s, size_t n, char *dst);
+
 /* Decode a whole id list to a malloc'ed NUL-terminated string (skip_special as above; invalid UTF-8 in the
  * concatenated bytes becomes U+FFFD, as tokenizers' decode does). NULL on allocation failure. */
 char *llm_tokenizer_decode(const llm_tokenizer *t, const int32_t *ids, int n, int skip_special);

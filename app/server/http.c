@@ -19,8 +19,10 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
 #define WAIT_SLICE_MS 100   /* how often a waiting connection checks its client and its deadline */
+#define DRAIN_S 10          /* at shutdown, how long the requests in flight get to send their last bytes */
 #define TPS_WINDOW 10       /* seconds of the tokens/s gauge */
 
 typedef struct {
@@ -60,6 +62,7 @@ struct srv_server {
     pthread_mutex_t mu; /* counters below */
     pthread_cond_t jobs_cv;
     int live_jobs;      /* jobs not yet freed (srv_stop waits for the backend to end them all) */
+    int in_flight;      /* HTTP requests begun and not completed (srv_stop lets them finish their answers) */
     srv_metrics m;
     int64_t tps_sec[TPS_WINDOW], tps_n[TPS_WINDOW];
     long long next_id;
@@ -274,15 +277,27 @@ static void cancel_job(srv_job *j) {
 typedef enum { WAIT_PROGRESS, WAIT_GONE } wait_result;
 
 /* Wait (j->mu held) until `ready(j)` or the client leaves; handles stop-sequence cancels, the deadline and
- * shutdown. Returns with j->mu held. */
+ * shutdown (checked on every call, so that a stream whose tokens keep coming is still held to them; a client that
+ * left is noticed by polling its socket while nothing is ready, and by the failed write otherwise). Returns with
+ * j->mu held. */
 static wait_result wait_job(srv_job *j, int (*ready)(const srv_job *)) {
-    while (!ready(j)) {
-        if (j->want_cancel) {
+    for (;;) {
+        if (j->want_cancel) { /* a stop sequence matched (the answer may be complete): the engine must not go on */
             pthread_mutex_unlock(&j->mu);
             cancel_job(j);
             pthread_mutex_lock(&j->mu);
             continue;
         }
+        int late = now_ms() > j->deadline_ms, stop = j->srv->stopping;
+        if (!j->finished && (late || stop)) {
+            pthread_mutex_unlock(&j->mu);
+            cancel_job(j);
+            pthread_mutex_lock(&j->mu);
+            if (late) job_fail_locked(j, 408, "timeout_error", "the request took longer than the server's timeout");
+            else job_fail_locked(j, 503, "server_error", "the server is shutting down");
+            continue;
+        }
+        if (ready(j)) return WAIT_PROGRESS;
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
         ts.tv_nsec += WAIT_SLICE_MS * 1000000L;
@@ -291,17 +306,12 @@ static wait_result wait_job(srv_job *j, int (*ready)(const srv_job *)) {
             ts.tv_nsec -= 1000000000L;
         }
         pthread_cond_timedwait(&j->cv, &j->mu, &ts);
-        if (ready(j)) break;
-        int gone = client_gone(j->fd), late = now_ms() > j->deadline_ms, stop = j->srv->stopping;
-        if (!gone && !late && !stop) continue;
+        if (ready(j) || j->want_cancel || !client_gone(j->fd)) continue;
         pthread_mutex_unlock(&j->mu);
         cancel_job(j);
         pthread_mutex_lock(&j->mu);
-        if (gone) return WAIT_GONE;
-        if (late) job_fail_locked(j, 408, "timeout_error", "the request took longer than the server's timeout");
-        else job_fail_locked(j, 503, "server_error", "the server is shutting down");
+        return WAIT_GONE;
     }
-    return WAIT_PROGRESS;
 }
 
 static int is_finished(const srv_job *j) { return j->finished; }
@@ -576,11 +586,23 @@ static void admit(srv_server *s, struct MHD_Connection *c, const char *url, cons
     }
 }
 
+/* Body bytes past which a refused body is no longer read: the connection is closed. */
+static size_t body_cap(const srv_server *s) { return 4 * s->p.max_body + (1u << 20); }
+
+/* A request refused before its body (401, 404, 405, 413 by its Content-Length) is answered at once, without
+ * reading the body, when the client waits for "100 Continue" before sending it (curl does for bodies over 1 MiB;
+ * it would otherwise send it all) or when the declared body is past body_cap (it would be closed unanswered). */
+static int refuse_now(const srv_server *s, struct MHD_Connection *c) {
+    const char *ex = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_EXPECT);
+    const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    return (ex && strcasestr(ex, "100-continue")) || (cl && strtoull(cl, NULL, 10) > body_cap(s));
+}
+
 /* Body bytes: kept up to the limit, then only counted (413 at the end); a body far over the limit closes the
- * connection. Returns 0 to go on, -1 to close. */
+ * connection, and so does a body still arriving at shutdown. Returns 0 to go on, -1 to close. */
 static int take_body(srv_server *s, conn_state *cs, const char *data, size_t n) {
     cs->seen += n;
-    if (cs->seen > 4 * s->p.max_body + (1u << 20)) return -1;
+    if (cs->seen > body_cap(s) || s->stopping) return -1;
     if (cs->error) return 0;
     if (cs->seen > s->p.max_body) {
         cs->error = 1;
@@ -623,7 +645,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     if (!cs) {
         if (!(cs = calloc(1, sizeof *cs))) return MHD_NO;
         *con_cls = cs;
+        pthread_mutex_lock(&s->mu);
+        s->in_flight++;
+        pthread_mutex_unlock(&s->mu);
         admit(s, c, url, method, cs);
+        if (cs->error && refuse_now(s, c)) return send_error(s, c, &cs->err);
         return MHD_YES;
     }
     if (*data_size) {
@@ -635,7 +661,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 }
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
-    (void)cls;
+    srv_server *s = cls;
     (void)c;
     (void)toe;
     conn_state *cs = *con_cls;
@@ -643,6 +669,9 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
     free(cs->body.s);
     free(cs);
     *con_cls = NULL;
+    pthread_mutex_lock(&s->mu);
+    if (--s->in_flight == 0) pthread_cond_broadcast(&s->jobs_cv);
+    pthread_mutex_unlock(&s->mu);
 }
 
 static void mhd_log(void *cls, const char *fmt, va_list ap) {
@@ -702,7 +731,7 @@ omni_status srv_start(const srv_params *p, const srv_backend *backend, srv_serve
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->jobs_cv, NULL);
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL |
-                     MHD_USE_ERROR_LOG | (sa.ss_family == AF_INET6 ? MHD_USE_IPv6 : 0);
+                     MHD_USE_ITC /* for MHD_quiesce_daemon */ | MHD_USE_ERROR_LOG | (sa.ss_family == AF_INET6 ? MHD_USE_IPv6 : 0);
     s->d = MHD_start_daemon(flags, (uint16_t)p->port, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR,
                             (struct sockaddr *)&sa, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
                             MHD_OPTION_CONNECTION_LIMIT, (unsigned)p->max_connections,
@@ -724,18 +753,31 @@ omni_status srv_start(const srv_params *p, const srv_backend *backend, srv_serve
 
 int srv_port(const srv_server *s) { return s->port; }
 
-void srv_stop(srv_server *s) {
-    if (!s) return;
-    s->stopping = 1; /* waiting connections see it within WAIT_SLICE_MS, cancel their jobs and answer 503 */
-    MHD_stop_daemon(s->d);
-    /* The backend still owns the jobs it has not ended (their srv_job_done comes at its next step): wait, so
-     * that no callback reaches a freed server. */
+/* Wait (s->mu held) until *count is 0 or `seconds` have passed; returns what is left. */
+static int wait_zero(srv_server *s, const int *count, int seconds) {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_sec += 60;
-    pthread_mutex_lock(&s->mu);
+    ts.tv_sec += seconds;
     int rc = 0;
-    while (s->live_jobs > 0 && rc == 0) rc = pthread_cond_timedwait(&s->jobs_cv, &s->mu, &ts);
+    while (*count > 0 && rc == 0) rc = pthread_cond_timedwait(&s->jobs_cv, &s->mu, &ts);
+    return *count;
+}
+
+void srv_stop(srv_server *s) {
+    if (!s) return;
+    /* No new connections; the requests in flight see `stopping` within WAIT_SLICE_MS, cancel their jobs and end
+     * (a 503, or a stream's error event and [DONE]): let them send that before the connections are closed. */
+    s->stopping = 1;
+    MHD_socket lfd = MHD_quiesce_daemon(s->d);
+    pthread_mutex_lock(&s->mu);
+    wait_zero(s, &s->in_flight, DRAIN_S);
+    pthread_mutex_unlock(&s->mu);
+    MHD_stop_daemon(s->d);
+    if (lfd != MHD_INVALID_SOCKET) close(lfd);
+    /* The backend still owns the jobs it has not ended (their srv_job_done comes at its next step): wait, so
+     * that no callback reaches a freed server. */
+    pthread_mutex_lock(&s->mu);
+    wait_zero(s, &s->live_jobs, 60);
     int left = s->live_jobs;
     pthread_mutex_unlock(&s->mu);
     if (left) { /* a backend that never ends its jobs: keep the server alive rather than free it under them */

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "llm/prompt.h"
+#include "llm/tokenizer.h"
 
 #define INVALID "invalid_request_error"
 
@@ -344,18 +345,36 @@ static omni_status max_tokens(srv_request *r, const srv_parse_limits *lim, const
     return OMNI_OK;
 }
 
-/* Features we do not implement: refuse them rather than answer something else than was asked. */
+static int is_empty(const cJSON *v) { return (cJSON_IsArray(v) || cJSON_IsObject(v)) && !v->child; }
+
+/* Features we do not implement: refuse them rather than answer something else than was asked (OpenAI's, and the
+ * extras vLLM and llama-server users send). A field that asks for the default (a penalty of 0, an empty tool
+ * list, tool_choice "none", output modalities ["text"]) is accepted. */
 static omni_status unsupported(const cJSON *root, srv_error *e) {
-    const char *zero[] = {"presence_penalty", "frequency_penalty"};
-    for (int i = 0; i < 2; i++) {
-        const cJSON *v = field(root, zero[i]);
-        if (v && !(cJSON_IsNumber(v) && v->valuedouble == 0.0))
-            return srv_error_set(e, 400, INVALID, NULL, zero[i], "\"%s\" is not supported (only 0)", zero[i]);
+    static const struct { const char *name; double neutral; } num[] = {
+        {"presence_penalty", 0}, {"frequency_penalty", 0}, {"repetition_penalty", 1}, {"repeat_penalty", 1},
+        {"min_p", 0}, {"top_logprobs", 0}, {"best_of", 1}, {"min_tokens", 0}};
+    for (size_t i = 0; i < sizeof num / sizeof *num; i++) {
+        const cJSON *v = field(root, num[i].name);
+        if (v && !(cJSON_IsNumber(v) && v->valuedouble == num[i].neutral))
+            return srv_error_set(e, 400, INVALID, NULL, num[i].name, "\"%s\" is not supported (only %g)",
+                                 num[i].name, num[i].neutral);
     }
-    const char *off[] = {"tools", "functions", "tool_choice", "function_call", "logit_bias"};
-    for (int i = 0; i < 5; i++)
-        if (field(root, off[i]))
-            return srv_error_set(e, 400, INVALID, NULL, off[i], "\"%s\" is not supported", off[i]);
+    static const char *const off[] = {"tools", "functions", "function_call", "logit_bias", "stop_token_ids", "audio",
+                                      "guided_json", "guided_regex", "guided_choice", "guided_grammar",
+                                      "structured_outputs", "json_schema", "grammar"};
+    for (size_t i = 0; i < sizeof off / sizeof *off; i++) {
+        const cJSON *v = field(root, off[i]);
+        if (v && !is_empty(v)) return srv_error_set(e, 400, INVALID, NULL, off[i], "\"%s\" is not supported", off[i]);
+    }
+    const cJSON *tc = field(root, "tool_choice");
+    if (tc && !(cJSON_IsString(tc) && !strcmp(tc->valuestring, "none")))
+        return bad(e, "tool_choice", "%s", "\"tool_choice\" is not supported (tools are not)");
+    const cJSON *ie = field(root, "ignore_eos");
+    if (ie && !cJSON_IsFalse(ie)) return bad(e, "ignore_eos", "%s", "\"ignore_eos\" is not supported");
+    const cJSON *mo = field(root, "modalities");
+    if (mo && !(cJSON_GetArraySize(mo) == 1 && cJSON_IsString(mo->child) && !strcmp(mo->child->valuestring, "text")))
+        return bad(e, "modalities", "%s", "only text output is supported (\"modalities\": [\"text\"])");
     const cJSON *lp = field(root, "logprobs");
     if (lp && !cJSON_IsFalse(lp)) return bad(e, "logprobs", "%s", "\"logprobs\" is not supported");
     long long n;
@@ -380,8 +399,9 @@ static omni_status options(srv_request *r, const srv_parse_limits *lim, const cJ
     if ((st = number(root, "top_p", 0, 1, 1, &r->top_p, e))) return st;
     long long v;
     const cJSON *k = field(root, "top_k");
-    if (k && !get_int(k, 0, 1 << 30, &v)) return bad(e, "top_k", "%s", "\"top_k\" must be an integer >= 0");
-    if (k) r->top_k = (int)v;
+    if (k && !get_int(k, -1, 1 << 30, &v))
+        return bad(e, "top_k", "%s", "\"top_k\" must be an integer >= 0 (0 or -1: no limit)");
+    if (k) r->top_k = v < 0 ? 0 : (int)v; /* vLLM's -1 and llama.cpp's 0 both mean no top-k */
     const cJSON *seed = field(root, "seed");
     if (seed && !get_int(seed, -9.2e18, 1.8e19, &v)) return bad(e, "seed", "%s", "\"seed\" must be an integer");
     if (seed) {
@@ -429,6 +449,9 @@ omni_status srv_request_parse(const char *body, size_t len, srv_endpoint ep, con
     memset(out, 0, sizeof *out);
     memset(err, 0, sizeof *err);
     out->endpoint = ep;
+    size_t valid = llm_utf8_valid_len(body, len); /* JSON is UTF-8; cJSON would pass other bytes through */
+    if (valid < len)
+        return srv_error_set(err, 400, INVALID, NULL, NULL, "the request body is not valid UTF-8 (at byte %zu)", valid);
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(body, len, &end, 0);
     if (!root) {

@@ -8,15 +8,23 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* cJSON takes C strings: a copy of `len` bytes with NUL bytes replaced by U+FFFD. */
+#include "llm/tokenizer.h"
+
+/* cJSON takes C strings and writes their bytes as they are, and JSON must be UTF-8: a copy of `len` bytes with
+ * NUL bytes and invalid UTF-8 (an echoed client string, a name cut by %.Ns) replaced by U+FFFD. */
 static char *cstr(const char *text, size_t len) {
-    size_t nul = 0;
-    for (size_t i = 0; i < len; i++) nul += text[i] == 0;
-    char *s = malloc(len + 2 * nul + 1), *o = s;
+    char *s = malloc(3 * len + 1), *o = s;
     if (!s) return NULL;
-    for (size_t i = 0; i < len; i++) {
-        if (text[i]) *o++ = text[i];
-        else o += sprintf(o, "\xEF\xBF\xBD");
+    for (size_t i = 0; i < len;) {
+        const char *nul = memchr(text + i, 0, len - i);
+        size_t run = nul ? (size_t)(nul - (text + i)) : len - i;
+        o += llm_utf8_sanitize(text + i, run, o);
+        i += run;
+        if (nul) {
+            memcpy(o, "\xEF\xBF\xBD", 3);
+            o += 3;
+            i++;
+        }
     }
     *o = 0;
     return s;
@@ -27,6 +35,10 @@ static cJSON *add_text(cJSON *obj, const char *name, const char *text, size_t le
     cJSON *v = s ? cJSON_AddStringToObject(obj, name, s) : NULL;
     free(s);
     return v;
+}
+
+static cJSON *add_str(cJSON *obj, const char *name, const char *text) {
+    return add_text(obj, name, text, text ? strlen(text) : 0);
 }
 
 /* Print and delete; NULL if anything failed while building (cJSON returns NULL down the chain). */
@@ -47,10 +59,9 @@ static char *sse(char *json) {
 
 static cJSON *error_obj(const srv_error *e) {
     cJSON *root = cJSON_CreateObject(), *err = root ? cJSON_AddObjectToObject(root, "error") : NULL;
-    int ok = err && cJSON_AddStringToObject(err, "message", e->message) &&
-             cJSON_AddStringToObject(err, "type", e->type ? e->type : "server_error") &&
-             (e->param[0] ? cJSON_AddStringToObject(err, "param", e->param) : cJSON_AddNullToObject(err, "param")) &&
-             (e->code ? cJSON_AddStringToObject(err, "code", e->code) : cJSON_AddNullToObject(err, "code"));
+    int ok = err && add_str(err, "message", e->message) && add_str(err, "type", e->type ? e->type : "server_error") &&
+             (e->param[0] ? add_str(err, "param", e->param) : cJSON_AddNullToObject(err, "param")) &&
+             (e->code ? add_str(err, "code", e->code) : cJSON_AddNullToObject(err, "code"));
     if (!ok) {
         cJSON_Delete(root);
         return NULL;
@@ -72,7 +83,7 @@ static cJSON *head(const srv_resp_meta *m, int chunk) {
                                                  : "text_completion";
     if (!root || !cJSON_AddStringToObject(root, "id", m->id) || !cJSON_AddStringToObject(root, "object", obj) ||
         !cJSON_AddNumberToObject(root, "created", (double)m->created) ||
-        !cJSON_AddStringToObject(root, "model", m->model ? m->model : "")) {
+        !add_str(root, "model", m->model)) {
         cJSON_Delete(root);
         return NULL;
     }
@@ -142,7 +153,7 @@ char *srv_usage_sse(const srv_resp_meta *m, const srv_usage *u) {
 char *srv_models_json(const char *model, long long created) {
     cJSON *root = cJSON_CreateObject(), *data = root ? cJSON_AddArrayToObject(root, "data") : NULL;
     cJSON *m = cJSON_CreateObject();
-    int ok = data && m && cJSON_AddStringToObject(root, "object", "list") && cJSON_AddStringToObject(m, "id", model) &&
+    int ok = data && m && cJSON_AddStringToObject(root, "object", "list") && add_str(m, "id", model) &&
              cJSON_AddStringToObject(m, "object", "model") && cJSON_AddNumberToObject(m, "created", (double)created) &&
              cJSON_AddStringToObject(m, "owned_by", "omni");
     if (ok) cJSON_AddItemToArray(data, m);

@@ -68,9 +68,9 @@ srv_params srv_default_params(void);
 /* Bind and start serving (threads of its own). The backend must outlive the server. */
 omni_status srv_start(const srv_params *p, const srv_backend *backend, srv_server **out);
 int srv_port(const srv_server *s); /* the bound port (useful with port 0) */
-/* Stop accepting, cancel the jobs in flight, wait for the connection threads and for the backend to end every
- * job it was given (srv_job_done; at most 60 s), free. The backend must keep running until this returns. NULL is
- * a no-op. */
+/* Stop accepting connections, cancel the jobs in flight and let their connections answer (503, or a stream's
+ * error event and [DONE]; at most 10 s), close the connections, wait for the backend to end every job it was
+ * given (srv_job_done; at most 60 s), free. The backend must keep running until this returns. NULL is a no-op. */
 void srv_stop(srv_server *s);
 
 #endif

@@ -95,14 +95,21 @@ def test_text(s, refs):
     text = "".join(c.choices[0].text for c in cl.completions.create(
         model=MODEL, prompt="The capital of France is", temperature=0, max_tokens=N, stream=True) if c.choices)
     check(text == raw_ref, f"completions stream: {text!r} != {raw_ref!r}")
-    # a stop sequence cuts the answer before it
+    # a stop sequence cuts the answer before it, and the engine stops generating at once (max_tokens LONG: seconds
+    # of work it must not do for an answer already sent)
     ref = refs[PROMPTS[0]]
     if len(ref) > 4:
         stop = ref[3:5]
-        r = chat(cl, user(PROMPTS[0]), stop=[stop])
+        r = chat(cl, user(PROMPTS[0]), n=LONG, stop=[stop])
         want = ref[:ref.index(stop)]
         check(r.choices[0].message.content == want and r.choices[0].finish_reason == "stop",
               f"stop {stop!r}: {r.choices[0].message.content!r} != {want!r}")
+        t0 = time.time()
+        while time.time() - t0 < 15 and (s.metrics()["omni_requests_running"] != 0 or s.pages_used() != 0):
+            time.sleep(0.02)
+        m = s.metrics()
+        check(m["omni_requests_running"] == 0 and s.pages_used() == 0,
+              f"after a stop sequence: {m['omni_requests_running']} running, {s.pages_used()} pages in use")
 
 
 def test_concurrent(s, refs):
@@ -324,6 +331,36 @@ def stream_text_model(cl, model, messages, n):
 MODEL = os.path.basename(TEXT)
 
 
+def test_shutdown_inflight(s):
+    """SIGTERM with a stream and a whole request in flight: both are answered (the stream's error event and
+    [DONE], a 503) before the server exits with 0."""
+    a = open_stream(s, LONG)
+    w = http.client.HTTPConnection("127.0.0.1", s.port, timeout=30)
+    w.request("POST", "/v1/chat/completions", body=json.dumps(
+        {"model": MODEL, "messages": user("Hello there"), "temperature": 0, "max_tokens": LONG}),
+        headers={"Content-Type": "application/json", "Authorization": "Bearer " + KEY})
+    r = a.getresponse()
+    first = r.readline()
+    t0 = time.time()
+    while time.time() - t0 < 15 and s.metrics()["omni_requests_running"] < 2:
+        time.sleep(0.02)
+    check(r.status == 200 and first.startswith(b"data: ") and s.metrics()["omni_requests_running"] == 2,
+          "two requests in flight before SIGTERM")
+    code = s.stop()
+    try:
+        rest = r.read()
+    except (http.client.HTTPException, OSError) as e:
+        rest = f"exception: {e!r}".encode()
+    check(b'"error"' in rest and rest.endswith(b"data: [DONE]\n\n"), f"stream at SIGTERM: ...{rest[-300:]!r}")
+    try:
+        wr = w.getresponse()
+        status, body = wr.status, wr.read()
+    except (http.client.HTTPException, OSError) as e:
+        status, body = -1, f"exception: {e!r}".encode()
+    error_shape(status, body, 503, "whole request at SIGTERM")
+    check(code == 0, f"exit code after SIGTERM with requests in flight: {code}")
+
+
 def main():
     refs = {p: generate(TEXT, p, N) for p in PROMPTS}
     s = Server(TEXT, "--max-seqs", "16", "-c", "32768", "--max-tokens", str(LONG), "--max-body", "0.0625")
@@ -332,6 +369,7 @@ def main():
         test_concurrent(s, refs)
         test_disconnect(s)
         test_bad(s, refs)
+        test_shutdown_inflight(s)
     finally:
         check(s.stop() == 0, "text server exit code after SIGTERM")
     test_queue(refs)

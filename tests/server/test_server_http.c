@@ -2,7 +2,11 @@
  * sockets on 127.0.0.1 (port 0: a free one): routing (404/405), API key (401), body limit (413), bad JSON (400),
  * whole and streamed (SSE, chunked) answers with usage, stop sequences (cut + backend job cancelled), 16
  * concurrent streams interleaving, a client leaving mid-stream (its job cancelled, its "pages" back in /metrics),
- * the queue limit (503), the request timeout (408); the server answers /health after every failure.
+ * the queue limit (503), the request timeout (408) of a whole answer and of a stream whose tokens keep coming, a
+ * stop sequence cancelling the backend job at once (whole and streamed), shutdown with requests in flight (a 503,
+ * a stream's error event and [DONE]), an early 413 for a client waiting for "100 Continue", error JSON that stays
+ * UTF-8 when the path is not; the server answers /health after every failure.
+ * Every wait polls for the state it needs with a generous deadline (CI runs this under ASan beside other tests).
  *
  * The scripted backend plays the engine: a worker thread runs up to MAX_RUNNING (16) jobs round-robin, one token per
  * job per step ("t0 ", "t1 ", ... 1 ms apart), holds PAGES_PER_JOB pages per running job, queues the rest, and
@@ -22,6 +26,7 @@
 
 #include "app/server/server.h"
 #include "check.h"
+#include "llm/tokenizer.h"
 
 #define MAX_RUNNING 16
 #define MAX_JOBS 64
@@ -423,10 +428,11 @@ static void test_concurrent(void) {
     CHECK(ok == 16, "%d of 16 concurrent streams correct", ok);
 }
 
-/* The pages in use that /metrics reports. */
+/* The value of a /metrics sample: the line that starts with `name` (not the # HELP line that names it too). */
 static long metric(const char *name) {
     http_resp r = request("GET", "/metrics", KEY, NULL);
-    const char *p = strstr(r.body, name);
+    const char *p = r.body;
+    while (p && strncmp(p, name, strlen(name))) p = (p = strchr(p, '\n')) ? p + 1 : NULL;
     long v = p ? strtol(p + strlen(name), NULL, 10) : -1;
     free(r.body);
     return v;
@@ -447,7 +453,7 @@ static void test_disconnect(fake_backend *fb) {
     close(fd);
     long used = -1;
     int waited = 0;
-    for (; waited < 100 && used != 0; waited++) { /* <= 2 s */
+    for (; waited < 500 && used != 0; waited++) { /* <= 10 s */
         usleep(20000);
         used = metric("omni_kv_pages_used{format=\"int2\"} ");
     }
@@ -482,7 +488,7 @@ static void test_queue(fake_backend *fb) {
     pthread_t th[2];
     whole_arg a[2];
     for (int i = 0; i < 2; i++) pthread_create(&th[i], NULL, whole_client, &a[i]);
-    for (int w = 0; w < 200 && metric("omni_requests_queued ") < 2; w++) usleep(10000);
+    for (int w = 0; w < 1000 && metric("omni_requests_queued ") < 2; w++) usleep(10000);
     char *b = chat_body(3, 0, NULL);
     expect_error("queue full", request("POST", "/v1/chat/completions", KEY, b), 503, NULL);
     free(b);
@@ -494,6 +500,105 @@ static void test_queue(fake_backend *fb) {
         pthread_join(th[i], NULL);
         CHECK(a[i].status == 200, "queued request %d: %d", i, a[i].status);
     }
+}
+
+static int cancels_now(fake_backend *fb) {
+    pthread_mutex_lock(&fb->mu);
+    int n = fb->cancels;
+    pthread_mutex_unlock(&fb->mu);
+    return n;
+}
+
+/* Polls until the backend has ended `want` cancelled jobs (<= 10 s); returns how many it has. */
+static int wait_cancels(fake_backend *fb, int want) {
+    for (int w = 0; w < 1000 && cancels_now(fb) < want; w++) usleep(10000);
+    return cancels_now(fb);
+}
+
+/* A stop sequence ends the answer, and the backend job (100000 tokens: it cannot end by itself within the test)
+ * is cancelled at once, whole or streamed: the engine must not generate on for an answer already sent. */
+static void test_stop_cancels(fake_backend *fb) {
+    int c0 = cancels_now(fb);
+    char *b = chat_body(100000, 0, "\"stop\":\"t2 \"");
+    http_resp r = request("POST", "/v1/chat/completions", KEY, b);
+    CHECK(r.status == 200 && strstr(r.body, "\"content\":\"t0 t1 \"") && strstr(r.body, "\"finish_reason\":\"stop\""),
+          "stop whole: %s", r.body);
+    free(r.body);
+    free(b);
+    int c = wait_cancels(fb, c0 + 1);
+    CHECK(c == c0 + 1, "a whole answer cut by a stop sequence: %d backend jobs cancelled, want 1", c - c0);
+    b = chat_body(100000, 1, "\"stop\":[\"t4 \"]");
+    r = request("POST", "/v1/chat/completions", KEY, b);
+    char finish[16];
+    int total, ok;
+    char *got = stream_text(r.body, finish, &total, &ok);
+    CHECK(ok && !strcmp(got, "t0 t1 t2 t3 ") && !strcmp(finish, "stop"), "stop stream: '%s' %s", got, finish);
+    free(got);
+    free(r.body);
+    free(b);
+    c = wait_cancels(fb, c0 + 2);
+    CHECK(c == c0 + 2, "a stream cut by a stop sequence: %d backend jobs cancelled, want 1", c - c0 - 1);
+    long used = -1;
+    for (int w = 0; w < 1000 && used != 0; w++) {
+        used = metric("omni_kv_pages_used{format=\"int2\"} ");
+        if (used) usleep(10000);
+    }
+    CHECK(used == 0, "pages in use after the stop-sequence answers: %ld", used);
+}
+
+/* A client that waits for "100 Continue" before sending a body over the limit gets the 413 at once. */
+static void test_expect_continue(void) {
+    int fd = connect_server();
+    char head[512];
+    int n = snprintf(head, sizeof head, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
+                     KEY "\r\nContent-Type: application/json\r\nContent-Length: 20000\r\nExpect: 100-continue\r\n\r\n");
+    CHECK(fd >= 0 && write(fd, head, (size_t)n) == n, "expect: send");
+    char buf[2048];
+    ssize_t k = fd >= 0 ? read(fd, buf, sizeof buf - 1) : -1; /* the server must answer without the body */
+    buf[k > 0 ? k : 0] = 0;
+    CHECK(k > 0 && !strncmp(buf, "HTTP/1.1 413", 12) && strstr(buf, "request_too_large"),
+          "Expect: 100-continue over the limit: %.200s", buf);
+    if (fd >= 0) close(fd);
+    /* an unknown path with bytes that are not UTF-8: the 404's JSON stays UTF-8 */
+    http_resp r = request("GET", "/v1/%FF%FEx", KEY, NULL);
+    CHECK(r.status == 404 && llm_utf8_valid_len(r.body, r.len) == r.len && cJSON_Parse(r.body),
+          "404 JSON for a non-UTF-8 path: %s", r.body);
+    free(r.body);
+    expect_health("Expect: 100-continue");
+}
+
+typedef struct {
+    int stream;
+    http_resp r;
+} inflight_arg;
+
+static void *inflight_client(void *p) {
+    inflight_arg *a = p;
+    char *b = chat_body(100000, a->stream, NULL);
+    a->r = request("POST", "/v1/chat/completions", KEY, b);
+    free(b);
+    return NULL;
+}
+
+/* Shutdown with a whole and a streamed request in flight: srv_stop answers both (503; the stream's error event and
+ * [DONE]) before it closes their connections, and cancels their jobs. */
+static void test_shutdown(srv_server *s, fake_backend *fb) {
+    int c0 = cancels_now(fb);
+    pthread_t th[2];
+    inflight_arg a[2] = {{0, {0}}, {1, {0}}};
+    for (int i = 0; i < 2; i++) pthread_create(&th[i], NULL, inflight_client, &a[i]);
+    for (int w = 0; w < 1000 && metric("omni_requests_running ") < 2; w++) usleep(10000);
+    CHECK(metric("omni_requests_running ") == 2, "shutdown: the two requests are not running");
+    srv_stop(s);
+    for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
+    expect_error("whole request at shutdown", a[0].r, 503, NULL);
+    http_resp *r = &a[1].r;
+    CHECK(r->status == 200 && strstr(r->body, "data: {\"error\":") && strstr(r->body, "shutting down") &&
+              r->len >= 14 && !strcmp(r->body + r->len - 14, "data: [DONE]\n\n"),
+          "stream at shutdown: %d ...%s", r->status, r->len > 300 ? r->body + r->len - 300 : r->body);
+    free(r->body);
+    int c = wait_cancels(fb, c0 + 2);
+    CHECK(c == c0 + 2, "shutdown: %d jobs cancelled, want 2", c - c0);
 }
 
 int main(void) {
@@ -521,7 +626,9 @@ int main(void) {
     test_concurrent();
     test_disconnect(&fb);
     test_queue(&fb);
-    srv_stop(s);
+    test_stop_cancels(&fb);
+    test_expect_continue();
+    test_shutdown(s, &fb);
 
     /* a request timeout: a 0.3 s limit on a 100000-token job gives 408 and cancels it */
     p.timeout_s = 0.3;
@@ -530,6 +637,14 @@ int main(void) {
     g_port = srv_port(s);
     char *b = chat_body(100000, 0, NULL);
     expect_error("timeout", request("POST", "/v1/chat/completions", KEY, b), 408, NULL);
+    free(b);
+    /* a stream is held to it too, although its tokens keep coming (one every ms) */
+    b = chat_body(100000, 1, NULL);
+    http_resp r = request("POST", "/v1/chat/completions", KEY, b);
+    CHECK(r.status == 200 && strstr(r.body, "\"type\":\"timeout_error\"") && r.len >= 14 &&
+              !strcmp(r.body + r.len - 14, "data: [DONE]\n\n"),
+          "stream timeout: %d ...%s", r.status, r.len > 300 ? r.body + r.len - 300 : r.body);
+    free(r.body);
     free(b);
     expect_health("a timeout");
     srv_stop(s);

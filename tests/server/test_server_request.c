@@ -112,6 +112,12 @@ static void test_chat_ok(void) {
     st = parse("{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}", SRV_EP_CHAT, &r, &e);
     CHECK(st == 0 && r.max_tokens == g_lim.max_tokens, "max_tokens default");
     srv_request_free(&r);
+    /* fields that ask for the default are accepted; top_k -1 (vLLM) and 0 (llama.cpp) mean no limit */
+    st = parse("{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"tools\":[],\"tool_choice\":\"none\","
+               "\"repetition_penalty\":1,\"min_p\":0,\"top_logprobs\":0,\"best_of\":1,\"ignore_eos\":false,"
+               "\"logit_bias\":{},\"modalities\":[\"text\"],\"logprobs\":false,\"top_k\":-1}", SRV_EP_CHAT, &r, &e);
+    CHECK(st == 0 && r.top_k == 0, "neutral fields: %s", e.message);
+    srv_request_free(&r);
     /* developer = system; image_url as a plain string */
     st = parse("{\"messages\":[{\"role\":\"developer\",\"content\":\"S\"},{\"role\":\"user\",\"content\":"
                "[{\"type\":\"image_url\",\"image_url\":\"data:image/jpeg;base64,/9j/\"}]}]}", SRV_EP_CHAT, &r, &e);
@@ -143,6 +149,9 @@ static void test_completions(void) {
     CHECK(st == 0 && !strcmp(r.prompt, "Once upon") && r.max_tokens == 3 && r.n_media == 0, "completion: %s",
           e.message);
     srv_request_free(&r);
+    st = parse("{\"prompt\":\"h\xc3\xa9 \xe6\x97\xa5 \xf0\x9f\x98\x80\"}", SRV_EP_COMPLETIONS, &r, &e);
+    CHECK(st == 0 && !strcmp(r.prompt, "h\xc3\xa9 \xe6\x97\xa5 \xf0\x9f\x98\x80"), "UTF-8 prompt: %s", e.message);
+    srv_request_free(&r);
     st = parse("{\"prompt\":[\"a\"]}", SRV_EP_COMPLETIONS, &r, &e);
     CHECK(st == 0 && !strcmp(r.prompt, "a"), "prompt array of one");
     srv_request_free(&r);
@@ -158,6 +167,12 @@ static void test_errors(void) {
     char b[1024];
 #define BODY(...) (snprintf(b, sizeof b, __VA_ARGS__), b)
     expect_error("", SRV_EP_CHAT, 400, "");
+    /* JSON is UTF-8: other bytes (which cJSON would pass on into the prompt, a stop string, an echoed error) */
+    expect_error("{\"messages\":[{\"role\":\"user\",\"content\":\"a \xff b\"}]}", SRV_EP_CHAT, 400, "");
+    expect_error("{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"stop\":\"\xa9\"}", SRV_EP_CHAT, 400, "");
+    expect_error("{\"prompt\":\"cut \xe6\x97\"}", SRV_EP_COMPLETIONS, 400, "");
+    expect_error("{\"prompt\":\"overlong \xc0\xaf\"}", SRV_EP_COMPLETIONS, 400, "");
+    expect_error("{\"prompt\":\"surrogate \xed\xa0\x80\"}", SRV_EP_COMPLETIONS, 400, "");
     expect_error("{", SRV_EP_CHAT, 400, "");
     expect_error("{\"messages\":[]} x", SRV_EP_CHAT, 400, "");
     expect_error("[1,2]", SRV_EP_CHAT, 400, "");
@@ -214,7 +229,7 @@ static void test_errors(void) {
     const char *fields[][2] = {
         {"\"temperature\":\"hot\"", "temperature"}, {"\"temperature\":2.5", "temperature"},
         {"\"temperature\":-1", "temperature"},      {"\"top_p\":0", "top_p"},
-        {"\"top_p\":1.5", "top_p"},                 {"\"top_k\":-1", "top_k"},
+        {"\"top_p\":1.5", "top_p"},                 {"\"top_k\":-2", "top_k"},
         {"\"top_k\":1.5", "top_k"},                 {"\"seed\":\"1\"", "seed"},
         {"\"seed\":0.5", "seed"},                   {"\"max_tokens\":0", "max_tokens"},
         {"\"max_tokens\":\"10\"", "max_tokens"},    {"\"max_tokens\":2.5", "max_tokens"},
@@ -224,10 +239,18 @@ static void test_errors(void) {
         {"\"stream\":\"yes\"", "stream"},           {"\"stream\":1", "stream"},
         {"\"stream_options\":5", "stream_options"}, {"\"stream_options\":{\"include_usage\":1}", "stream_options"},
         {"\"n\":2", "n"},                           {"\"n\":\"1\"", "n"},
-        {"\"logprobs\":true", "logprobs"},          {"\"tools\":[]", "tools"},
+        {"\"logprobs\":true", "logprobs"},          {"\"tools\":[{\"type\":\"function\"}]", "tools"},
         {"\"presence_penalty\":0.5", "presence_penalty"}, {"\"frequency_penalty\":\"x\"", "frequency_penalty"},
         {"\"response_format\":{\"type\":\"json_object\"}", "response_format"},
         {"\"model\":7", "model"},
+        /* what would change the answer and is not implemented: refused, never ignored */
+        {"\"repetition_penalty\":1.1", "repetition_penalty"}, {"\"repeat_penalty\":1.3", "repeat_penalty"},
+        {"\"min_p\":0.05", "min_p"},               {"\"top_logprobs\":3", "top_logprobs"},
+        {"\"best_of\":2", "best_of"},              {"\"min_tokens\":5", "min_tokens"},
+        {"\"ignore_eos\":true", "ignore_eos"},     {"\"stop_token_ids\":[7]", "stop_token_ids"},
+        {"\"logit_bias\":{\"1\":5}", "logit_bias"}, {"\"tool_choice\":\"auto\"", "tool_choice"},
+        {"\"modalities\":[\"text\",\"audio\"]", "modalities"}, {"\"audio\":{\"voice\":\"x\"}", "audio"},
+        {"\"guided_json\":{\"type\":\"object\"}", "guided_json"}, {"\"grammar\":\"root ::= x\"", "grammar"},
     };
     for (size_t i = 0; i < sizeof fields / sizeof *fields; i++)
         expect_error(BODY("{\"messages\":%s,%s}", u, fields[i][0]), SRV_EP_CHAT, 400, fields[i][1]);
@@ -283,6 +306,18 @@ static void test_responses(void) {
               cJSON_IsNull(cJSON_GetObjectItem(cJSON_GetObjectItem(o, "error"), "param")),
           "error json: %s", s);
     cJSON_Delete(o);
+    free(s);
+
+    /* what is echoed into an error (a URL path, a role cut by %.32s) may be invalid UTF-8; the JSON stays UTF-8 */
+    srv_error_set(&e, 404, "not_found_error", NULL, "x\xe6", "no such endpoint: /v1/\xff\xfe %.4s", "\xe6\x97\xa5\xe6\x97\xa5");
+    s = srv_error_json(&e);
+    o = parse_json(s);
+    CHECK(o && !strcmp(str_at(o, "error", "message"), "no such endpoint: /v1/\xEF\xBF\xBD\xEF\xBF\xBD \xe6\x97\xa5\xEF\xBF\xBD") &&
+              !strcmp(str_at(o, "error", "param"), "x\xEF\xBF\xBD"), "error json with invalid UTF-8: %s", s);
+    cJSON_Delete(o);
+    free(s);
+    s = srv_models_json("m\xc3", 5);
+    CHECK(s && strstr(s, "\"id\":\"m\xEF\xBF\xBD\""), "model id with invalid UTF-8: %s", s);
     free(s);
 
     srv_resp_meta m = {SRV_EP_CHAT, "chatcmpl-1", 1700000000, "omni-model"};
