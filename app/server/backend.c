@@ -70,8 +70,9 @@ static omni_status submit(void *ctx, const srv_request *req, srv_job *job, int *
     if (st) return st;
     int n = in.prompt.n_tokens;
     if (n >= b->p.ctx) {
-        srv_error_set(err, 400, "invalid_request_error", "context_length_exceeded", "messages", "the prompt has %d "
-                      "tokens (media included); this server's context is %d tokens per request (-c)", n, b->p.ctx);
+        srv_error_set(err, 400, "invalid_request_error", "context_length_exceeded",
+                      req->endpoint == SRV_EP_CHAT ? "messages" : "prompt", "the prompt has %d tokens (media "
+                      "included); this server's context is %d tokens per request (-c)", n, b->p.ctx);
         srv_inputs_free(&in);
         return OMNI_ERR_USAGE;
     }

@@ -92,6 +92,7 @@ struct srv_job {
     int failed;
     srv_error err;
     double prompt_ms, predicted_ms, deadline_ms, t_start;
+    double t_first, t_last; /* arrival of the first and the last token (timings of an answer cut by a stop) */
     int fd;             /* the client's socket, to notice a disconnect */
 };
 
@@ -206,6 +207,8 @@ static void job_text(srv_job *j, const char *text, size_t len, int is_token) {
     pthread_mutex_lock(&j->mu);
     if (!j->finished) {
         j->n_tokens += is_token;
+        if (is_token) j->t_last = now_ms();
+        if (is_token && !j->t_first) j->t_first = j->t_last;
         char *out = NULL;
         size_t n = 0;
         int rc = srv_stopper_feed(&j->stopper, text, len, &out, &n);
@@ -319,7 +322,9 @@ static int has_output(const srv_job *j) { return j->finished || j->out.n > j->se
 
 /* ---- responses -------------------------------------------------------------------------------------------------- */
 
-static enum MHD_Result send_text(srv_server *s, struct MHD_Connection *c, int status, const char *ctype, char *body) {
+/* Queue `body` (malloc'ed, taken; NULL: allocation failed upstream -> 500); `allow`: a 405's Allow header. */
+static enum MHD_Result respond(srv_server *s, struct MHD_Connection *c, int status, const char *ctype, char *body,
+                               const char *allow) {
     if (!body) { /* allocation failed while building it */
         status = 500;
         body = strdup("{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\",\"param\":null,\"code\":null}}");
@@ -332,7 +337,7 @@ static enum MHD_Result send_text(srv_server *s, struct MHD_Connection *c, int st
         return MHD_NO;
     }
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
-    if (status == 405) MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, "GET, POST");
+    if (status == 405 && allow) MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, allow);
     if (status == 401) MHD_add_response_header(r, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
     enum MHD_Result rc = MHD_queue_response(c, (unsigned)status, r);
     MHD_destroy_response(r);
@@ -340,12 +345,19 @@ static enum MHD_Result send_text(srv_server *s, struct MHD_Connection *c, int st
     return rc;
 }
 
+static enum MHD_Result send_text(srv_server *s, struct MHD_Connection *c, int status, const char *ctype, char *body) {
+    return respond(s, c, status, ctype, body, NULL);
+}
+
 static enum MHD_Result send_error(srv_server *s, struct MHD_Connection *c, const srv_error *e) {
     return send_text(s, c, e->status, "application/json", srv_error_json(e));
 }
 
+/* Usage and timings: the engine's, or, for an answer that ended before the engine did (a stop sequence), the
+ * server's own clock (prefill = arrival to the first token, incl. media encoding and any wait for KV memory). */
 static srv_usage job_usage(const srv_job *j) {
-    return (srv_usage){j->prompt_tokens, j->n_tokens, j->prompt_ms, j->predicted_ms};
+    if (j->engine_done || !j->t_first) return (srv_usage){j->prompt_tokens, j->n_tokens, j->prompt_ms, j->predicted_ms};
+    return (srv_usage){j->prompt_tokens, j->n_tokens, j->t_first - j->t_start, j->t_last - j->t_first};
 }
 
 /* The end of a stream: the final chunk (+ usage), or an error event, then [DONE]. Caller holds j->mu. */
@@ -526,22 +538,24 @@ typedef struct {
     route r;
     int error;          /* an error decided before the body was read (sent once the body is consumed) */
     srv_error err;
+    const char *allow;  /* the methods of a known path asked with another (405) */
     buf body;
     size_t seen;        /* body bytes received (kept or not) */
 } conn_state;
 
-static route find_route(const char *url, const char *method, int *bad_method) {
+/* The route of (url, method); R_NONE with *allow set when the path exists but takes other methods. */
+static route find_route(const char *url, const char *method, const char **allow) {
     static const struct { const char *path; route r; int post; } t[] = {
         {"/health", R_HEALTH, 0},      {"/v1/health", R_HEALTH, 0}, {"/v1/models", R_MODELS, 0},
         {"/models", R_MODELS, 0},      {"/metrics", R_METRICS, 0},  {"/v1/chat/completions", R_CHAT, 1},
         {"/chat/completions", R_CHAT, 1}, {"/v1/completions", R_COMPLETIONS, 1}, {"/completions", R_COMPLETIONS, 1},
     };
-    *bad_method = 0;
+    *allow = NULL;
     for (size_t i = 0; i < sizeof t / sizeof *t; i++) {
         if (strcmp(url, t[i].path)) continue;
         int is_post = !strcmp(method, "POST"), is_get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
         if ((t[i].post && is_post) || (!t[i].post && is_get)) return t[i].r;
-        *bad_method = 1;
+        *allow = t[i].post ? "POST" : "GET, HEAD";
         return R_NONE;
     }
     return R_NONE;
@@ -561,11 +575,10 @@ static int key_ok(const srv_server *s, struct MHD_Connection *c) {
 
 /* First call of a request: route, authenticate, check the declared size. */
 static void admit(srv_server *s, struct MHD_Connection *c, const char *url, const char *method, conn_state *cs) {
-    int bad_method;
-    cs->r = find_route(url, method, &bad_method);
+    cs->r = find_route(url, method, &cs->allow);
     if (cs->r == R_NONE) {
         cs->error = 1;
-        if (bad_method) srv_error_set(&cs->err, 405, "invalid_request_error", "method_not_allowed", NULL,
+        if (cs->allow) srv_error_set(&cs->err, 405, "invalid_request_error", "method_not_allowed", NULL,
                                       "%s is not allowed on %.200s", method, url);
         else srv_error_set(&cs->err, 404, "not_found_error", "not_found", NULL, "no such endpoint: %s %.200s",
                            method, url);
@@ -619,8 +632,13 @@ static int take_body(srv_server *s, conn_state *cs, const char *data, size_t n) 
     return 0;
 }
 
+/* An error decided before the body (admit, take_body). */
+static enum MHD_Result send_refusal(srv_server *s, struct MHD_Connection *c, const conn_state *cs) {
+    return respond(s, c, cs->err.status, "application/json", srv_error_json(&cs->err), cs->allow);
+}
+
 static enum MHD_Result dispatch(srv_server *s, struct MHD_Connection *c, conn_state *cs) {
-    if (cs->error) return send_error(s, c, &cs->err);
+    if (cs->error) return send_refusal(s, c, cs);
     switch (cs->r) {
     case R_HEALTH:
         return send_text(s, c, 200, "application/json", strdup("{\"status\":\"ok\"}"));
@@ -649,7 +667,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         s->in_flight++;
         pthread_mutex_unlock(&s->mu);
         admit(s, c, url, method, cs);
-        if (cs->error && refuse_now(s, c)) return send_error(s, c, &cs->err);
+        if (cs->error && refuse_now(s, c)) return send_refusal(s, c, cs);
         return MHD_YES;
     }
     if (*data_size) {

@@ -432,6 +432,17 @@ static omni_status check_model(const cJSON *root, const srv_parse_limits *lim, s
                          "server serves '%.200s')", m->valuestring, lim->model_names[0]);
 }
 
+/* The offset of the first "\u0000" escape in the body (len if none): cJSON ends its strings at a NUL, so the rest
+ * of that string would be dropped without a word. A backslash escapes the next character ("\\u0000" is text). */
+static size_t nul_escape(const char *b, size_t len) {
+    for (size_t i = 0; i + 6 <= len; i++) {
+        if (b[i] != '\\') continue;
+        if (!memcmp(b + i + 1, "u0000", 5)) return i;
+        i++;
+    }
+    return len;
+}
+
 void srv_request_free(srv_request *r) {
     if (!r) return;
     free(r->prompt);
@@ -452,6 +463,10 @@ omni_status srv_request_parse(const char *body, size_t len, srv_endpoint ep, con
     size_t valid = llm_utf8_valid_len(body, len); /* JSON is UTF-8; cJSON would pass other bytes through */
     if (valid < len)
         return srv_error_set(err, 400, INVALID, NULL, NULL, "the request body is not valid UTF-8 (at byte %zu)", valid);
+    size_t nul = nul_escape(body, len);
+    if (nul < len)
+        return srv_error_set(err, 400, INVALID, NULL, NULL, "a string holds a NUL character (\\u0000 at byte %zu), "
+                             "which is not accepted", nul);
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(body, len, &end, 0);
     if (!root) {

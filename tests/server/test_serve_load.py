@@ -89,7 +89,7 @@ def main():
         gen = m["omni_generated_tokens_total"] - m0["omni_generated_tokens_total"]
         check(oks == N_REQUESTS and errs == 0, f"/metrics: {oks} ok, {errs} errors")
         t_end = time.time()
-        while time.time() - t_end < 5 and (s.pages_used() != 0 or s.metrics()["omni_requests_running"] != 0):
+        while time.time() - t_end < 15 and (s.pages_used() != 0 or s.metrics()["omni_requests_running"] != 0):
             time.sleep(0.05)
         check(s.pages_used() == 0, f"pages in use after the load: {s.pages_used()}")
         check(s.alive(), "server alive")

@@ -328,6 +328,21 @@ static void test_routes(void) {
     free(r.body);
     expect_error("unknown path", request("GET", "/v2/nothing", KEY, NULL), 404, NULL);
     expect_error("wrong method", request("GET", "/v1/chat/completions", KEY, NULL), 405, NULL);
+    /* a 405 names the methods of that path */
+    const char *allow[][3] = {{"GET", "/v1/chat/completions", "Allow: POST\r\n"},
+                              {"POST", "/v1/models", "Allow: GET, HEAD\r\n"},
+                              {"OPTIONS", "/health", "Allow: GET, HEAD\r\n"}};
+    for (int i = 0; i < 3; i++) {
+        int fd = connect_server();
+        char raw[2048] = "";
+        if (fd >= 0 && !send_request(fd, allow[i][0], allow[i][1], KEY, "", 0)) {
+            ssize_t k = read(fd, raw, sizeof raw - 1);
+            raw[k > 0 ? k : 0] = 0;
+        }
+        if (fd >= 0) close(fd);
+        CHECK(!strncmp(raw, "HTTP/1.1 405", 12) && strstr(raw, allow[i][2]), "%s %s: %.300s", allow[i][0], allow[i][1],
+              raw);
+    }
     expect_error("invalid JSON", request("POST", "/v1/chat/completions", KEY, "{\"messages\": [}"), 400, NULL);
     expect_error("wrong type", request("POST", "/v1/chat/completions", KEY, "{\"messages\":\"hi\"}"), 400, NULL);
     expect_error("unknown model", request("POST", "/v1/chat/completions", KEY,
@@ -523,6 +538,11 @@ static void test_stop_cancels(fake_backend *fb) {
     http_resp r = request("POST", "/v1/chat/completions", KEY, b);
     CHECK(r.status == 200 && strstr(r.body, "\"content\":\"t0 t1 \"") && strstr(r.body, "\"finish_reason\":\"stop\""),
           "stop whole: %s", r.body);
+    /* the engine's timings are not in yet: the server's clock gives them (3 tokens 1 ms apart) */
+    cJSON *j = cJSON_Parse(r.body), *t = cJSON_GetObjectItem(j, "timings");
+    CHECK(cJSON_GetNumberValue(cJSON_GetObjectItem(t, "prompt_ms")) > 0 &&
+              cJSON_GetNumberValue(cJSON_GetObjectItem(t, "predicted_ms")) >= 1.0, "stop whole timings: %s", r.body);
+    cJSON_Delete(j);
     free(r.body);
     free(b);
     int c = wait_cancels(fb, c0 + 1);

@@ -152,6 +152,9 @@ static void test_completions(void) {
     st = parse("{\"prompt\":\"h\xc3\xa9 \xe6\x97\xa5 \xf0\x9f\x98\x80\"}", SRV_EP_COMPLETIONS, &r, &e);
     CHECK(st == 0 && !strcmp(r.prompt, "h\xc3\xa9 \xe6\x97\xa5 \xf0\x9f\x98\x80"), "UTF-8 prompt: %s", e.message);
     srv_request_free(&r);
+    st = parse("{\"prompt\":\"a\\\\u0000\"}", SRV_EP_COMPLETIONS, &r, &e); /* an escaped backslash, then text */
+    CHECK(st == 0 && !strcmp(r.prompt, "a\\u0000"), "escaped backslash before u0000: %s", e.message);
+    srv_request_free(&r);
     st = parse("{\"prompt\":[\"a\"]}", SRV_EP_COMPLETIONS, &r, &e);
     CHECK(st == 0 && !strcmp(r.prompt, "a"), "prompt array of one");
     srv_request_free(&r);
@@ -173,6 +176,9 @@ static void test_errors(void) {
     expect_error("{\"prompt\":\"cut \xe6\x97\"}", SRV_EP_COMPLETIONS, 400, "");
     expect_error("{\"prompt\":\"overlong \xc0\xaf\"}", SRV_EP_COMPLETIONS, 400, "");
     expect_error("{\"prompt\":\"surrogate \xed\xa0\x80\"}", SRV_EP_COMPLETIONS, 400, "");
+    /* a \u0000 escape would end the C string: the rest of the prompt would be dropped silently */
+    expect_error("{\"prompt\":\"abc\\u0000def\"}", SRV_EP_COMPLETIONS, 400, "");
+    expect_error("{\"messages\":[{\"role\":\"user\",\"content\":\"x\\\\\\u0000\"}]}", SRV_EP_CHAT, 400, "");
     expect_error("{", SRV_EP_CHAT, 400, "");
     expect_error("{\"messages\":[]} x", SRV_EP_CHAT, 400, "");
     expect_error("[1,2]", SRV_EP_CHAT, 400, "");
