@@ -1,22 +1,24 @@
 /* args.c - option parsing for the omni commands: one table of options, the commands that use each, per-command
  * help, and the checks that make a command line mean one thing or fail (see args.h). */
-#define _POSIX_C_SOURCE 200809L
+#define _DEFAULT_SOURCE /* getentropy */
 #include "app/args.h"
 
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 /* Option groups; a command takes the union of its groups. */
 enum {
     G_MODEL = 1 << 0,   /* -m, -v */
-    G_RUN = 1 << 1,     /* -t, --device */
+    G_RUN = 1 << 1,     /* -t */
     G_PROMPT = 1 << 2,  /* -p, -f */
     G_SYSTEM = 1 << 3,  /* --system */
     G_RAW = 1 << 4,     /* --raw */
-    G_SAMPLE = 1 << 5,  /* -n, --temp, --top-k, --top-p, -s */
+    G_SAMPLE = 1 << 5,  /* --temp, --top-k, --top-p */
     G_CTX = 1 << 6,     /* -c */
-    G_KV = 1 << 7,      /* --kv and friends */
+    G_KV = 1 << 7,      /* --kv-window, --kv-sink, --kv-rotate, --kv-scale */
     G_IMAGE = 1 << 8,   /* --image */
     G_AUDIO = 1 << 9,   /* --audio */
     G_BUDGET = 1 << 10, /* --image-min-tokens, --image-max-tokens */
@@ -31,7 +33,15 @@ enum {
     G_KVMEM = 1 << 19,   /* --kv-mem (bench, serve) */
     G_SERVE = 1 << 20,   /* --host, --port, --api-key ... (omni serve) */
     G_DEMO = 1 << 21,    /* --kv-a, --kv-b, --script, --screenshot, --font, --size (omni demo) */
-    G_ALL = (1 << 22) - 1,
+    G_NPRED = 1 << 22,   /* -n */
+    G_SEED = 1 << 23,    /* -s */
+    G_DEVICE = 1 << 24,  /* --device */
+    G_KVMODE = 1 << 25,  /* --kv */
+    G_KVLAYERS = 1 << 26, /* --kv-layers */
+    G_ALL = (1 << 27) - 1,
+    /* the usual sets */
+    G_SAMPLING = G_SAMPLE | G_NPRED | G_SEED,
+    G_KVALL = G_KVMODE | G_KV | G_KVLAYERS,
 };
 
 /* What the words after the options are. */
@@ -45,33 +55,35 @@ typedef struct {
 } cmd_info;
 
 #define GEN_GROUPS                                                                                                 \
-    (G_MODEL | G_RUN | G_PROMPT | G_SYSTEM | G_RAW | G_SAMPLE | G_CTX | G_KV | G_IMAGE | G_AUDIO | G_BUDGET |       \
-     G_PERF | G_TEXTLIM | G_AUDLIM | G_IMGLIM)
+    (G_MODEL | G_RUN | G_DEVICE | G_PROMPT | G_SYSTEM | G_RAW | G_SAMPLING | G_CTX | G_KVALL | G_IMAGE | G_AUDIO |     \
+     G_BUDGET | G_PERF | G_TEXTLIM | G_AUDLIM | G_IMGLIM)
 
 static const cmd_info g_cmds[] = {
     {"generate", GEN_GROUPS | G_COMPARE, POS_PROMPT, "-m MODEL -p TEXT [options]  (or: -m MODEL [options] WORDS...)",
      "Generate a reply (chat template unless --raw), streamed to stdout; perf block and KV line on stderr."},
-    {"chat", G_MODEL | G_RUN | G_SYSTEM | G_SAMPLE | G_CTX | G_KV | G_BUDGET | G_PERF | G_AUDLIM | G_IMGLIM, POS_NONE,
+    {"chat", G_MODEL | G_RUN | G_DEVICE | G_SYSTEM | G_SAMPLING | G_CTX | G_KVALL | G_BUDGET | G_PERF | G_AUDLIM | G_IMGLIM,
+     POS_NONE,
      "-m MODEL [options]", "Interactive multi-turn chat; the history stays in the KV cache."},
     {"tokenize", G_MODEL | G_PROMPT | G_PERF | G_TEXTLIM, POS_PROMPT, "-m MODEL -p TEXT",
      "Print the token ids of TEXT as it is (no template; special tokens are recognised)."},
-    {"logits", (GEN_GROUPS & ~G_SAMPLE) | G_LOGITS, POS_PROMPT, "-m MODEL -p TEXT (-o FILE | --top N) [options]",
+    {"logits", (GEN_GROUPS & ~G_SAMPLING) | G_LOGITS, POS_PROMPT, "-m MODEL -p TEXT (-o FILE | --top N) [options]",
      "Run the prompt and write the last position's logits (float32) to -o FILE and/or the N best to stdout."},
     {"ocr", GEN_GROUPS & ~(G_AUDIO | G_AUDLIM | G_RAW), POS_IMAGES, "IMAGE... -m MODEL [--prompt TEXT] [options]",
      "Read the text in each image (greedy, 1024-2048 visual tokens, up to 2048 new tokens)."},
     {"ask", GEN_GROUPS, POS_PROMPT, "-m MODEL --audio FILE [options] \"question\"",
      "Answer a question about an audio file with a Qwen3-Omni model (audio first, then the question)."},
-    {"eval", G_MODEL | G_RUN | G_CTX | G_KV | G_EVAL | G_PERF | G_TEXTLIM, POS_SUBCOMMAND,
+    {"eval", G_MODEL | G_RUN | G_DEVICE | G_CTX | G_KVALL | G_EVAL | G_PERF | G_TEXTLIM, POS_SUBCOMMAND,
      "kl -m MODEL --kv MODE --text FILE [--ctx N] [--chunk N] [--json]",
      "KL divergence of a KV format's next-token distributions vs a BF16 cache, teacher-forced over a text."},
-    {"bench", G_MODEL | G_RUN | G_SAMPLE | G_CTX | G_KV | G_KVMEM | G_BENCH | G_PERF, POS_NONE,
+    {"bench", G_MODEL | G_RUN | G_DEVICE | G_NPRED | G_SEED | G_KVMODE | G_KV | G_KVMEM | G_BENCH | G_PERF, POS_NONE,
      "-m MODEL | --random CONFIG [--kv bf16,int2] [--batch 1,8,48] [--ctx 4K,32K,128K] [options]",
      "Decode/prefill speed, KV memory, % of roofline and sequences that fit, per KV format, context and batch "
-     "(-n: decode steps; --ctx takes a list)."},
-    {"serve", G_MODEL | G_RUN | G_SAMPLE | G_CTX | G_KV | G_KVMEM | G_BUDGET | G_SERVE | G_AUDLIM | G_IMGLIM, POS_NONE,
+     "(-n: decode steps; -s: the seed of --random's weights)."},
+    {"serve", G_MODEL | G_RUN | G_SAMPLE | G_CTX | G_KVALL | G_KVMEM | G_BUDGET | G_SERVE | G_AUDLIM | G_IMGLIM, POS_NONE,
      "-m MODEL [--host H] [--port N] [--api-key K] [--max-seqs N] [--kv-mem GiB] [options]",
      "OpenAI-compatible HTTP server on the batched engine (README: endpoints, limits, --allow-files)."},
-    {"demo", G_MODEL | G_RUN | G_SYSTEM | G_SAMPLE | G_CTX | G_KV | G_BUDGET | G_AUDLIM | G_IMGLIM | G_DEMO, POS_NONE,
+    {"demo", G_MODEL | G_RUN | G_DEVICE | G_SYSTEM | G_SAMPLING | G_CTX | G_KV | G_KVLAYERS | G_BUDGET | G_AUDLIM |
+     G_IMGLIM | G_DEMO, POS_NONE,
      "[-m MODEL] [--kv-a bf16] [--kv-b int2] [--script FILE [--screenshot FILE.png]] [options]",
      "The side-by-side window: two KV formats answer the same image or audio question at once, with live KV "
      "memory, tokens/s and divergence charts (README: shortcuts, script language)."},
@@ -79,7 +91,7 @@ static const cmd_info g_cmds[] = {
 
 typedef enum {
     O_MODEL, O_VERBOSE, O_HELP, O_THREADS, O_DEVICE, O_PROMPT, O_FILE, O_SYSTEM, O_RAW, O_NPREDICT, O_TEMP, O_TOPK,
-    O_TOPP, O_SEED, O_CTX, O_KV, O_KVWIN, O_KVSINK, O_KVROT, O_KVSCALE, O_KVLAYERS, O_IMAGE, O_AUDIO, O_IMGMIN,
+    O_TOPP, O_SEED, O_CTX, O_CTXLIST, O_KV, O_KVWIN, O_KVSINK, O_KVROT, O_KVSCALE, O_KVLAYERS, O_IMAGE, O_AUDIO, O_IMGMIN,
     O_IMGMAX, O_NOPERF, O_OUT, O_TOP, O_TEXT, O_CHUNK, O_JSON, O_MAXTEXT, O_MAXAUDIO, O_MAXPIX, O_COMPARE, O_BATCH,
     O_FITKV, O_FILL, O_RANDOM, O_CSV, O_PNG, O_PNGSIZE, O_KVMEM, O_BWMIB, O_REPORT, O_BASELINE, O_DEVNAME, O_HOST,
     O_PORT, O_APIKEY,
@@ -100,23 +112,25 @@ static const opt_info g_opts[] = {
     {O_VERBOSE, {"-v", "--verbose"}, NULL, G_MODEL, "more logs on stderr (also library messages)"},
     {O_HELP, {"-h", "--help"}, NULL, G_ALL, "this help"},
     {O_THREADS, {"-t", "--threads"}, "N", G_RUN, "CPU threads"},
-    {O_DEVICE, {"--device"}, "cpu|cuda", G_RUN, "where to run (default cpu)"},
+    {O_DEVICE, {"--device"}, "cpu|cuda", G_DEVICE, "where to run (default: cuda when a GPU is present and the KV format runs "
+                                                   "there, else cpu; bench: cpu)"},
     {O_PROMPT, {"-p", "--prompt"}, "TEXT", G_PROMPT, "prompt text"},
     {O_FILE, {"-f", "--file"}, "FILE", G_PROMPT, "read the prompt from FILE (- = standard input)"},
     {O_SYSTEM, {"--system", "-sys"}, "TEXT", G_SYSTEM, "system message"},
     {O_RAW, {"--raw"}, NULL, G_RAW, "no chat template: the prompt is fed as it is"},
-    {O_NPREDICT, {"-n", "--n-predict"}, "N", G_SAMPLE, "tokens to generate (-1 = until EOS or the context is full)"},
+    {O_NPREDICT, {"-n", "--n-predict"}, "N", G_NPRED, "tokens to generate (-1 = until EOS or the context is full)"},
     {O_TEMP, {"--temp"}, "T", G_SAMPLE, "temperature (0 = greedy)"},
     {O_TOPK, {"--top-k"}, "K", G_SAMPLE, "top-k (0 = off)"},
-    {O_TOPP, {"--top-p"}, "P", G_SAMPLE, "top-p"},
-    {O_SEED, {"-s", "--seed"}, "S", G_SAMPLE, "RNG seed (default 0)"},
+    {O_TOPP, {"--top-p"}, "P", G_SAMPLE, "top-p, 0..1 (1 = off, 0 = only the most likely token)"},
+    {O_SEED, {"-s", "--seed"}, "S", G_SEED, "RNG seed, 0..2^64-1 (default 0; -1 = a random seed, printed)"},
     {O_CTX, {"-c", "--ctx-size", "--ctx"}, "N", G_CTX, "KV capacity in tokens, a hard cap on prompt + answer (default 4096)"},
-    {O_KV, {"--kv"}, "MODE", G_KV, "KV cache format: f32 (CPU default), bf16, int2, int4, kivi2, kivi4, k4v2 ..."},
+    {O_CTXLIST, {"--ctx"}, "LIST", G_BENCH, "contexts, e.g. 4K,32K,128K (4K = 4096)"},
+    {O_KV, {"--kv"}, "MODE", G_KVMODE, "KV cache format: f32 (CPU default), bf16, int2, int4, kivi2, kivi4, k4v2 ..."},
     {O_KVWIN, {"--kv-window"}, "R", G_KV, "recent tokens kept unquantized: 0..256, a multiple of 32 (default 128)"},
     {O_KVSINK, {"--kv-sink"}, "N", G_KV, "first N tokens kept in BF16: 0..32"},
     {O_KVROT, {"--kv-rotate"}, "on|off", G_KV, "Hadamard rotation of quantized keys"},
     {O_KVSCALE, {"--kv-scale"}, "on|off", G_KV, "per-token scaling of quantized keys"},
-    {O_KVLAYERS, {"--kv-layers"}, "SPEC", G_KV, "per-layer formats, e.g. 0-3:int4,27:bf16 (each layer once)"},
+    {O_KVLAYERS, {"--kv-layers"}, "SPEC", G_KVLAYERS, "per-layer formats, e.g. 0-3:int4,27:bf16 (each layer once)"},
     {O_IMAGE, {"--image"}, "FILE", G_IMAGE, "image input (repeatable): PNG, JPEG, BMP, GIF, PNM, TGA"},
     {O_AUDIO, {"--audio"}, "FILE", G_AUDIO, "audio input (repeatable): WAV, FLAC, Ogg, Opus, MP3, m4a, ..."},
     {O_IMGMIN, {"--image-min-tokens"}, "N", G_BUDGET, "fewest visual tokens per image"},
@@ -170,11 +184,17 @@ static const cmd_info *find_cmd(const char *name) {
 
 int omni_args_known_command(const char *cmd) { return find_cmd(cmd) != NULL; }
 
-static const opt_info *find_opt(const char *name, size_t len) {
+/* The option spelled name[0..len): the one the command `c` uses when two share a spelling (--ctx is bench's list
+ * and the others' -c), else the first (NULL c: any command). */
+static const opt_info *find_opt(const cmd_info *c, const char *name, size_t len) {
+    const opt_info *first = NULL;
     for (int i = 0; i < N_OPTS; i++)
         for (int k = 0; k < 3 && g_opts[i].names[k]; k++)
-            if (strlen(g_opts[i].names[k]) == len && !strncmp(g_opts[i].names[k], name, len)) return &g_opts[i];
-    return NULL;
+            if (strlen(g_opts[i].names[k]) == len && !strncmp(g_opts[i].names[k], name, len)) {
+                if (!c || (c->groups & g_opts[i].group)) return &g_opts[i];
+                if (!first) first = &g_opts[i];
+            }
+    return first;
 }
 
 void omni_args_defaults(omni_args *a) {
@@ -251,6 +271,27 @@ static omni_status to_size(const char *s, const char *opt, int *w, int *h) {
     return OMNI_OK;
 }
 
+/* -s: 0..2^64-1, or -1 for a seed drawn now (printed once parsing succeeded, llama.cpp's -1). */
+static omni_status to_seed(omni_args *a, const char *s, const char *opt) {
+    a->seed_set = 1;
+    if (!strcmp(s, "-1")) {
+        uint64_t v = 0;
+        if (getentropy(&v, sizeof v) != 0) v = (uint64_t)time(NULL) * 0x9E3779B97F4A7C15ull ^ (uint64_t)getpid();
+        a->seed = v;
+        a->seed_random = 1;
+        return OMNI_OK;
+    }
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || *end || end == s || s[0] < '0' || s[0] > '9')
+        return omni_fail(OMNI_ERR_USAGE, "%s: '%s' is not a seed (an integer in [0, 18446744073709551615], or -1 for "
+                         "a random one)", opt, s);
+    a->seed = (uint64_t)v;
+    a->seed_random = 0;
+    return OMNI_OK;
+}
+
 static omni_status on_off(const char *s, const char *opt, int *out) {
     if (!strcmp(s, "on") || !strcmp(s, "1")) *out = 1;
     else if (!strcmp(s, "off") || !strcmp(s, "0")) *out = 0;
@@ -272,7 +313,6 @@ static omni_status kv_window(const char *v, const char *o, int *out) {
 
 /* Store the value of option `o` (spelled `name`). */
 static omni_status set_value(omni_args *a, const opt_info *o, const char *name, const char *v) {
-    int seed;
     switch (o->id) {
     case O_MODEL: a->model = v; return OMNI_OK;
     case O_DEVICE:
@@ -287,13 +327,10 @@ static omni_status set_value(omni_args *a, const opt_info *o, const char *name, 
     case O_NPREDICT: return to_int(v, name, -1, 1 << 30, &a->n_predict);
     case O_TEMP: return to_float(v, name, 0.f, 100.f, &a->temp);
     case O_TOPK: return to_int(v, name, 0, 1 << 30, &a->top_k);
-    case O_TOPP: return to_float(v, name, 1e-6f, 1.f, &a->top_p);
-    case O_SEED:
-        a->seed_set = 1;
-        if (to_int(v, name, 0, 2147483647, &seed)) return OMNI_ERR_USAGE;
-        a->seed = (uint64_t)seed;
-        return OMNI_OK;
+    case O_TOPP: return to_float(v, name, 0.f, 1.f, &a->top_p);
+    case O_SEED: return to_seed(a, v, name);
     case O_CTX: a->ctx_set = 1; return to_int(v, name, 1, 1 << 24, &a->ctx);
+    case O_CTXLIST: a->ctx_list = v; return OMNI_OK;
     case O_KV: a->kv_set = 1; a->kv = v; return OMNI_OK;
     case O_KVWIN: return kv_window(v, name, &a->kv_window);
     case O_KVSINK: return to_int(v, name, 0, 32, &a->kv_sink);
@@ -390,7 +427,7 @@ static omni_status parse_one(omni_args *a, const cmd_info *c, int argc, char **a
     const char *arg = argv[*i], *eq = NULL;
     size_t len = strlen(arg);
     if (arg[0] == '-' && arg[1] == '-' && (eq = strchr(arg, '='))) len = (size_t)(eq - arg);
-    const opt_info *o = find_opt(arg, len);
+    const opt_info *o = find_opt(c, arg, len);
     if (!o) return omni_fail(OMNI_ERR_USAGE, "unknown option: %.*s (see omni %s%s--help)", (int)len, arg,
                              c ? c->name : "", c ? " " : "");
     const char *name = o->names[0];
@@ -406,10 +443,6 @@ static omni_status parse_one(omni_args *a, const cmd_info *c, int argc, char **a
     if (!v) {
         if (*i + 1 >= argc) return omni_fail(OMNI_ERR_USAGE, "option %s needs a value (%s)", name, o->meta);
         v = argv[++*i];
-    }
-    if (o->id == O_CTX && a->lists && len == 5 && !strncmp(arg, "--ctx", 5)) { /* omni bench: --ctx 4K,32K */
-        a->ctx_list = v;
-        return OMNI_OK;
     }
     return set_value(a, o, name, v);
 }
@@ -452,12 +485,17 @@ static omni_status check_combination(omni_args *a, const cmd_info *c, const char
 
 omni_status omni_args_parse(omni_args *a, const char *cmd, int argc, char **argv, int first) {
     const cmd_info *c = find_cmd(cmd); /* NULL: a command not in the table accepts every option */
-    for (int i = first; i < argc; i++)
+    for (int i = first; i < argc; i++) { /* -h anywhere asks for help, but not as an option's value (-p -h) */
         if (!strcmp(argv[i], "--")) break;
-        else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
             a->help = 1;
             return OMNI_OK;
         }
+        if (is_option(argv[i]) && !strchr(argv[i], '=')) {
+            const opt_info *o = find_opt(c, argv[i], strlen(argv[i]));
+            if (o && o->meta) i++;
+        }
+    }
     const char **words = calloc((size_t)argc + 1, sizeof *words);
     if (!words) return omni_fail(OMNI_ERR_NOMEM, "out of memory");
     int n_words = 0, min_given = 0, max_given = 0, options_done = 0;
@@ -476,6 +514,7 @@ omni_status omni_args_parse(omni_args *a, const char *cmd, int argc, char **argv
     if (!st && !c) /* unknown to the table: keep words as positionals */
         for (int k = 0; !st && k < n_words; k++) st = add_item(a->positional, &a->n_positional, words[k], "arguments");
     free(words);
+    if (!st && a->seed_random) fprintf(stderr, "seed: %llu (-s -1: drawn at random)\n", (unsigned long long)a->seed);
     return st;
 }
 

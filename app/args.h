@@ -38,6 +38,7 @@ typedef struct {
     int top_k;
     uint64_t seed;
     int seed_set;
+    int seed_random;        /* -s -1: seed drawn at parse time (printed) */
     int raw;                /* --raw: no chat template */
     int ctx;                /* -c */
     int ctx_set;            /* -c was given */
@@ -60,8 +61,7 @@ typedef struct {
     int n_positional;
     char *owned_prompt;     /* storage of a joined prompt (omni_args_free) */
     /* omni bench */
-    int lists;              /* set by the command's defaults: --ctx takes a list (ctx_list) instead of -c's number */
-    const char *ctx_list;   /* --ctx 4K,32K,128K */
+    const char *ctx_list;   /* --ctx 4K,32K,128K (omni bench; the other commands' --ctx is -c) */
     const char *batch_list; /* --batch 1,8,48 */
     const char *fits_kv;    /* --fits-kv int4,int2:w32 (omni bench: formats counted for fits only) */
     const char *fill_above; /* --fill-above 32K (omni bench: longer contexts filled with random K/V) */

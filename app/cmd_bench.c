@@ -38,7 +38,6 @@ typedef struct {
 } bench_run;
 
 void bench_defaults(omni_args *a) {
-    a->lists = 1;
     a->kv = "bf16,int2";
     a->batch_list = "1,8,48";
     a->ctx_list = "4K,32K,128K";
@@ -195,7 +194,10 @@ static omni_status engine_for(const bench_run *b, int max_seqs, int max_tokens, 
 }
 
 static omni_status kv_format_of(const bench_run *b, const char *name, kv_format *f) {
-    return bench_format(name, b->a->kv_window, b->a->kv_sink, f);
+    omni_status st = bench_format(name, b->a->kv_window, b->a->kv_sink, f);
+    if (!st && b->a->kv_rotate >= 0) f->rotate = b->a->kv_rotate;
+    if (!st && b->a->kv_scale >= 0) f->scale = b->a->kv_scale;
+    return st;
 }
 
 static omni_status ended_early(const point_state *ps) {

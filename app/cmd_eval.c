@@ -171,6 +171,7 @@ omni_status cmd_eval(const omni_args *a, volatile int *intr) {
         llm_cache_stats cs;
         llm_engine_cache_stats(s.engine, mode, &cs);
         report(&args, cs.format, &k, n, chunk);
+        session_print_perf(&s);
     }
     free(k.kl);
     free(ids);

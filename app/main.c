@@ -57,8 +57,8 @@ static void usage(FILE *f) {
             "  -p, --prompt TEXT  prompt text            -f, --file F     read the prompt from a file (- = stdin)\n"
             "  -n, --n-predict N  tokens to generate (default 256, -1 = until EOS)\n"
             "  --temp T           temperature (default 0.7; 0 = greedy)\n"
-            "  --top-k K          top-k (default 20; 0 = off)   --top-p P   top-p (default 0.8)\n"
-            "  -s, --seed S       RNG seed (default 0)\n"
+            "  --top-k K          top-k (default 20; 0 = off)   --top-p P   top-p (default 0.8; 1 = off)\n"
+            "  -s, --seed S       RNG seed (default 0; -1 = a random seed, printed)\n"
             "  --system TEXT      system message             --raw      no chat template\n"
             "  -c, --ctx-size N   KV capacity in tokens (default 4096)\n"
             "  -t, --threads N    CPU threads\n"
@@ -93,6 +93,10 @@ int main(int argc, char **argv) {
         if (argc >= 3 && omni_args_known_command(argv[2])) { /* omni help CMD */
             omni_args_usage(stdout, argv[2]);
             return 0;
+        }
+        if (argc >= 3) {
+            fprintf(stderr, "error: unknown command '%s' (see omni --help)\n", argv[2]);
+            return 1;
         }
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? 1 : 0;

@@ -47,7 +47,7 @@ double llm_sampler_uniform(llm_sampler *s) { return (next_u64(s) >> 11) * (1.0 /
 omni_status llm_sampler_init(const llm_sampler_params *p, int vocab, llm_sampler **out) {
     *out = NULL;
     if (vocab <= 0) return omni_fail(OMNI_ERR_USAGE, "sampler: vocab must be positive");
-    if (p->top_p <= 0.f) return omni_fail(OMNI_ERR_USAGE, "top-p must be in (0, 1]");
+    if (!(p->top_p >= 0.f)) return omni_fail(OMNI_ERR_USAGE, "top-p must be in [0, 1]");
     llm_sampler *s = calloc(1, sizeof *s);
     if (!s) return omni_fail(OMNI_ERR_NOMEM, "out of memory");
     s->p = *p;

@@ -16,7 +16,7 @@ extern "C" {
 typedef struct {
     float temp;     /* <= 0: greedy */
     int top_k;      /* <= 0: no limit */
-    float top_p;    /* >= 1: no limit */
+    float top_p;    /* >= 1: no limit; 0: only the most likely token is kept */
     uint64_t seed;
 } llm_sampler_params;
 

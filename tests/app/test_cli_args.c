@@ -2,7 +2,9 @@
  * --opt=value, stray words joined into the prompt or refused, options a command does not use refused, -p with -f,
  * --system with --raw warned, eval kl without --kv, --kv-window / --kv-sink ranges, a lone --image-max-tokens,
  * -f - (stdin), text inputs that never end (/dev/zero, /dev/urandom) or are too large, and the passive OpenMP
- * wait policy set without re-executing the program (works through ld.so and other wrappers). */
+ * wait policy set without re-executing the program (works through ld.so and other wrappers); options a command
+ * would ignore refused (bench --temp, serve -n, demo --kv), -p --help taken as the prompt, -s -1 (a random seed,
+ * printed), --top-p 0. */
 #define _DEFAULT_SOURCE
 #include <stdio.h>
 #include <stdlib.h>
@@ -156,6 +158,72 @@ static void test_text_inputs(void) {
     expect_fail("-f missing", 2, "/nonexistent/p.txt", "tokenize -m " TEXT_MODEL " -f /nonexistent/p.txt");
 }
 
+/* Each command refuses the options it would ignore (bench's sampling and -c, serve's -n/-s/--device, demo's --kv);
+ * bench's --ctx is its list, the others' --ctx is -c. */
+static void test_ignored(void) {
+    expect_fail("bench --temp", 1, "omni bench does not use --temp", "bench -m " TEXT_MODEL " --temp 0.5");
+    expect_fail("bench --top-p", 1, "omni bench does not use --top-p", "bench -m " TEXT_MODEL " --top-p 0.5");
+    expect_fail("bench -c", 1, "omni bench does not use -c", "bench -m " TEXT_MODEL " -c 64");
+    expect_fail("bench --kv-layers", 1, "omni bench does not use --kv-layers", "bench -m " TEXT_MODEL " --kv-layers 0:f32");
+    expect_fail("bench --ctx list", 1, "--ctx", "bench -m " TEXT_MODEL " --ctx 64,x");
+    expect_fail("serve -n", 1, "omni serve does not use -n", "serve -m " TEXT_MODEL " -n 5");
+    expect_fail("serve -s", 1, "omni serve does not use -s", "serve -m " TEXT_MODEL " -s 5");
+    expect_fail("serve --device", 1, "omni serve does not use --device", "serve -m " TEXT_MODEL " --device cpu");
+    expect_fail("demo --kv", 1, "omni demo does not use --kv", "demo --kv int2");
+    expect_fail("generate --ctx", 1, "longer than the context (5", "generate -m " TEXT_MODEL " -p hi --ctx 5");
+}
+
+/* eval kl prints the perf block like the other commands that run the model (--no-perf: none). */
+static void test_eval_perf(void) {
+    char args[8400];
+    snprintf(args, sizeof args, "eval kl -m %s --kv int2 --text %s/p.txt", TEXT_MODEL, g_tmp);
+    cli_result r = cli_run("%s", args);
+    CHECK(r.code == 0 && strstr(r.out, "| int2 |") && strstr(r.err, "prompt eval time") && !strstr(r.out, "omni_perf"),
+          "eval kl perf block: exit %d, out %s, err %s", r.code, r.out, r.err);
+    cli_free(&r);
+    r = cli_run("%s --no-perf", args);
+    CHECK(r.code == 0 && !strstr(r.err, "omni_perf"), "eval kl --no-perf: exit %d: %s", r.code, r.err);
+    cli_free(&r);
+}
+
+/* An option's value is never taken for -h (a prompt "--help"); `omni help X` of an unknown X is an error. */
+static void test_help_values(void) {
+    char *a = ok_out("-p --help", "tokenize -m " TEXT_MODEL " -p --help");
+    char *b = ok_out("-- --help", "tokenize -m " TEXT_MODEL " -- --help");
+    CHECK(a[0] >= '0' && a[0] <= '9' && !strcmp(a, b), "-p --help is the prompt: '%s' vs '%s'", a, b);
+    free(a), free(b);
+    a = ok_out("--system -h", "generate -m " TEXT_MODEL " --system -h -p hi -n 1 --no-perf");
+    CHECK(!strstr(a, "usage:"), "--system -h printed the help: %s", a);
+    free(a);
+    a = ok_out("-p x -h", "tokenize -m " TEXT_MODEL " -p x -h");
+    CHECK(strstr(a, "usage: omni tokenize") != NULL, "-h after a value still asks for help: %s", a);
+    free(a);
+    expect_fail("help bogus", 1, "unknown command 'bogus'", "help bogus");
+}
+
+/* -s: 0..2^64-1, -1 draws one and prints it (the printed seed reproduces the answer, llama.cpp's convention);
+ * --top-p 0 keeps only the most likely token (= greedy). */
+static void test_seed_top_p(void) {
+    cli_result r = cli_run("generate -m %s -p hi -n 8 -s -1 --no-perf", TEXT_MODEL);
+    unsigned long long seed = 0;
+    const char *line = strstr(r.err, "seed: ");
+    CHECK(r.code == 0 && line && sscanf(line, "seed: %llu", &seed) == 1, "-s -1: exit %d: %s", r.code, r.err);
+    char args[512];
+    snprintf(args, sizeof args, "generate -m %s -p hi -n 8 -s %llu --no-perf", TEXT_MODEL, seed);
+    char *again = ok_out("-s printed seed", args);
+    CHECK(!strcmp(again, r.out), "the printed seed %llu gives '%s', -s -1 gave '%s'", seed, again, r.out);
+    free(again);
+    cli_free(&r);
+    free(ok_out("-s 2^64-1", "generate -m " TEXT_MODEL " -p hi -n 1 -s 18446744073709551615 --no-perf"));
+    expect_fail("-s 2^64", 1, "is not a seed", "generate -m " TEXT_MODEL " -p hi -s 18446744073709551616");
+    expect_fail("-s -2", 1, "is not a seed", "generate -m " TEXT_MODEL " -p hi -s -2");
+    char *g = ok_out("--temp 0", "generate -m " TEXT_MODEL " -p hi -n 8 --temp 0 --no-perf");
+    char *p0 = ok_out("--top-p 0", "generate -m " TEXT_MODEL " -p hi -n 8 --temp 0.9 --top-p 0 -s 3 --no-perf");
+    CHECK(!strcmp(g, p0), "--top-p 0 is not greedy: '%s' vs '%s'", p0, g);
+    free(g), free(p0);
+    expect_fail("--top-p 1.5", 1, "--top-p", "generate -m " TEXT_MODEL " -p hi --top-p 1.5");
+}
+
 /* `OMNI_BIN --version` with OMP_DISPLAY_ENV=true through `wrapper`; returns stdout+stderr (malloc'ed). ctest sets
  * OMP_WAIT_POLICY for every test: it is unset so the program's own default shows. */
 static char *version_through(const char *wrapper, const char *policy) {
@@ -207,6 +275,10 @@ int main(void) {
     test_unused();
     test_ranges();
     test_text_inputs();
+    test_ignored();
+    test_help_values();
+    test_eval_perf();
+    test_seed_top_p();
     test_omp_policy();
     char cmd[4300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_tmp);
