@@ -21,13 +21,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n) {
     argv[argc] = NULL;
     omni_args a;
     omni_args_defaults(&a);
-    if (d[0] % 10 == 7) a.lists = 1; /* bench */
     omni_status st = omni_args_parse(&a, argv[1], argc, argv, 2);
     if (st == OMNI_OK && !a.help) {
         FUZZ_ASSERT(a.n_images <= OMNI_MAX_MEDIA && a.n_audios <= OMNI_MAX_MEDIA && a.n_positional <= OMNI_MAX_MEDIA);
         FUZZ_ASSERT(d[0] % 10 == 9 || !(a.prompt && a.prompt_file)); /* "unknown": not in the table, unchecked */
         FUZZ_ASSERT(a.ctx >= 1 && (a.kv_window < 0 || (a.kv_window <= 256 && a.kv_window % 32 == 0)));
         FUZZ_ASSERT(a.image_min_tokens <= a.image_max_tokens || !a.image_max_tokens);
+        FUZZ_ASSERT(a.top_p >= 0.f && a.top_p <= 1.f && a.temp >= 0.f && a.n_predict >= -1);
         if (a.prompt) (void)strlen(a.prompt);
     }
     omni_args_free(&a);
