@@ -3,6 +3,8 @@
  * Exit codes: 0 ok, 1 usage, 2 input file missing/unsupported, 3 model missing/invalid/unsupported,
  * 4 runtime error or out of memory, 130 interrupted (Ctrl+C). Answers go to stdout; logs, timings to stderr. */
 #define _DEFAULT_SOURCE
+#include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -88,18 +90,39 @@ static void prefer_passive_omp(int argc, char **argv, char **envp) {
 __attribute__((section(".preinit_array"), used)) static void (*const g_preinit)(int, char **, char **) =
     prefer_passive_omp;
 
+/* A standard stream closed by the caller (`omni ... >&-`) would hand its number to the next file opened (-o FILE
+ * would then also get the answer): each is held by /dev/null - read-only for stdout, so that writing the answer
+ * still fails and is reported. */
+static void hold_std_fds(void) {
+    for (int fd = 0; fd <= 2; fd++)
+        if (fcntl(fd, F_GETFD) == -1 && errno == EBADF) {
+            int got = open("/dev/null", fd == 2 ? O_WRONLY : O_RDONLY); /* the lowest free number: fd */
+            if (got > fd) close(got);
+        }
+}
+
+/* The answer reached stdout? A full disk or a closed pipe (with SIGPIPE ignored) is an error, not a silent 0. */
+static int stdout_failed(void) {
+    errno = 0;
+    if (fflush(stdout) == 0 && !ferror(stdout)) return 0;
+    if (errno) fprintf(stderr, "error: cannot write to standard output: %s\n", strerror(errno));
+    else fprintf(stderr, "error: cannot write to standard output\n");
+    return 1;
+}
+
 int main(int argc, char **argv) {
+    hold_std_fds();
     if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) {
         if (argc >= 3 && omni_args_known_command(argv[2])) { /* omni help CMD */
             omni_args_usage(stdout, argv[2]);
-            return 0;
+            return stdout_failed() ? 4 : 0;
         }
         if (argc >= 3) {
             fprintf(stderr, "error: unknown command '%s' (see omni --help)\n", argv[2]);
             return 1;
         }
         usage(argc < 2 ? stderr : stdout);
-        return argc < 2 ? 1 : 0;
+        return argc < 2 ? 1 : stdout_failed() ? 4 : 0;
     }
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
@@ -108,7 +131,7 @@ int main(int argc, char **argv) {
 
     if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "version")) {
         printf("omni %s\n", OMNI_VERSION);
-        return 0;
+        return stdout_failed() ? 4 : 0;
     }
     const omni_command *cmd = omni_find_command(argv[1]);
     if (!cmd) {
@@ -128,7 +151,7 @@ int main(int argc, char **argv) {
     if (!st && a.help) {
         omni_args_usage(stdout, cmd->name);
         omni_args_free(&a);
-        return 0;
+        return stdout_failed() ? 4 : 0;
     }
     if (st) {
         fprintf(stderr, "error: %s\n", omni_last_error());
@@ -146,5 +169,5 @@ int main(int argc, char **argv) {
         fprintf(stderr, "error: %s\n", omni_last_error());
         return omni_status_exit_code(st);
     }
-    return 0;
+    return stdout_failed() ? 4 : 0;
 }

@@ -2,6 +2,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "app/session.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -165,16 +166,20 @@ void session_reset_perf(omni_session *s) {
 typedef struct {
     int32_t *ids;
     int n, cap, failed;
+    int out_errno;       /* stdout could not take the answer (a closed pipe, a full disk): the turn was cancelled */
     llm_request_stats st;
     int done;
+    llm_engine *engine;
 } turn_out;
 
 static void turn_token(void *user, int id, int32_t tok, const char *piece, int len) {
     turn_out *t = user;
-    (void)id;
-    if (len > 0) {
-        fwrite(piece, 1, (size_t)len, stdout);
-        fflush(stdout);
+    if (len > 0 && !t->out_errno) {
+        errno = 0;
+        if (fwrite(piece, 1, (size_t)len, stdout) != (size_t)len || fflush(stdout) != 0) {
+            t->out_errno = errno ? errno : EIO; /* nobody reads the answer: stop generating it */
+            llm_engine_cancel(t->engine, id);
+        }
     }
     if (tok < 0) return;
     if (t->n == t->cap) {
@@ -201,6 +206,7 @@ omni_status session_turn(omni_session *s, const media_prompt *p, int n_predict, 
     if (n_out) *n_out = 0;
     turn_out t;
     memset(&t, 0, sizeof t);
+    t.engine = s->engine;
     llm_request r = llm_request_default_params();
     media_prompt_request(p, &r);
     r.sampling = session_sampling(s);
@@ -217,9 +223,11 @@ omni_status session_turn(omni_session *s, const media_prompt *p, int n_predict, 
     session_add_stats(s, &t.st);
     if (t.st.finish == LLM_FINISH_CONTEXT) omni_log(1, "\nwarning: context full (%d tokens), stopping\n", s->ctx);
     if (finish) *finish = t.st.finish;
-    st = t.st.status ? omni_fail(t.st.status, "%s", t.st.error)
-         : t.failed  ? omni_fail(OMNI_ERR_NOMEM, "out of memory")
-                     : OMNI_OK;
+    st = t.out_errno   ? omni_fail(OMNI_ERR_RUNTIME, "cannot write the answer to standard output: %s",
+                                   strerror(t.out_errno))
+         : t.st.status ? omni_fail(t.st.status, "%s", t.st.error)
+         : t.failed    ? omni_fail(OMNI_ERR_NOMEM, "out of memory")
+                       : OMNI_OK;
     if (n_out) *n_out = t.n;
     if (ids_out && !st) *ids_out = t.ids;
     else free(t.ids);
