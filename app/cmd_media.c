@@ -56,8 +56,9 @@ static omni_status ocr_one(omni_args *a, const char *img, int several, int first
     return st;
 }
 
-/* Each positional argument (and --image) is one image, answered on its own. A bad image is reported (one error
- * line) and the others are still read; the exit code is then the first failure's. A model error stops. */
+/* Each positional argument (and --image) is one image, answered on its own. A bad image of several is reported
+ * (one error line) and the others are still read; the exit code is then the first failure's, with a summary line.
+ * A model error stops. */
 omni_status cmd_ocr(const omni_args *args, volatile int *intr) {
     const char *imgs[2 * OMNI_MAX_MEDIA];
     int n = 0;
@@ -71,7 +72,8 @@ omni_status cmd_ocr(const omni_args *args, volatile int *intr) {
     for (int i = 0; !st && i < n && !*intr; i++) {
         omni_status one = ocr_one(a, imgs[i], n > 1, i == 0, intr);
         if (!one || *intr) continue;
-        if (one != OMNI_ERR_INPUT && one != OMNI_ERR_USAGE) st = one; /* the model, memory...: every image fails */
+        if (n == 1) st = one; /* one image: its error is the only line */
+        else if (one != OMNI_ERR_INPUT && one != OMNI_ERR_USAGE) st = one; /* the model, memory...: every image fails */
         else {
             fprintf(stderr, "error: %s\n", omni_last_error());
             if (!failed++) snprintf(first_err, sizeof first_err, "%s", omni_last_error()), worst = one;

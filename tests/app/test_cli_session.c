@@ -296,6 +296,8 @@ static void ocr_list(void) {
     CHECK(strstr(r.err, "error: image: cannot read /nonexistent.png") &&
               strstr(r.err, "1 of 3 images could not be read"), "errors:\n%s", r.err);
     cli_free(&r);
+    /* one image: one error line, not the error and a "1 of 1" summary */
+    expect_fail("ocr one bad image", 2, "cannot read /nonexistent.png", "ocr /nonexistent.png -m " TEXT_MODEL);
 }
 
 int main(void) {

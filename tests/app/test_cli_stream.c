@@ -129,6 +129,7 @@ static void output_errors(void) {
 }
 
 int main(void) {
+    signal(SIGPIPE, SIG_DFL); /* the children's default (a shell cannot reset a signal ignored when it started) */
     cli_result r = cli_run("generate -m %s -p 'Hello' -n 8 --temp 0", MODEL);
     CHECK(r.code == 0, "exit %d: %s", r.code, r.err);
     const char *lines[] = {"load time =", "prompt eval time =", "tokens per second)", "eval time =", "runs   (",
