@@ -1,4 +1,5 @@
 /* cmd_text.c - the text commands: generate (and --compare), tokenize, logits. */
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -135,7 +136,7 @@ static omni_status write_logits(const omni_args *a, const float *lg, int V) {
     omni_status st = OMNI_OK;
     if (a->out) {
         FILE *f = fopen(a->out, "wb");
-        if (!f) return omni_fail(OMNI_ERR_INPUT, "cannot write %s", a->out);
+        if (!f) return omni_fail(OMNI_ERR_INPUT, "cannot write %s: %s", a->out, strerror(errno));
         if (fwrite(lg, sizeof(float), (size_t)V, f) != (size_t)V) st = omni_fail(OMNI_ERR_RUNTIME, "write failed: %s", a->out);
         if (fclose(f) != 0 && !st) st = omni_fail(OMNI_ERR_RUNTIME, "write failed: %s", a->out);
     }
@@ -156,6 +157,9 @@ static omni_status write_logits(const omni_args *a, const float *lg, int V) {
 
 omni_status cmd_logits(const omni_args *a, volatile int *intr) {
     if (!a->out && a->top_n <= 0) return omni_fail(OMNI_ERR_USAGE, "logits: give -o FILE and/or --top N");
+    FILE *probe = a->out ? fopen(a->out, "wb") : NULL; /* a bad -o path fails before the model runs */
+    if (a->out && !probe) return omni_fail(OMNI_ERR_INPUT, "cannot write %s: %s", a->out, strerror(errno));
+    if (probe) fclose(probe);
     omni_session s;
     media_prompt p;
     media_item items[2 * OMNI_MAX_MEDIA] = {{0}};

@@ -131,5 +131,9 @@ omni_status omni_resolve_model(const char *arg, char *out, size_t cap) {
                          "($HF_HUB_CACHE, $HF_HOME/hub, ~/.cache/huggingface/hub); get it with `hf download %s`",
                          arg, arg);
     }
+    struct stat st;
+    if (stat(arg, &st) == 0)
+        return omni_fail(OMNI_ERR_MODEL, "-m %s: not a directory (give the model's folder, the one with config.json)",
+                         arg);
     return omni_fail(OMNI_ERR_MODEL, "model directory not found: %s", arg);
 }

@@ -199,6 +199,10 @@ static void test_help_values(void) {
     CHECK(strstr(a, "usage: omni tokenize") != NULL, "-h after a value still asks for help: %s", a);
     free(a);
     expect_fail("help bogus", 1, "unknown command 'bogus'", "help bogus");
+    /* a file given as the model, a bad -o path found before the model runs (one line: no KV line before it) */
+    expect_fail("-m a file", 3, "not a directory", "generate -m " TEXT_MODEL "/config.json -p hi");
+    expect_fail("logits -o bad path", 2, "cannot write /nonexistent/x.f32: No such file",
+                "logits -m " TEXT_MODEL " -p hi -o /nonexistent/x.f32");
 }
 
 /* -s: 0..2^64-1, -1 draws one and prints it (the printed seed reproduces the answer, llama.cpp's convention);
