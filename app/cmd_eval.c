@@ -157,9 +157,13 @@ omni_status cmd_eval(const omni_args *a, volatile int *intr) {
     if (!st) st = session_open(&s, &args, 2, chunk, 2 * chunk);
     s.interrupted = intr;
     if (!st) st = session_tokenize(&s, text, &ids, &n);
-    int ctx = a->ctx_set ? a->ctx : n;
+    int ctx = a->ctx_set ? a->ctx : n, n_text = n;
     if (n > ctx) n = ctx;
-    if (!st && n < 2) st = omni_fail(OMNI_ERR_USAGE, "eval kl: the text has %d tokens; need at least 2", n);
+    if (!st && n < 2)
+        st = n < n_text ? omni_fail(OMNI_ERR_USAGE, "eval kl: --ctx %d keeps %d of the text's %d tokens; need at least 2",
+                                    ctx, n, n_text)
+                        : omni_fail(OMNI_ERR_USAGE, "eval kl: the text has %d token%s; need at least 2", n,
+                                    n == 1 ? "" : "s");
     int ref = 0, mode = 0;
     if (!st) st = session_add_cache(&s, "bf16", n, 1, &ref);
     if (!st) st = session_add_cache(&s, NULL, n, 1, &mode);

@@ -96,6 +96,8 @@ void ask_defaults(omni_args *a) {
 omni_status cmd_ask(const omni_args *args, volatile int *intr) {
     if (args->n_audios == 0)
         return omni_fail(OMNI_ERR_USAGE, "usage: omni ask [-m MODEL] --audio FILE \"question\"");
+    if (!args->prompt && !args->prompt_file) /* before the model loads */
+        return omni_fail(OMNI_ERR_USAGE, "no question given (omni ask --audio FILE \"question\", or -p / -f)");
     omni_args a = *args;
     char dir[4096];
     omni_status st = model_or_embedded(&a, "speech", dir, sizeof dir);

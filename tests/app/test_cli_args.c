@@ -199,6 +199,11 @@ static void test_help_values(void) {
     CHECK(strstr(a, "usage: omni tokenize") != NULL, "-h after a value still asks for help: %s", a);
     free(a);
     expect_fail("help bogus", 1, "unknown command 'bogus'", "help bogus");
+    expect_fail("ask without a question", 1, "no question given",
+                "ask -m " TEXT_MODEL " --audio " OMNI_FIXTURES "/audio/clips/tone_1s.wav");
+    char args[8400];
+    snprintf(args, sizeof args, "eval kl -m %s --kv int2 --text %s/p.txt --ctx 1", TEXT_MODEL, g_tmp);
+    expect_fail("eval --ctx 1", 1, "--ctx 1 keeps 1 of the text's", args);
     /* a file given as the model, a bad -o path found before the model runs (one line: no KV line before it) */
     expect_fail("-m a file", 3, "not a directory", "generate -m " TEXT_MODEL "/config.json -p hi");
     expect_fail("logits -o bad path", 2, "cannot write /nonexistent/x.f32: No such file",
