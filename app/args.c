@@ -520,7 +520,17 @@ omni_status omni_args_parse(omni_args *a, const char *cmd, int argc, char **argv
 
 /* ---- help ---------------------------------------------------------------------------------------------------- */
 
-void omni_args_usage(FILE *f, const char *cmd) {
+/* " (default X)" for the sampling options, from the command's own defaults (ocr: greedy, ask: Qwen3-Omni's). */
+static void default_note(const opt_info *o, const omni_args *d, char *buf, size_t cap) {
+    buf[0] = 0;
+    if (!d) return;
+    if (o->id == O_NPREDICT) snprintf(buf, cap, " (default %d)", d->n_predict);
+    else if (o->id == O_TEMP) snprintf(buf, cap, " (default %g)", d->temp);
+    else if (o->id == O_TOPK) snprintf(buf, cap, " (default %d)", d->top_k);
+    else if (o->id == O_TOPP) snprintf(buf, cap, " (default %g)", d->top_p);
+}
+
+void omni_args_usage(FILE *f, const char *cmd, const omni_args *defaults) {
     const cmd_info *c = find_cmd(cmd);
     if (!c) return;
     fprintf(f, "usage: omni %s %s\n\n%s\n", c->name, c->synopsis, c->about);
@@ -539,7 +549,9 @@ void omni_args_usage(FILE *f, const char *cmd) {
         char names[64];
         snprintf(names, sizeof names, "%s%s%s%s%s", o->names[0], o->names[1] ? ", " : "", o->names[1] ? o->names[1] : "",
                  o->meta ? " " : "", o->meta ? o->meta : "");
-        fprintf(f, "  %-26s %s\n", names, o->help);
+        char note[64];
+        default_note(o, defaults, note, sizeof note);
+        fprintf(f, "  %-26s %s%s\n", names, o->help, note);
     }
     fprintf(f, "\nexit codes: 0 ok, 1 usage, 2 bad input file, 3 bad/unsupported model, 4 runtime error, 130 interrupted\n");
 }

@@ -96,8 +96,9 @@ void omni_args_defaults(omni_args *a);
 omni_status omni_args_parse(omni_args *a, const char *cmd, int argc, char **argv, int first);
 /* Frees what parsing allocated (the joined prompt); a copy of the struct must not outlive it. */
 void omni_args_free(omni_args *a);
-/* `omni CMD --help`: synopsis, what it does, the options it takes (and chat's REPL commands). */
-void omni_args_usage(FILE *f, const char *cmd);
+/* `omni CMD --help`: synopsis, what it does, the options it takes (and chat's REPL commands); `defaults` (the
+ * command's defaults, may be NULL) adds the sampling defaults of this command. */
+void omni_args_usage(FILE *f, const char *cmd, const omni_args *defaults);
 /* 1 when `cmd` is a command the option table knows. */
 int omni_args_known_command(const char *cmd);
 

@@ -113,8 +113,11 @@ static int stdout_failed(void) {
 int main(int argc, char **argv) {
     hold_std_fds();
     if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) {
-        if (argc >= 3 && omni_args_known_command(argv[2])) { /* omni help CMD */
-            omni_args_usage(stdout, argv[2]);
+        if (argc >= 3 && omni_args_known_command(argv[2]) && omni_find_command(argv[2])) { /* omni help CMD */
+            omni_args d;
+            omni_args_defaults(&d);
+            omni_find_command(argv[2])->defaults(&d);
+            omni_args_usage(stdout, argv[2], &d);
             return stdout_failed() ? 4 : 0;
         }
         if (argc >= 3) {
@@ -149,7 +152,7 @@ int main(int argc, char **argv) {
     a.command_line = cmdline;
     omni_status st = omni_args_parse(&a, cmd->name, argc, argv, 2);
     if (!st && a.help) {
-        omni_args_usage(stdout, cmd->name);
+        omni_args_usage(stdout, cmd->name, &a); /* parsing stopped at -h: the command's defaults */
         omni_args_free(&a);
         return stdout_failed() ? 4 : 0;
     }

@@ -65,6 +65,16 @@ static void test_help(void) {
     cli_free(&r);
     r = cli_run("help ocr");
     CHECK(r.code == 0 && strstr(r.out, "usage: omni ocr"), "omni help ocr: %d %s", r.code, r.out);
+    CHECK(strstr(r.out, "(0 = greedy) (default 0)") && strstr(r.out, "(default 2048)"), "ocr's defaults: %s", r.out);
+    cli_free(&r);
+    /* each command's help shows its own sampling defaults (ask: Qwen3-Omni's 0.6 / 0.95 / 20) */
+    r = cli_run("ask --help");
+    CHECK(strstr(r.out, "(default 0.6)") && strstr(r.out, "(default 0.95)") && strstr(r.out, "(default 20)"),
+          "ask's defaults: %s", r.out);
+    cli_free(&r);
+    r = cli_run("generate --help");
+    CHECK(strstr(r.out, "(default 0.7)") && strstr(r.out, "(default 0.8)") && strstr(r.out, "(default 256)"),
+          "generate's defaults: %s", r.out);
     cli_free(&r);
 }
 
