@@ -265,6 +265,23 @@ omni_status media_count_image(media_encoder *e, const char *path, int *n_tokens)
     return st;
 }
 
+omni_status media_count_image_data(media_encoder *e, const uint8_t *data, size_t size, const char *name,
+                                   int *n_tokens) {
+    *n_tokens = 0;
+    omni_status st = ensure_vision(e);
+    int w = 0, h = 0, gh, gw;
+    if (!st) st = vision_image_probe_memory(data, size, name, e->p.max_image_pixels, &w, &h);
+    if (!st) st = vision_image_token_count(h, w, &e->prep, &gh, &gw, n_tokens);
+    return st;
+}
+
+omni_status media_count_pcm(media_encoder *e, const audio_pcm *pcm, int *n_tokens) {
+    *n_tokens = 0;
+    omni_status st = ensure_audio(e);
+    if (!st) *n_tokens = (int)audio_token_count(audio_mel_frames(pcm->n), audio_tower_get_config(e->at)->n_window);
+    return st;
+}
+
 omni_status media_count_audio(media_encoder *e, const char *path, int *n_tokens) {
     *n_tokens = -1;
     omni_status st = ensure_audio(e);

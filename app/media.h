@@ -62,6 +62,10 @@ void media_encoder_set_interrupt(media_encoder *enc, volatile const int *flag);
  * Audio: *n_tokens is -1 when the container does not state its length. */
 omni_status media_count_image(media_encoder *enc, const char *path, int *n_tokens);
 omni_status media_count_audio(media_encoder *enc, const char *path, int *n_tokens);
+/* The same for an image file's bytes and for decoded audio (omni serve checks a request's length before encoding). */
+omni_status media_count_image_data(media_encoder *enc, const uint8_t *data, size_t size, const char *name,
+                                   int *n_tokens);
+omni_status media_count_pcm(media_encoder *enc, const audio_pcm *pcm, int *n_tokens);
 
 /* Load, preprocess and encode an image (token budget from the params). */
 omni_status media_encode_image(media_encoder *enc, const char *path, media_item *out);

@@ -69,10 +69,8 @@ static omni_status submit(void *ctx, const srv_request *req, srv_job *job, int *
     omni_status st = srv_inputs_build(b->enc, b->p.tok, req, &in, err);
     if (st) return st;
     int n = in.prompt.n_tokens;
-    if (n >= b->p.ctx) {
-        srv_error_set(err, 400, "invalid_request_error", "context_length_exceeded",
-                      req->endpoint == SRV_EP_CHAT ? "messages" : "prompt", "the prompt has %d tokens (media "
-                      "included); this server's context is %d tokens per request (-c)", n, b->p.ctx);
+    if (n >= b->p.ctx) { /* (with media, inputs refused it before encoding) */
+        srv_context_error(err, req, n, b->p.ctx);
         srv_inputs_free(&in);
         return OMNI_ERR_USAGE;
     }
@@ -123,7 +121,7 @@ omni_status srv_engine_backend_init(const srv_engine_params *p, srv_engine_backe
     if (!b) return omni_fail(OMNI_ERR_NOMEM, "out of memory");
     b->p = *p;
     srv_encoders_params ep = {p->model_dir, p->model, p->max_image_pixels, p->max_audio_s, p->image_min_tokens,
-                              p->image_max_tokens};
+                              p->image_max_tokens, p->ctx};
     omni_status st = srv_encoders_init(&ep, &b->enc);
     if (st) {
         free(b);

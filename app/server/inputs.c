@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,25 +46,32 @@ void srv_encoders_free(srv_encoders *e) {
 
 /* ---- one media item (e->mu held) ------------------------------------------------------------------------------ */
 
-/* The audio bytes are decoded in memory; the duration limit is checked from the header before any sample is
- * decoded (a short upload declaring hours of audio costs nothing). */
-static omni_status encode_audio(srv_encoders *e, const srv_media *m, media_item *out) {
-    audio_pcm pcm = {0};
+/* The tokens an item will take, from an image's header or from the decoded audio (kept in *pcm for the encoder;
+ * the duration limit is checked from the header before any sample is decoded): a request's length is known before
+ * any encoder runs. */
+static omni_status count_one(srv_encoders *e, const srv_media *m, audio_pcm *pcm, int *n_tokens) {
+    if (m->kind == SRV_MEDIA_IMAGE)
+        return m->path ? media_count_image(e->enc, m->path, n_tokens)
+                       : media_count_image_data(e->enc, m->data, m->size, "image", n_tokens);
     audio_load_params lp = audio_load_default_params();
     if (e->p.max_audio_s > 0) lp.max_seconds = e->p.max_audio_s;
-    omni_status st = audio_load_memory(m->data, m->size, "input_audio", &lp, &pcm);
-    if (!st) st = media_encode_pcm(e->enc, &pcm, m->format, out);
-    audio_pcm_free(&pcm);
-    return st;
+    omni_status st = audio_load_memory(m->data, m->size, "input_audio", &lp, pcm);
+    return st ? st : media_count_pcm(e->enc, pcm, n_tokens);
 }
 
-static omni_status encode_one(srv_encoders *e, const srv_media *m, media_item *out) {
-    if (m->kind == SRV_MEDIA_AUDIO) return encode_audio(e, m, out);
+static omni_status encode_one(srv_encoders *e, const srv_media *m, const audio_pcm *pcm, media_item *out) {
+    if (m->kind == SRV_MEDIA_AUDIO) return media_encode_pcm(e->enc, pcm, m->format, out);
     return m->path ? media_encode_image(e->enc, m->path, out)
                    : media_encode_image_data(e->enc, m->data, m->size, "image", out);
 }
 
 /* ---- the whole prompt ----------------------------------------------------------------------------------------- */
+
+omni_status srv_context_error(srv_error *err, const srv_request *req, int n_tokens, int ctx) {
+    return srv_error_set(err, 400, "invalid_request_error", "context_length_exceeded",
+                         req->endpoint == SRV_EP_CHAT ? "messages" : "prompt", "the prompt has %d tokens (media "
+                         "included); this server's context is %d tokens per request (-c)", n_tokens, ctx);
+}
 
 /* A failed step as the client sees it: bad input or an unsupported request is the client's fault (400). */
 static omni_status fail(srv_error *err, omni_status st, const char *param) {
@@ -72,29 +80,54 @@ static omni_status fail(srv_error *err, omni_status st, const char *param) {
                          omni_last_error());
 }
 
-/* Encode every media item in order (one request at a time on the shared encoder), then expand. */
+static omni_status fail_item(srv_error *err, omni_status st, const srv_request *req, int i) {
+    char p[48];
+    snprintf(p, sizeof p, "%s %d", req->media[i].kind == SRV_MEDIA_IMAGE ? "image" : "audio clip", i + 1);
+    return fail(err, st, p);
+}
+
+/* Count the request's tokens with every item (refused over the context before any encoder runs), then encode
+ * every item in order (one request at a time on the shared encoder) and expand. n: the text's tokens, one
+ * placeholder per item included. */
+static omni_status count_and_encode(srv_encoders *e, const int32_t *ids, int n, const srv_request *req,
+                                    audio_pcm *pcm, srv_inputs *out, srv_error *err) {
+    omni_status st = OMNI_OK;
+    int64_t total = n;
+    for (int i = 0; i < req->n_media && !st; i++) {
+        int k = 0;
+        if ((st = count_one(e, &req->media[i], &pcm[i], &k))) fail_item(err, st, req, i);
+        total += k - 1;
+    }
+    if (!st && e->p.ctx > 0 && total >= e->p.ctx) st = srv_context_error(err, req, total > INT32_MAX ? INT32_MAX : (int)total, e->p.ctx);
+    double t0 = omni_time_ms();
+    for (int i = 0; i < req->n_media && !st; i++)
+        if ((st = encode_one(e, &req->media[i], &pcm[i], &out->items[i]))) fail_item(err, st, req, i);
+    out->encode_ms = omni_time_ms() - t0;
+    return st;
+}
+
 static omni_status with_media(srv_encoders *e, const int32_t *ids, int n, const srv_request *req, srv_inputs *out,
                               srv_error *err) {
-    media_item *items = calloc((size_t)(req->n_media ? req->n_media : 1), sizeof *items);
-    if (!items) return fail(err, omni_fail(OMNI_ERR_NOMEM, "out of memory"), NULL);
+    size_t nm = (size_t)(req->n_media ? req->n_media : 1);
+    media_item *items = calloc(nm, sizeof *items);
+    audio_pcm *pcm = calloc(nm, sizeof *pcm);
     out->items = items;
-    out->n_items = req->n_media;
-    omni_status st = media_check_support(e->p.model, req->n_images, req->n_audios);
-    if (st) return fail(err, st == OMNI_ERR_UNSUPPORTED ? OMNI_ERR_USAGE : st, "messages");
-    double t0 = omni_time_ms();
-    pthread_mutex_lock(&e->mu);
-    for (int i = 0; i < req->n_media && !st; i++) {
-        if ((st = encode_one(e, &req->media[i], &items[i]))) {
-            char p[48];
-            snprintf(p, sizeof p, "%s %d", req->media[i].kind == SRV_MEDIA_IMAGE ? "image" : "audio clip", i + 1);
-            fail(err, st, p);
-        }
+    out->n_items = items ? req->n_media : 0;
+    if (!items || !pcm) {
+        free(pcm);
+        return fail(err, omni_fail(OMNI_ERR_NOMEM, "out of memory"), NULL);
     }
-    pthread_mutex_unlock(&e->mu);
-    out->encode_ms = omni_time_ms() - t0;
-    if (st) return st;
-    if ((st = media_prompt_build(e->enc, ids, n, items, req->n_media, &out->prompt))) return fail(err, st, NULL);
-    return OMNI_OK;
+    omni_status st = media_check_support(e->p.model, req->n_images, req->n_audios);
+    if (st) st = fail(err, st == OMNI_ERR_UNSUPPORTED ? OMNI_ERR_USAGE : st, "messages");
+    if (!st) {
+        pthread_mutex_lock(&e->mu);
+        st = count_and_encode(e, ids, n, req, pcm, out, err);
+        pthread_mutex_unlock(&e->mu);
+    }
+    for (int i = 0; i < req->n_media; i++) audio_pcm_free(&pcm[i]);
+    free(pcm);
+    if (!st && (st = media_prompt_build(e->enc, ids, n, items, req->n_media, &out->prompt))) return fail(err, st, NULL);
+    return st;
 }
 
 omni_status srv_inputs_build(srv_encoders *e, const llm_tokenizer *tok, const srv_request *req, srv_inputs *out,

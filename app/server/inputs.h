@@ -23,6 +23,7 @@ typedef struct {
     int64_t max_image_pixels;               /* per image (<= 0: the vision module's default) */
     double max_audio_s;                     /* per clip (<= 0: no limit) */
     int image_min_tokens, image_max_tokens; /* visual-token budget per image (0: the model's) */
+    int ctx;                                /* a request's prompt must be shorter (checked before encoding) */
 } srv_encoders_params;
 
 omni_status srv_encoders_init(const srv_encoders_params *p, srv_encoders **out);
@@ -35,10 +36,15 @@ typedef struct {
     double encode_ms;
 } srv_inputs;
 
-/* Tokenize (special tokens recognised, as the CLI does), check that the placeholders match the media, encode the
- * media and expand. OMNI_OK, or an error in *err (400 for the request's fault, 500 otherwise). */
+/* Tokenize (special tokens recognised, as the CLI does), check that the placeholders match the media, count the
+ * tokens with the media (image headers, decoded audio: a prompt of ctx tokens or more is refused before any
+ * encoder runs), encode the media and expand. OMNI_OK, or an error in *err (400 for the request's fault, 500
+ * otherwise). */
 omni_status srv_inputs_build(srv_encoders *e, const llm_tokenizer *tok, const srv_request *req, srv_inputs *out,
                              srv_error *err);
 void srv_inputs_free(srv_inputs *in); /* zeroes *in; an empty one is a no-op */
+
+/* The 400 context_length_exceeded of a prompt of n_tokens against a context of ctx. */
+omni_status srv_context_error(srv_error *err, const srv_request *req, int n_tokens, int ctx);
 
 #endif

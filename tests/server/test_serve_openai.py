@@ -3,7 +3,8 @@ client cannot send), on the fixture models, no GPU:
   - chat (non-streamed and streamed), a system message and /v1/completions give exactly `omni generate`'s greedy
     text; usage counts; /v1/models;
   - an image request (vision fixture), an audio request and an audio+image request (Qwen3-Omni fixtures) equal
-    their CLI counterparts; a local image path only with --allow-files;
+    their CLI counterparts; a local image path only with --allow-files; images over the context are refused before
+    they are encoded; a stop sequence ends the engine's work at once; SIGTERM answers the requests in flight;
   - 16 concurrent streaming clients all get their exact answers; a client that disconnects mid-stream has its
     job cancelled and its KV pages back in /metrics; with one sequence running and the queue full, the next
     request gets 503;
@@ -279,6 +280,22 @@ def test_vision():
         check(r.choices[0].message.content == ref, "image answer after the bad images")
     finally:
         check(s.stop() == 0, "vision server exit code")
+    # a request whose images take it over the context (-c 40; 12 visual tokens each, from the PNG header) is refused
+    # before any image is decoded or encoded
+    s = Server(vdir, "-c", "40")
+    try:
+        img_part = {"type": "image_url", "image_url": {"url": data_url(img, "image/png")}}
+        body = {"messages": [{"role": "user", "content": [img_part, img_part, {"type": "text", "text": q}]}],
+                "max_tokens": 4}
+        status, data = s.request("POST", "/v1/chat/completions", body)
+        if error_shape(status, data, 400, "images over the context"):
+            check(json.loads(data)["error"]["code"] == "context_length_exceeded", f"code: {data[:300]!r}")
+        check("image: 'image'" not in s.text(), "images encoded before the context was checked:\n" + s.text())
+        body["messages"][0]["content"] = [img_part, {"type": "text", "text": q}]
+        status, data = s.request("POST", "/v1/chat/completions", body)
+        check(status == 200 and "image: 'image'" in s.text(), f"one image within the context: {status} {data[:300]!r}")
+    finally:
+        check(s.stop() == 0, "vision -c 40 server exit code")
 
 
 def test_audio():
