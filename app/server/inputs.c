@@ -117,13 +117,9 @@ static omni_status with_media(srv_encoders *e, const int32_t *ids, int n, const 
         free(pcm);
         return fail(err, omni_fail(OMNI_ERR_NOMEM, "out of memory"), NULL);
     }
-    omni_status st = media_check_support(e->p.model, req->n_images, req->n_audios);
-    if (st) st = fail(err, st == OMNI_ERR_UNSUPPORTED ? OMNI_ERR_USAGE : st, "messages");
-    if (!st) {
-        pthread_mutex_lock(&e->mu);
-        st = count_and_encode(e, ids, n, req, pcm, out, err);
-        pthread_mutex_unlock(&e->mu);
-    }
+    pthread_mutex_lock(&e->mu);
+    omni_status st = count_and_encode(e, ids, n, req, pcm, out, err);
+    pthread_mutex_unlock(&e->mu);
     for (int i = 0; i < req->n_media; i++) audio_pcm_free(&pcm[i]);
     free(pcm);
     if (!st && (st = media_prompt_build(e->enc, ids, n, items, req->n_media, &out->prompt))) return fail(err, st, NULL);
@@ -135,8 +131,9 @@ omni_status srv_inputs_build(srv_encoders *e, const llm_tokenizer *tok, const sr
     memset(out, 0, sizeof *out);
     int32_t *ids = NULL;
     int n = 0;
-    omni_status st = llm_tokenizer_encode(tok, req->prompt, strlen(req->prompt), 1, &ids, &n, NULL);
-    if (st) return fail(err, st, NULL);
+    omni_status st = media_check_support(e->p.model, req->n_images, req->n_audios); /* audio for a VL model ... */
+    if (st) return fail(err, st == OMNI_ERR_UNSUPPORTED ? OMNI_ERR_USAGE : st, "messages");
+    if ((st = llm_tokenizer_encode(tok, req->prompt, strlen(req->prompt), 1, &ids, &n, NULL))) return fail(err, st, NULL);
     if (n == 0) st = srv_error_set(err, 400, "invalid_request_error", NULL, NULL, "the prompt is empty");
     if (!st && (st = media_check_placeholders(e->p.model, ids, n, req->n_images, req->n_audios)))
         fail(err, st, "messages"); /* e.g. "<|image_pad|>" typed as text */

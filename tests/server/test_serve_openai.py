@@ -225,6 +225,11 @@ def test_bad(s, refs):
         status, data = s.request("POST", "/v1/chat/completions", body)
         error_shape(status, data, want, what)
         still_serving(s, cl, ref, what)
+    # audio for a model without an audio tower: said so (it was a placeholder-count message)
+    status, data = s.request("POST", "/v1/chat/completions", dict(good, messages=[{"role": "user", "content": [
+        {"type": "input_audio", "input_audio": {"data": "UklGRg==", "format": "wav"}}]}]))
+    if error_shape(status, data, 400, "audio for a text model"):
+        check("no audio tower" in json.loads(data)["error"]["message"], f"audio for a text model: {data[:300]!r}")
     status, data = s.request("POST", "/v1/chat/completions", good, key=None)
     error_shape(status, data, 401, "missing API key")
     status, data = s.request("POST", "/v1/chat/completions", good, key="wrong")
