@@ -15,6 +15,7 @@ Usage: python test_serve_openai.py OMNI_BIN FIXTURES_DIR"""
 import http.client
 import json
 import os
+import re
 import threading
 import time
 
@@ -71,8 +72,38 @@ def still_serving(s, cl, ref, what):
     check(chat(cl, user(PROMPTS[0])).choices[0].message.content == ref, f"right answer after {what}")
 
 
+METRIC_LINE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\\n]|\\.)*"'
+                         r'(?:,[a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\\n]|\\.)*")*\})? (-?[0-9.]+(?:e[+-]?[0-9]+)?|NaN|[+-]Inf)$')
+
+
+def check_metrics_format(s):
+    """/metrics is valid Prometheus text (0.0.4): one HELP and one TYPE per family before its samples, sample
+    lines name{label="v",...} value, counters end in _total, no family split, a final newline."""
+    status, data = s.request("GET", "/metrics")
+    text = data.decode()
+    bad, typed, seen, last = [], {}, set(), None
+    for line in text.split("\n")[:-1]:
+        m = re.match(r"^# (HELP|TYPE) ([a-zA-Z_:][a-zA-Z0-9_:]*) (.+)$", line)
+        if m:
+            if m.group(1) == "TYPE":
+                if m.group(2) in typed or m.group(3) not in ("counter", "gauge", "histogram", "summary", "untyped"):
+                    bad.append(line)
+                typed[m.group(2)] = m.group(3)
+            continue
+        m = METRIC_LINE.match(line)
+        if not m or m.group(1) not in typed or (m.group(1) != last and m.group(1) in seen):
+            bad.append(line)
+            continue
+        if typed[m.group(1)] == "counter" and not m.group(1).endswith("_total"):
+            bad.append(line)
+        seen.add(m.group(1))
+        last = m.group(1)
+    check(status == 200 and text.endswith("\n") and not bad and len(seen) >= 8, f"/metrics format: {bad} in\n{text}")
+
+
 def test_text(s, refs):
     cl = client(s)
+    check_metrics_format(s)
     models = cl.models.list()
     check([m.id for m in models.data] == [MODEL], f"models: {[m.id for m in models.data]}")
     for p in PROMPTS:
