@@ -587,8 +587,10 @@ static void test_expect_continue(void) {
     if (fd >= 0) close(fd);
     /* an unknown path with bytes that are not UTF-8: the 404's JSON stays UTF-8 */
     http_resp r = request("GET", "/v1/%FF%FEx", KEY, NULL);
-    CHECK(r.status == 404 && llm_utf8_valid_len(r.body, r.len) == r.len && cJSON_Parse(r.body),
-          "404 JSON for a non-UTF-8 path: %s", r.body);
+    cJSON *j = cJSON_Parse(r.body);
+    CHECK(r.status == 404 && llm_utf8_valid_len(r.body, r.len) == r.len && j, "404 JSON for a non-UTF-8 path: %s",
+          r.body);
+    cJSON_Delete(j);
     free(r.body);
     expect_health("Expect: 100-continue");
 }
