@@ -9,6 +9,14 @@ Recipe (all randomness from one numpy Generator, so a seed fixes every sample):
           prose from data/words.txt (case styles, punctuation) 42%, title case 8%, numbers/dates/prices/times 17%,
           identifiers/emails/URLs/codes 12%, code-like snippets 10%, random printable characters 5%, labelled
           values ("Total: $12.40") 6%.
+          Out-of-list lines (TextGen oov: the probability of one, train_ocr.py --oov; 0 in sessions 1-5): tokens
+          of pronounceable pseudo-words not in words.txt 18%, random letter strings (lower/upper/capitalised/mixed)
+          13.5%, listed words 21% (as a token or a part), identifiers of those parts (snake_case, camelCase,
+          PascalCase, dotted, kebab-case, CONSTANT_CASE, with digits) 10.5%, numbers/dates/prices/times 12%,
+          codes/emails/URLs/versions 5.5%, punctuation runs 3.5% - 1..8 tokens with attached punctuation, quotes
+          or brackets (70% of the lines) -, code lines made of them 15%, random printable characters 7%, labelled
+          values 8%. Lines with crc32 % 16 == 0 are reserved for the out-of-list held-out set: training redraws
+          them (TextGen reserve="train"), that set keeps only them (reserve="heldout").
   fonts   the 16 regular/bold/italic DejaVu Sans, Sans Mono, Serif and STIX General TTFs of matplotlib's mpl-data
           (same files on every machine with matplotlib), size 16..30 px.
   layout  ink height + top/bottom margins = 24..44 px, left/right margins 2..24 px, width >= 40 px.
@@ -76,10 +84,38 @@ def ri(rng, lo, hi=None):
     return int(rng.integers(lo, hi))
 
 
+# Out-of-list text (TextGen oov > 0): pronounceable pseudo-words from these pieces, random letter strings,
+# identifiers made of them, numbers, code and punctuation, so that the decoder learns to copy characters rather
+# than to snap to the nearest word of data/words.txt.
+ONSETS = ["", "", "b", "c", "d", "f", "g", "h", "j", "k", "l", "m", "n", "p", "r", "s", "t", "v", "w", "y", "z",
+          "bl", "br", "ch", "cl", "cr", "dr", "fl", "fr", "gl", "gr", "kn", "ph", "pl", "pr", "qu", "sc", "sh", "sk",
+          "sl", "sm", "sn", "sp", "st", "str", "sw", "th", "tr", "tw", "wh", "x"]
+VOWELS = ["a", "e", "i", "o", "u", "y", "ai", "ea", "ee", "ie", "oa", "oo", "ou", "au", "ei", "oi", "ue"]
+CODAS = ["", "", "", "b", "ck", "d", "f", "g", "k", "l", "ld", "lt", "m", "mp", "n", "nd", "ng", "nk", "nt", "p",
+         "r", "rd", "rk", "rm", "rn", "rt", "s", "sh", "sk", "ss", "st", "t", "th", "x", "z"]
+OOV_CODE = ["{a} = {b}({c}) * {n}.{m}", "{a} = {b} * {c} + {n}", "{A}.{b}({c}, {n})", "{a}[{b}] += {n}",
+            "if {a} is not None:", "{a} := {b}({c})", "{a}::{b}<{A}>", "{a} <= {n} || {b} >= {m}", "~/{a}/{b}.{e}",
+            "{a}.{e}:{n}", "@{a}", "#{a}", "{A}_{B}={n}", "{a}?.{b} ?? {c}", "({a}, {b}) => {c}", "{a}++;",
+            "{A}<{B}> {a};", "`{a} {b}`", "{a} & 0x{h}", "-{a} {b}"]
+EXTS = ["c", "h", "py", "js", "rs", "go", "md", "txt", "json", "toml", "sh", "cpp", "png", "csv"]
+OOV_MOD = 16  # crc32(line) % OOV_MOD == 0: reserved for the out-of-list held-out set (never in training)
+
+
+def reserved(line):
+    """True for the lines kept for the out-of-list held-out set (a hash rule: training redraws them)."""
+    import zlib
+    return zlib.crc32(line.encode()) % OOV_MOD == 0
+
+
 class TextGen:
-    def __init__(self, rng, words):
+    """Lines of text. oov = probability of an out-of-list line (line_oov) instead of the word-list recipe
+    (line_raw); reserve: None (no rule), "train" (never a reserved() line) or "heldout" (only reserved() lines)."""
+
+    def __init__(self, rng, words, oov=0.0, reserve=None):
         self.rng = rng
         self.words = words
+        self.known = set(w.lower() for w in words)
+        self.oov, self.reserve = oov, reserve
         # Zipf-like weights: frequent words more often, but the whole list appears.
         w = 1.0 / (np.arange(len(words)) + 10.0) ** 0.8
         self.p = w / w.sum()
@@ -181,10 +217,123 @@ class TextGen:
             return "".join(r.choice(list(PRINTABLE), ri(r, 1, 25)))
         return "%s: %s" % (LABELS[ri(r, len(LABELS))], [self.number, self.code_token, self.word][ri(r, 3)]())
 
-    def line(self, max_chars=MAX_LINE):
-        """One line of 1..max_chars characters, single spaces, no leading/trailing space."""
+    # ---- out-of-list text ----------------------------------------------------------------------------------------
+
+    def pseudo(self):
+        """A pronounceable word of 1-4 syllables that is not in the word list."""
+        r = self.rng
         for _ in range(20):
-            s = " ".join(self.line_raw().split())
+            w = "".join(ONSETS[ri(r, len(ONSETS))] + VOWELS[ri(r, len(VOWELS))] + CODAS[ri(r, len(CODAS))]
+                        for _ in range(ri(r, 1, 5) if r.random() < 0.5 else ri(r, 1, 3)))
+            if 1 <= len(w) <= 14 and w not in self.known:
+                return w
+        return w + "x"
+
+    def letters(self):
+        """Random letters: lower, upper, capitalised or mixed case, 1..12 of them."""
+        r = self.rng
+        k = ri(r, 4)
+        pool = [string.ascii_lowercase, string.ascii_uppercase, string.ascii_lowercase, string.ascii_letters][k]
+        w = "".join(r.choice(list(pool), ri(r, 1, 13) if r.random() < 0.6 else ri(r, 1, 5)))
+        return w.capitalize() if k == 2 else w
+
+    def cased(self, w):
+        r = self.rng
+        u = r.random()
+        return w.capitalize() if u < 0.3 else w.upper() if u < 0.45 else w
+
+    def oov_word(self):
+        """A short word outside the list (pseudo-word or random letters), sometimes a listed word."""
+        r = self.rng
+        u = r.random()
+        if u < 0.45:
+            return self.cased(self.pseudo())
+        if u < 0.75:
+            return self.letters()
+        return self.cased(self.word())
+
+    def oov_ident(self):
+        """snake_case, camelCase, PascalCase, dotted, kebab-case or with digits, from out-of-list parts."""
+        r = self.rng
+        parts = [self.pseudo() if r.random() < 0.6 else self.letters().lower() for _ in range(ri(r, 1, 4))]
+        k = ri(r, 7)
+        if k == 0:
+            s = "_".join(parts)
+        elif k == 1:
+            s = parts[0] + "".join(p.capitalize() for p in parts[1:])
+        elif k == 2:
+            s = "".join(p.capitalize() for p in parts)
+        elif k == 3:
+            s = ".".join(parts)
+        elif k == 4:
+            s = "-".join(parts)
+        elif k == 5:
+            s = "_".join(p.upper() for p in parts)
+        else:
+            s = parts[0] + str(ri(r, 0, 1000))
+        return ("_" + s) if r.random() < 0.05 else s
+
+    def oov_code(self):
+        r = self.rng
+        t = OOV_CODE[ri(r, len(OOV_CODE))] if r.random() < 0.6 else CODE[ri(r, len(CODE))]
+        return t.format(a=self.oov_ident(), b=self.oov_ident(), c=self.oov_ident(), n=ri(r, 0, 1000),
+                        m=ri(r, 0, 100), A=self.pseudo().capitalize(), B=self.letters().upper(),
+                        e=EXTS[ri(r, len(EXTS))], h="%x" % ri(r, 0, 65536))
+
+    def oov_punct(self):
+        r = self.rng
+        return "".join(r.choice(list(string.punctuation), ri(r, 1, 4)))
+
+    def oov_token(self):
+        r = self.rng
+        u = r.random()
+        if u < 0.40:
+            return self.oov_word()
+        if u < 0.55:
+            return self.oov_ident()
+        if u < 0.72:
+            return self.number()
+        if u < 0.80:
+            return self.code_token()
+        if u < 0.85:
+            return self.oov_punct()
+        return self.word()
+
+    def line_oov(self):
+        """A line outside the word list: tokens (words outside the list, identifiers, numbers, punctuation) joined
+        by spaces with attached punctuation, a code line, a labelled value or random printable characters."""
+        r = self.rng
+        u = r.random()
+        if u < 0.15:
+            return self.oov_code()
+        if u < 0.22:
+            return "".join(r.choice(list(PRINTABLE), ri(r, 1, 30)))
+        if u < 0.30:
+            lab = self.cased(self.pseudo()) if r.random() < 0.5 else LABELS[ri(r, len(LABELS))]
+            return "%s: %s" % (lab, " ".join(self.oov_token() for _ in range(ri(r, 1, 4))))
+        ws = [self.oov_token() for _ in range(ri(r, 1, 9))]
+        for i in range(len(ws) - 1):
+            if r.random() < 0.12:
+                ws[i] += [",", ";", ":", " -", ".", "!"][ri(r, 6)]
+        if r.random() < 0.1:
+            i = ri(r, len(ws))
+            ws[i] = ["(%s)", "\"%s\"", "'%s'", "[%s]", "<%s>", "{%s}"][ri(r, 6)] % ws[i]
+        s = " ".join(ws)
+        if r.random() < 0.4:
+            s += [".", "!", "?", ":", "...", ";", ","][ri(r, 7)]
+        return s
+
+    def line(self, max_chars=MAX_LINE):
+        """One line of 1..max_chars characters, single spaces, no leading/trailing space (reserve: see above)."""
+        for _ in range(1000):
+            s = self._line(max_chars)
+            if self.reserve is None or reserved(s) == (self.reserve == "heldout"):
+                return s
+        raise RuntimeError("no line for reserve=%r" % self.reserve)
+
+    def _line(self, max_chars):
+        for _ in range(20):
+            s = " ".join((self.line_oov() if self.oov and self.rng.random() < self.oov else self.line_raw()).split())
             if 1 <= len(s) <= max_chars:
                 return s
             if len(s) > max_chars:

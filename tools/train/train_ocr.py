@@ -31,6 +31,7 @@ FULL = dict(hidden=192, layers=3, heads=2, kv=1, head_dim=128, inter=512,
 TOY = dict(hidden=64, layers=2, heads=2, kv=1, head_dim=128, inter=128,
            v_depth=2, v_hidden=64, v_heads=2, v_inter=128, v_pos=64, v_deepstack=[0])
 EVAL_SEED = 900_001  # held-out sets: seeds never used by training workers (those are < 900_000)
+EVAL_SEED_OOV = 900_002  # the out-of-list held-out set (its lines are ocr_data.reserved(): training never draws them)
 CTC_UPSAMPLE, CTC_WEIGHT = 6, 0.3  # auxiliary CTC on the merged visual tokens: 6 frames per token (<= ~5 chars)
 
 
@@ -108,8 +109,8 @@ def grid_thw(widths):
 class Stream(torch.utils.data.IterableDataset):
     """Endless training batches; each DataLoader worker has its own seed (base_seed, round, worker)."""
 
-    def __init__(self, batch, seed, tok_name, config, small=0.0, stix=1.0):
-        self.batch, self.seed, self.tok_name, self.config = batch, seed, tok_name, config
+    def __init__(self, batch, seed, tok_name, config, small=0.0, stix=1.0, oov=0.0):
+        self.batch, self.seed, self.tok_name, self.config, self.oov = batch, seed, tok_name, config, oov
         self.small = small  # training emphasis on the hard cases (ocr_data.make_sample)
         w = np.array([stix if n.startswith("STIX") else 1.0 for n in ocr_data.FONT_NAMES])
         self.font_p = None if stix == 1.0 else w / w.sum()
@@ -120,7 +121,7 @@ class Stream(torch.utils.data.IterableDataset):
         rng = np.random.default_rng([*self.seed, info.id if info else 0])
         tok = util.load_tokenizer(self.tok_name)
         prompt = Prompt(tok)
-        gen = ocr_data.TextGen(rng, ocr_data.load_words())
+        gen = ocr_data.TextGen(rng, ocr_data.load_words(), oov=self.oov, reserve="train")
         fonts = ocr_data.Fonts()
         pad = util.special_ids(tok)["<|endoftext|>"]
         from transformers import Qwen3VLModel
@@ -133,11 +134,13 @@ class Stream(torch.utils.data.IterableDataset):
             yield collate(samples, prompt, pad, rope)
 
 
-def eval_set(n, meta=False):
-    """Held-out single-line images (deterministic, seed EVAL_SEED, the training recipe) -> [(image, text)]
-    (meta: [(image, text, {font, size})])."""
-    rng = np.random.default_rng(EVAL_SEED)
-    gen = ocr_data.TextGen(rng, ocr_data.load_words())
+def eval_set(n, meta=False, oov=False):
+    """Held-out single-line images (deterministic, the training fonts and rendering) -> [(image, text)]
+    (meta: [(image, text, {font, size})]). oov False: seed EVAL_SEED, the word-list text recipe (the set of
+    sessions 1-5); True: seed EVAL_SEED_OOV, out-of-list lines only (TextGen oov 1), each a reserved() line that
+    training never draws."""
+    rng = np.random.default_rng(EVAL_SEED_OOV if oov else EVAL_SEED)
+    gen = ocr_data.TextGen(rng, ocr_data.load_words(), oov=1.0 if oov else 0.0, reserve="heldout" if oov else None)
     fonts = ocr_data.Fonts()
     return [ocr_data.make_sample(rng, gen, fonts)[:3 if meta else 2] for _ in range(n)]
 
@@ -199,18 +202,26 @@ def breakdown(items, hyps):
             for k, (n, e, d, c) in sorted(groups.items())}
 
 
-def evaluate(model, tok, device, n):
-    items = eval_set(n, meta=True)
-    pairs = [(im, text) for im, text, _ in items]
-    t = time.time()
-    hyps = transcribe(model, tok, [im for im, _ in pairs], device)
-    res = {"single_line_le40": score(pairs, hyps)}
-    res["single_line_le40"]["seconds"] = round(time.time() - t, 1)
-    r = res["single_line_le40"]
-    log("eval single_line_le40: n %d exact %.4f CER %.4f (%.1fs)" % (r["n"], r["exact_match"], r["cer"], r["seconds"]))
-    r["by"] = breakdown(items, hyps)
-    log("eval by " + "; ".join("%s: n %d exact %.3f CER %.4f" % (k, v["n"], v["exact_match"], v["cer"])
-                               for k, v in r["by"].items()))
+EVAL_SETS = {"single_line_le40": False, "out_of_list_le40": True}  # name -> eval_set(oov=)
+
+
+def evaluate(model, tok, device, n, n_oov=0):
+    """Both held-out sets: single_line_le40 (n lines, word-list recipe) and out_of_list_le40 (n_oov lines)."""
+    res = {}
+    for name, oov in EVAL_SETS.items():
+        k = n_oov if oov else n
+        if not k:
+            continue
+        items = eval_set(k, meta=True, oov=oov)
+        pairs = [(im, text) for im, text, _ in items]
+        t = time.time()
+        hyps = transcribe(model, tok, [im for im, _ in pairs], device)
+        r = res[name] = score(pairs, hyps)
+        r["seconds"] = round(time.time() - t, 1)
+        log("eval %s: n %d exact %.4f CER %.4f (%.1fs)" % (name, r["n"], r["exact_match"], r["cer"], r["seconds"]))
+        r["by"] = breakdown(items, hyps)
+        log("eval %s by " % name + "; ".join("%s: n %d exact %.3f CER %.4f" % (k, v["n"], v["exact_match"], v["cer"])
+                                             for k, v in r["by"].items()))
     return res
 
 
@@ -229,9 +240,25 @@ def save(model, tok_name, out, recipe):
     return d
 
 
+def eval_only(args, tok):
+    from transformers import Qwen3VLForConditionalGeneration
+    d = os.path.join(args.resume, NAME)
+    torch.set_num_threads(max(1, args.threads))
+    model = Qwen3VLForConditionalGeneration.from_pretrained(d, dtype=torch.float32).to(args.device)
+    recipe = util.read_json(os.path.join(d, "training_recipe.json"))
+    recipe["history"][-1]["eval"] = evaluate(model, tok, torch.device(args.device), args.eval_n, args.eval_oov_n)
+    util.write_json(os.path.join(d, "training_recipe.json"), recipe)
+    log("wrote the evaluation into %s" % os.path.join(d, "training_recipe.json"))
+
+
 def main():
     ap = util.train_args(NAME, seed=1, batch=256, workers=8, lr=1.5e-3)
     ap.add_argument("--eval-n", type=int, default=400)
+    ap.add_argument("--eval-oov-n", type=int, default=400, help="lines of the out-of-list held-out set")
+    ap.add_argument("--oov", type=float, default=0.5,
+                    help="probability that a training line is out-of-list text (ocr_data.TextGen.line_oov: "
+                         "pseudo-words, random letters, identifiers, numbers, code, punctuation) instead of the "
+                         "word-list recipe (0: the recipe of sessions 1-5)")
     ap.add_argument("--replay", type=int, default=400, help="batches kept on the device for reuse")
     ap.add_argument("--ctc-weight", type=float, default=CTC_WEIGHT, help="weight of the auxiliary CTC loss")
     ap.add_argument("--small-sizes", type=float, default=0.0,
@@ -241,16 +268,21 @@ def main():
                     help="training emphasis: relative probability of the 4 STIX fonts (the worst read; held-out: 1)")
     ap.add_argument("--no-precompute", action="store_true",
                     help="debug: let the vision tower compute its attention segments itself (with host syncs)")
+    ap.add_argument("--eval-only", action="store_true",
+                    help="no training: evaluate the --resume model on the held-out sets and write the results into "
+                         "the last round of its training_recipe.json (e.g. after a CPU round trained with --eval-n 0)")
     args = ap.parse_args()
     from transformers import Qwen3VLForConditionalGeneration
     tok = util.load_tokenizer(NAME)
+    if args.eval_only:
+        return eval_only(args, tok)
     run = util.Run(NAME, args, lambda d: Qwen3VLForConditionalGeneration.from_pretrained(d, dtype=torch.float32),
                    lambda: Qwen3VLForConditionalGeneration(make_config(tok, TOY if args.toy else FULL)).float())
     model, dev = run.model, run.dev
     util.use_varlen_attention(model.config.vision_config)
     util.linear_patch_embed(model.model.visual)
     util.use_sdpa_attention(model.config.text_config)
-    it = run.batches(Stream(args.batch, run.seed, NAME, model.config, args.small_sizes, args.stix_weight),
+    it = run.batches(Stream(args.batch, run.seed, NAME, model.config, args.small_sizes, args.stix_weight, args.oov),
                      replay=args.replay)
     ctc = util.CTCHead(model.model.visual, lambda out: out.pooler_output, model.config.text_config.hidden_size,
                        len(ocr_data.PRINTABLE), CTC_UPSAMPLE, args.ctc_weight)
@@ -275,22 +307,47 @@ def main():
     def ctc_loss(kw):
         return ctc.loss(cur["vis_tokens"], cur["ctc_targets"], cur["ctc_lengths"])
     warm = args.warmup or (200 if run.round == 0 else 100)
+    autocast = util.autocast_flag(args)
+    bf16 = autocast if autocast is not None else dev.type == "cuda"
+
+    def record(step, secs, curve, recipe):
+        run.record(step, secs, curve, warm, "AdamW(0.9, 0.95), wd 0.05, clip 1.0, %s" % (
+                       "bf16 autocast" if bf16 else "float32"),
+                   aux_loss="CTC over printable characters on the merged visual tokens (%d frames per token), weight "
+                            "%.2f; the head is not saved" % (CTC_UPSAMPLE, args.ctc_weight),
+                   replay="%s (last %d batches)" % (" ".join(util.Feeder.__doc__.split()), args.replay)
+                   if args.replay else "none: every batch fresh from the data workers",
+                   emphasis="font size %d..%d with probability %g (else 16..30); STIX fonts weight %g" % (
+                       ocr_data.SMALL_SIZES[0], ocr_data.SMALL_SIZES[1] - 1, args.small_sizes, args.stix_weight),
+                   text_mix="out-of-list lines (TextGen.line_oov) with probability %g, else the word-list recipe; "
+                            "reserved() lines (crc32 %% %d == 0) redrawn" % (args.oov, ocr_data.OOV_MOD),
+                   workers=args.workers, threads=args.threads if dev.type == "cpu" else None)
+        run.recipe.setdefault("sizes", TOY if args.toy else FULL)
+        run.recipe.update({"parameters": run.n_params, "data": ocr_data.__doc__.strip(), "eval_seed": EVAL_SEED,
+                           "eval_seed_out_of_list": EVAL_SEED_OOV,
+                           "eval_sets": "single_line_le40: %d held-out one-line images (<= 40 chars, the word-list "
+                                        "recipe); out_of_list_le40: %d held-out one-line images of out-of-list text "
+                                        "(reserved() lines, never drawn in training)" % (args.eval_n, args.eval_oov_n),
+                           "preprocessor": ocr_data.preprocessor_config(), "tokenizer": "tools/train/tokenizers/ocr"})
+
+    def checkpoint(step, secs, curve):  # the model so far, with this round recorded as far as it went
+        keep = copy.deepcopy(run.recipe)
+        record(step, secs, curve, run.recipe)
+        run.recipe["history"][-1]["checkpoint"] = "saved during training (the round went on)"
+        d = save(model, NAME, args.out, run.recipe)
+        run.recipe = keep
+        log("checkpoint step %d saved %s" % (step, d))
+
     step, secs, curve = util.train_loop(NAME, model, it, dev, args.lr, args.minutes, args.max_steps, warm,
-                                        to_kwargs, log_every=5 if args.toy or args.overfit else 100,
-                                        extra_loss=ctc_loss,
-                                        extra_modules=[ctc.proj], floor=args.lr_floor)
+                                        to_kwargs, log_every=5 if args.toy or args.overfit else
+                                        (20 if dev.type == "cpu" else 100),
+                                        extra_loss=ctc_loss, extra_modules=[ctc.proj], floor=args.lr_floor,
+                                        autocast=autocast, checkpoint=checkpoint,
+                                        checkpoint_minutes=args.checkpoint_minutes)
     ctc.remove()
-    run.record(step, secs, curve, warm, "AdamW(0.9, 0.95), wd 0.05, clip 1.0, bf16 autocast",
-               aux_loss="CTC over printable characters on the merged visual tokens (%d frames per token), weight "
-                        "%.2f; the head is not saved" % (CTC_UPSAMPLE, args.ctc_weight),
-               replay="%s (last %d batches)" % (" ".join(util.Feeder.__doc__.split()), args.replay),
-               emphasis="font size %d..%d with probability %g (else 16..30); STIX fonts weight %g" % (
-                   ocr_data.SMALL_SIZES[0], ocr_data.SMALL_SIZES[1] - 1, args.small_sizes, args.stix_weight))
-    run.recipe.setdefault("sizes", TOY if args.toy else FULL)
-    run.recipe.update({"parameters": run.n_params, "data": ocr_data.__doc__.strip(), "eval_seed": EVAL_SEED,
-                       "eval_sets": "single_line_le40: %d held-out one-line images (<= 40 chars)" % args.eval_n,
-                       "preprocessor": ocr_data.preprocessor_config(), "tokenizer": "tools/train/tokenizers/ocr"})
-    run.finish(lambda recipe: save(model, NAME, args.out, recipe), lambda: evaluate(model, tok, dev, args.eval_n))
+    record(step, secs, curve, run.recipe)
+    run.finish(lambda recipe: save(model, NAME, args.out, recipe),
+               lambda: evaluate(model, tok, dev, args.eval_n, args.eval_oov_n))
 
 
 if __name__ == "__main__":

@@ -263,9 +263,12 @@ def pack_dirs(items, out_dir, prefix="models", part_bytes=16 * 1024 * 1024 - 409
 
 
 def train_loop(name, model, batches, dev, peak_lr, minutes, max_steps, warmup, to_kwargs, log_every=100,
-               weight_decay=0.05, extra_loss=None, extra_modules=(), floor=0.05):
-    """AdamW + bf16 autocast (CUDA) + grad clip 1.0 + linear warmup / cosine-over-wall-clock schedule (down to
-    floor * peak_lr at the end).
+               weight_decay=0.05, extra_loss=None, extra_modules=(), floor=0.05, autocast=None, checkpoint=None,
+               checkpoint_minutes=0.0):
+    """AdamW + bf16 autocast (autocast None: on CUDA only; True/False: on/off on any device) + grad clip 1.0 +
+    linear warmup / cosine-over-wall-clock schedule (down to floor * peak_lr at the end).
+    checkpoint(steps, seconds, curve) is called every checkpoint_minutes of training (0: never), e.g. to save the
+    model so that a crash or a deadline loses little.
     batches: iterator of batch dicts; to_kwargs(batch) -> (model kwargs on dev, n_target_tokens, n_items);
     extra_loss(kwargs) -> a term added to the model's loss after each forward (e.g. a MoE balance loss or an
     auxiliary CTC loss; logged apart as `aux`); extra_modules: training-only modules (e.g. CTC heads) optimised
@@ -278,7 +281,10 @@ def train_loop(name, model, batches, dev, peak_lr, minutes, max_steps, warmup, t
     opt = torch.optim.AdamW(groups, lr=peak_lr, betas=(0.9, 0.95), fused=dev.type == "cuda")
     if dev.type == "cuda":  # cuDNN attention builds a plan for every new shape (every batch here): 6-7 ms of CPU
         torch.backends.cuda.enable_cudnn_sdp(False)  # per call in call A's speech profile; flash/efficient have none
+    if autocast is None:
+        autocast = dev.type == "cuda"
     budget = Budget(minutes, max_steps)
+    t_ckpt = time.time()
     step, curve, t_last, n_tok, n_items, acc, acc_aux, n_acc, s_last = 0, [], time.time(), 0, 0, 0.0, 0.0, 0, 0
     model.train()
     prof = StepProfiler(name, int(os.environ.get("OMNI_TRAIN_PROFILE", "0")))
@@ -291,7 +297,7 @@ def train_loop(name, model, batches, dev, peak_lr, minutes, max_steps, warmup, t
         lr = lr_at(budget.frac(step), step, peak_lr, warmup, floor)
         for g in opt.param_groups:
             g["lr"] = lr
-        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=dev.type == "cuda"):
+        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=autocast):
             loss = model(**kw).loss
             prof.mark("forward")
             aux = extra_loss(kw) if extra_loss is not None else torch.zeros((), device=dev)
@@ -318,6 +324,11 @@ def train_loop(name, model, batches, dev, peak_lr, minutes, max_steps, warmup, t
                 n_tok / dt, (step - s_last) / dt,
                 getattr(batches, "status", lambda: "")()))
             t_last, n_tok, n_items, acc, acc_aux, n_acc, s_last = time.time(), 0, 0, 0.0, 0.0, 0, step
+        if checkpoint is not None and checkpoint_minutes > 0 and time.time() - t_ckpt >= checkpoint_minutes * 60 \
+                and not budget.done(step):
+            checkpoint(step, budget.elapsed(), curve)
+            model.train()
+            t_ckpt = time.time()
         prof.mark("log")
     return step, budget.elapsed(), curve
 
@@ -556,7 +567,18 @@ def train_args(name, seed, batch, workers, lr):
     ap.add_argument("--overfit", action="store_true",
                     help="debug: train on the first batch only, again and again (the loss must go to ~0)")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--threads", type=int, default=1, help="torch threads of the training process on the CPU")
+    ap.add_argument("--autocast", choices=["auto", "bf16", "off"], default="auto",
+                    help="bf16 autocast: auto = on CUDA only; bf16 = also on the CPU (fast where the CPU has "
+                         "AVX512-BF16/AMX); off = float32")
+    ap.add_argument("--checkpoint-minutes", type=float, default=0.0,
+                    help="save the model every this many minutes of training (0: only at the end)")
     return ap
+
+
+def autocast_flag(args):
+    """--autocast -> train_loop's autocast argument (None: on CUDA only)."""
+    return {"auto": None, "bf16": True, "off": False}[args.autocast]
 
 
 class Run:
@@ -578,8 +600,8 @@ class Run:
         self.round = len(self.recipe["history"])
         self.seed = [args.seed, self.round]
         self.dev = torch.device(args.device)
-        if self.dev.type == "cpu":
-            torch.set_num_threads(1)  # toy runs on a small shared CPU: one thread is faster than contended ones
+        if self.dev.type == "cpu":  # a small shared CPU: few threads (one is faster than contended ones)
+            torch.set_num_threads(max(1, args.threads))
         self.n_params = count_params(self.model)
         log("%s model: %.2fM parameters (%.1f MB bf16), round %d" % (name, self.n_params / 1e6,
                                                                      self.n_params * 2 / 1e6, self.round))
