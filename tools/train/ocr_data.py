@@ -11,10 +11,9 @@ Recipe (all randomness from one numpy Generator, so a seed fixes every sample):
           values ("Total: $12.40") 6%.
           Out-of-list lines (TextGen oov: the probability of one, train_ocr.py --oov; 0 in sessions 1-5): tokens
           of pronounceable pseudo-words not in words.txt 18%, random letter strings (lower/upper/capitalised/mixed)
-          13.5%, listed words 21% (as a token or a part), identifiers of those parts (snake_case, camelCase,
-          PascalCase, dotted, kebab-case, CONSTANT_CASE, with digits) 10.5%, numbers/dates/prices/times 12%,
-          codes/emails/URLs/versions 5.5%, punctuation runs 3.5% - 1..8 tokens with attached punctuation, quotes
-          or brackets (70% of the lines) -, code lines made of them 15%, random printable characters 7%, labelled
+          12%, listed words 25%, identifiers of pseudo-words/letters (snake_case, camelCase, PascalCase, dotted,
+          kebab-case, CONSTANT_CASE, with digits) 15%, numbers/dates/prices/times 17%, codes/emails/URLs/versions
+          8%, punctuation runs 5% - 1..8 tokens with attached punctuation, quotes or brackets (70% of the lines) -, code lines made of them 15%, random printable characters 7%, labelled
           values 8%. Lines with crc32 % 16 == 0 are reserved for the out-of-list held-out set: training redraws
           them (TextGen reserve="train"), that set keeps only them (reserve="heldout").
   fonts   the 16 regular/bold/italic DejaVu Sans, Sans Mono, Serif and STIX General TTFs of matplotlib's mpl-data

@@ -8,7 +8,8 @@ by running omni itself on held-out synthetic sets, plus key/value norms and atte
 Needs the Python packages of tools/train (torch, transformers 5.17.0, tokenizers, pillow, matplotlib, torchaudio)
 and espeak-ng unpacked by tools/train/prepare_carry.sh + setup_espeak.sh (for the held-out speech set).
 Held-out sets are the same generators and seeds as the end-of-training evaluation (train_*.py EVAL_SEED):
-  OCR     the first N single-line images (<= 40 characters), `omni ocr` greedy (the model's own pixel limits);
+  OCR     the first N single-line images (<= 40 characters) of each held-out set (word-list text; out-of-list
+          text), `omni ocr` greedy (the model's own pixel limits);
   speech  the first N clips with their question, `omni ask --temp 0`;
   text    held-out standard-library files (text_data.is_heldout), `omni eval kl` at 512, 2048 and 4096 tokens
           (--kl-chunk tokens at a time, default 32; BF16 cache as the reference), and passkey retrieval with
@@ -40,6 +41,7 @@ MODES = [  # name, omni flags
 WINDOWS = [0, 128]
 
 
+OCR_SETS = {"single_line_le40": "word-list text", "out_of_list_le40": "out-of-list text"}  # train_ocr.EVAL_SETS
 SHORT_NOTE = ("R=128 is measured for int2 only: an OCR or speech prompt + answer is at most ~130 tokens, so with a "
               "128-token BF16 window (almost) the whole cache stays BF16 and every R=128 row equals BF16.")
 
@@ -87,14 +89,16 @@ class Omni:
 # ---- held-out sets ----------------------------------------------------------------------------------------------
 
 def ocr_set(work, n):
+    """The first n images of each held-out OCR set (train_ocr.EVAL_SETS)."""
     import train_ocr
     d = os.path.join(work, "ocr")
     os.makedirs(d, exist_ok=True)
     items = []
-    for k, (img, text) in enumerate(train_ocr.eval_set(n)):
-        p = os.path.join(d, "%03d.png" % k)
-        img.save(p)
-        items.append({"file": p, "text": text, "set": "single_line_le40"})
+    for name, oov in train_ocr.EVAL_SETS.items():
+        for k, (img, text) in enumerate(train_ocr.eval_set(n, oov=oov)):
+            p = os.path.join(d, "%s_%03d.png" % (name, k))
+            img.save(p)
+            items.append({"file": p, "text": text, "set": name})
     return items
 
 
@@ -160,7 +164,7 @@ def run_ocr(omni, model, items, flags):
     parts = [items[i:i + 16] for i in range(0, len(items), 16)]  # omni takes at most 16 file arguments
     hyps = [h for hs in omni.map(one, parts) for h in hs]
     res = {}
-    for name in ("single_line_le40",):
+    for name in OCR_SETS:
         pairs = [(h, it["text"]) for h, it in zip(hyps, items) if it["set"] == name]
         if pairs:
             res[name] = {"n": len(pairs), "exact": sum(h == r for h, r in pairs) / len(pairs),
@@ -341,8 +345,8 @@ def report(res, args, recipes):
         secs = sum(h["seconds"] for h in hist)
         ev = hist[-1].get("eval", {})
         if name == "ocr":
-            e = "single line <= 40: exact %s, CER %s" % (pct(ev.get("single_line_le40", {}).get("exact_match")),
-                                                        pct(ev.get("single_line_le40", {}).get("cer")))
+            e = "; ".join("%s <= 40: exact %s, CER %s" % (OCR_SETS[k], pct(ev[k].get("exact_match")),
+                                                          pct(ev[k].get("cer"))) for k in OCR_SETS if k in ev)
         elif name == "speech":
             e = "WER %s" % pct(ev.get("wer"))
         else:
@@ -354,13 +358,17 @@ def report(res, args, recipes):
     if "ocr" in res:
         w("## OCR (`omni ocr`, greedy)\n")
         any_ = next(iter(res["ocr"].values()))
-        w("Held-out images: %d single lines of <= 40 characters (training fonts, random damage). %s\n" % (
-            any_.get("single_line_le40", {}).get("n", 0), SHORT_NOTE))
-        w("| KV mode | exact (<= 40 chars) | CER (<= 40 chars) |")
-        w("|---|---|---|")
+        sets = [k for k in OCR_SETS if k in any_]
+        w("Held-out images: %s single lines of <= 40 characters (training fonts, random damage): %s. %s\n" % (
+            " + ".join(str(any_[k]["n"]) for k in sets), "; ".join(
+                {"single_line_le40": "text from the training word list (data/words.txt) as in training",
+                 "out_of_list_le40": "out-of-list text (pseudo-words, random letters, identifiers, code; lines "
+                                     "training never draws)"}[k] for k in sets), SHORT_NOTE))
+        w("| KV mode | %s |" % " | ".join("exact (%s) | CER (%s)" % (OCR_SETS[k], OCR_SETS[k]) for k in sets))
+        w("|---|%s" % ("---|---|" * len(sets)))
         for label, r in res["ocr"].items():
-            s = r.get("single_line_le40", {})
-            w("| %s | %s | %s |" % (label, pct(s.get("exact")), pct(s.get("cer"))))
+            w("| %s | %s |" % (label, " | ".join("%s | %s" % (pct(r.get(k, {}).get("exact")),
+                                                           pct(r.get(k, {}).get("cer"))) for k in sets)))
         w("")
     if "speech" in res:
         w("## Speech (`omni ask --temp 0`)\n")
@@ -446,8 +454,10 @@ def findings(res):
             if not q:
                 continue
             if task == "ocr":
-                out.append("- OCR, R=%d: int2 exact %.1f%% / CER %.2f%% vs BF16 %.1f%% / %.2f%% (single lines)." % (
-                    r, 100 * q[key]["exact"], 100 * q[key]["cer"], 100 * base[key]["exact"], 100 * base[key]["cer"]))
+                out.append("- OCR, R=%d: %s." % (r, "; ".join(
+                    "int2 exact %.1f%% / CER %.2f%% vs BF16 %.1f%% / %.2f%% (%s)" % (
+                        100 * q[k]["exact"], 100 * q[k]["cer"], 100 * base[k]["exact"], 100 * base[k]["cer"],
+                        OCR_SETS[k]) for k in OCR_SETS if k in q and k in base)))
             else:
                 out.append("- Speech, R=%d: int2 WER %.2f%% vs BF16 %.2f%%; other answers %.1f%% vs %.1f%%." % (
                     r, 100 * q["wer"], 100 * base["wer"], 100 * q["answers"], 100 * base["answers"]))

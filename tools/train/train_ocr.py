@@ -334,8 +334,12 @@ def main():
         keep = copy.deepcopy(run.recipe)
         record(step, secs, curve, run.recipe)
         run.recipe["history"][-1]["checkpoint"] = "saved during training (the round went on)"
-        d = save(model, NAME, args.out, run.recipe)
-        run.recipe = keep
+        ctc.remove()  # (save deep-copies the model: without the CTC head's hook)
+        try:
+            d = save(model, NAME, args.out, run.recipe)
+        finally:
+            ctc.handle = model.model.visual.register_forward_hook(ctc.hook)
+            run.recipe = keep
         log("checkpoint step %d saved %s" % (step, d))
 
     step, secs, curve = util.train_loop(NAME, model, it, dev, args.lr, args.minutes, args.max_steps, warm,
