@@ -10,10 +10,10 @@ Recipe (all randomness from one numpy Generator, so a seed fixes every sample):
           identifiers/emails/URLs/codes 12%, code-like snippets 10%, random printable characters 5%, labelled
           values ("Total: $12.40") 6%.
           Out-of-list lines (TextGen oov: the probability of one, train_ocr.py --oov; 0 in sessions 1-5): tokens
-          of pronounceable pseudo-words not in words.txt 18%, random letter strings (lower/upper/capitalised/mixed)
-          12%, listed words 25%, identifiers of pseudo-words/letters (snake_case, camelCase, PascalCase, dotted,
+          of pronounceable pseudo-words not in words.txt 12%, listed words with 1-2 random letter edits (not in
+          the list) 10%, random letter strings (lower/upper/capitalised/mixed) 10%, listed words 23%, identifiers of pseudo-words/letters (snake_case, camelCase, PascalCase, dotted,
           kebab-case, CONSTANT_CASE, with digits) 15%, numbers/dates/prices/times 17%, codes/emails/URLs/versions
-          8%, punctuation runs 5% - 1..8 tokens with attached punctuation, quotes or brackets (70% of the lines) -, code lines made of them 15%, random printable characters 7%, labelled
+          8%, punctuation runs 5% - 1..8 tokens with attached punctuation, quotes or brackets (70% of the lines) -, code lines made of them (some with single-letter variables) 15%, random printable characters 7%, labelled
           values 8%. Lines with crc32 % 16 == 0 are reserved for the out-of-list held-out set: training redraws
           them (TextGen reserve="train"), that set keeps only them (reserve="heldout").
   fonts   the 16 regular/bold/italic DejaVu Sans, Sans Mono, Serif and STIX General TTFs of matplotlib's mpl-data
@@ -95,7 +95,11 @@ CODAS = ["", "", "", "b", "ck", "d", "f", "g", "k", "l", "ld", "lt", "m", "mp", 
 OOV_CODE = ["{a} = {b}({c}) * {n}.{m}", "{a} = {b} * {c} + {n}", "{A}.{b}({c}, {n})", "{a}[{b}] += {n}",
             "if {a} is not None:", "{a} := {b}({c})", "{a}::{b}<{A}>", "{a} <= {n} || {b} >= {m}", "~/{a}/{b}.{e}",
             "{a}.{e}:{n}", "@{a}", "#{a}", "{A}_{B}={n}", "{a}?.{b} ?? {c}", "({a}, {b}) => {c}", "{a}++;",
-            "{A}<{B}> {a};", "`{a} {b}`", "{a} & 0x{h}", "-{a} {b}"]
+            "{A}<{B}> {a};", "`{a} {b}`", "{a} & 0x{h}", "-{a} {b}",
+            # single-letter variables (x, y, z: random letters; o: an operator)
+            "{x} = {y} {o} {z}", "{a}({x}, {y})", "return {x} {o} {y}", "{x}[{n}] {o}= {y}", "{x} {o} {y} {o} {z}",
+            "{a}({x}): {x} {o} {n}", "({x} {o} {y}) {o} {z}", "if {x} < {y}: {x} = {y}"]
+OPS = ["+", "-", "*", "/", "%", "**", "&", "|", "^", "<<", ">>"]
 EXTS = ["c", "h", "py", "js", "rs", "go", "md", "txt", "json", "toml", "sh", "cpp", "png", "csv"]
 OOV_MOD = 16  # crc32(line) % OOV_MOD == 0: reserved for the out-of-list held-out set (never in training)
 
@@ -241,13 +245,38 @@ class TextGen:
         u = r.random()
         return w.capitalize() if u < 0.3 else w.upper() if u < 0.45 else w
 
+    def near(self):
+        """A listed word with 1-2 random letter edits (substitute, insert, delete, swap) that is not in the list:
+        the text that a reader snapping to known words gets wrong ("omni" for "omit", "Paid" for "pad")."""
+        r = self.rng
+        for _ in range(20):
+            w = list(self.word())
+            for _ in range(ri(r, 1, 3)):
+                i, c, k = ri(r, len(w)), string.ascii_lowercase[ri(r, 26)], ri(r, 4)
+                if k == 0:
+                    w[i] = c
+                elif k == 1:
+                    w.insert(ri(r, len(w) + 1), c)
+                elif k == 2 and len(w) > 2:
+                    del w[i]
+                elif len(w) > 1:
+                    j = min(i, len(w) - 2)
+                    w[j], w[j + 1] = w[j + 1], w[j]
+            s = "".join(w)
+            if s not in self.known:
+                return s
+        return s
+
     def oov_word(self):
-        """A short word outside the list (pseudo-word or random letters), sometimes a listed word."""
+        """A short word outside the list (pseudo-word, edited listed word or random letters), sometimes a listed
+        word."""
         r = self.rng
         u = r.random()
-        if u < 0.45:
+        if u < 0.3:
             return self.cased(self.pseudo())
-        if u < 0.75:
+        if u < 0.55:
+            return self.cased(self.near())
+        if u < 0.8:
             return self.letters()
         return self.cased(self.word())
 
@@ -275,9 +304,10 @@ class TextGen:
     def oov_code(self):
         r = self.rng
         t = OOV_CODE[ri(r, len(OOV_CODE))] if r.random() < 0.6 else CODE[ri(r, len(CODE))]
+        x, y, z = (string.ascii_letters[ri(r, 52 if r.random() < 0.2 else 26)] for _ in range(3))
         return t.format(a=self.oov_ident(), b=self.oov_ident(), c=self.oov_ident(), n=ri(r, 0, 1000),
                         m=ri(r, 0, 100), A=self.pseudo().capitalize(), B=self.letters().upper(),
-                        e=EXTS[ri(r, len(EXTS))], h="%x" % ri(r, 0, 65536))
+                        e=EXTS[ri(r, len(EXTS))], h="%x" % ri(r, 0, 65536), x=x, y=y, z=z, o=OPS[ri(r, len(OPS))])
 
     def oov_punct(self):
         r = self.rng
