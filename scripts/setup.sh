@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # setup.sh - install what is missing (Debian 12, as root), build, then run the main job or the test suite.
-#   bash scripts/setup.sh run    # build and generate from the smallest model in the repo
+#   bash scripts/setup.sh run    # build and read a sample image with the embedded OCR model
 #   bash scripts/setup.sh test   # build and run the whole test suite (normal build, then ASan/UBSan build)
 #   bash scripts/setup.sh fuzz   # clang + libFuzzer build of tests/fuzz, each target 60 s (ctest -L fuzz)
 set -euo pipefail
@@ -46,9 +46,7 @@ make_venv() {
 case "$mode" in
   run)
     build build -DOMNI_CUDA=AUTO
-    model=tests/fixtures/text/qvl-h64-hd128-gqa2-tied
-    [ -d "$model" ] || model=$(ls -d tests/fixtures/text/*/ | head -n1)
-    ./build/omni generate -m "$model" -p "Tell me a story about a robot." -n 32 --temp 0
+    ./build/omni ocr assets/samples/receipt.png  # the README's main command: the embedded OCR model
     ;;
   test)
     # CUDA code is compiled when nvcc is present (OMNI_CUDA=AUTO); GPU tests report SKIP (77) without a GPU.
