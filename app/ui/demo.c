@@ -96,7 +96,10 @@ static void update_scale(demo *d) {
     SDL_GetRendererOutputSize(d->r, &d->W, &d->H);
     SDL_GetWindowSize(d->win, &ww, &wh);
     d->hidpi = ww > 0 ? (float)d->W / ww : 1.f;
-    d->scale = d->hidpi * d->zoom;
+    float scale = d->hidpi * d->zoom;
+    if (scale != d->scale) /* glyphs change size: the answers are wrapped again */
+        for (int k = 0; k < 2; k++) d->p[k].lines.n = 0;
+    d->scale = scale;
     ui_text_set_scale(d->txt, d->scale);
 }
 
@@ -260,6 +263,37 @@ static void push_text(demo *d, const char *s) {
     }
 }
 
+/* An input method's composition in progress: SDL_TEXTEDITING, or the extended event for a long one. */
+static void push_compose(demo *d, const char *s) {
+    SDL_Event e;
+    SDL_zero(e);
+    size_t len = strlen(s);
+    if (len < SDL_TEXTEDITINGEVENT_TEXT_SIZE) {
+        e.type = SDL_TEXTEDITING, e.edit.windowID = SDL_GetWindowID(d->win);
+        memcpy(e.edit.text, s, len + 1);
+        e.edit.start = (Sint32)len;
+    } else {
+        e.type = SDL_TEXTEDITING_EXT, e.editExt.windowID = SDL_GetWindowID(d->win);
+        if (!(e.editExt.text = SDL_strdup(s))) return;
+        e.editExt.start = (Sint32)len;
+    }
+    SDL_PushEvent(&e);
+}
+
+/* One line of the window's state for tests: frames = passes of the frame loop (drawn or not: a pass where nothing
+ * changed draws nothing) since the last `state`, and the longest of them, without its sleep. */
+static void print_state(demo *d) {
+    static const char *const pops[] = {"none", "model", "kv-a", "kv-b", "files", "help"};
+    const SDL_Rect *rb = &d->wr[W_RUN];
+    fprintf(stderr, "demo: state prompt=[%s] ime=[%s] model=[%s] ready=%d kv-a=%s kv-b=%s image=[%s] audio=[%s] "
+            "playing=%d run=%d generating=%d tokens=%d,%d popup=%s window=%dx%d scale=%.2f run-button=%d,%d,%d,%d "
+            "frames=%d max-frame-ms=%.1f\n", d->prompt, d->ime, d->cur_model >= 0 ? d->models[d->cur_model].label : "",
+            d->model_ready, d->kv_a, d->kv_b, d->image_path, d->audio_path, d->playing, d->run, demo_generating(d),
+            d->p[0].n_tok, d->p[1].n_tok, pops[d->pop], d->W, d->H, d->scale, rb->x, rb->y, rb->w, rb->h,
+            d->state_frames, d->state_max_ms);
+    d->state_frames = 0, d->state_max_ms = 0;
+}
+
 static int log_has(const demo *d, const char *needle) {
     for (int i = 0; i < d->n_log; i++)
         if (strstr(d->log[i], needle)) return 1;
@@ -345,6 +379,11 @@ static void script_step(demo *d) {
     case SC_EXPECT:
         if (!log_has(d, c->arg)) return script_fail(d, c, "expect: no message shown contains that text");
         break;
+    case SC_COMPOSE: push_compose(d, c->arg); break;
+    case SC_CLIPBOARD:
+        if (SDL_SetClipboardText(c->arg)) return script_fail(d, c, SDL_GetError());
+        break;
+    case SC_STATE: print_state(d); break;
     case SC_CLOSE: {
         SDL_Event e;
         SDL_zero(e);
@@ -390,10 +429,13 @@ static void one_frame(demo *d) {
         }
     }
     double shot_ms = omni_time_ms() - shot0, shot_cpu = thread_cpu_ms() - shot_c0; /* not part of the frame */
-    SDL_RenderPresent(d->r);
+    if (d->n_drawn) SDL_RenderPresent(d->r); /* nothing changed: nothing to show */
     double ms = omni_time_ms() - f0 - shot_ms;
-    record_frame(d, ms, thread_cpu_ms() - c0 - shot_cpu);
-    if (!d->vsync && ms < 16) SDL_Delay((Uint32)(16 - ms)); /* ~60 frames per second at most */
+    if (d->n_drawn) record_frame(d, ms, thread_cpu_ms() - c0 - shot_cpu);
+    d->iterations++, d->state_frames++; /* every pass of the loop, drawn or not */
+    if (ms > d->state_max_ms) d->state_max_ms = ms;
+    if ((!d->vsync || !d->n_drawn) && ms < 16) /* ~60 frames per second at most (vsync: presenting waits) */
+        SDL_Delay((Uint32)(16 - ms));
 }
 
 static omni_status open_window(demo *d) {
@@ -417,7 +459,11 @@ static omni_status open_window(demo *d) {
     if (!d->r) return omni_fail(OMNI_ERR_RUNTIME, "cannot make a renderer: %s", SDL_GetError());
     SDL_RendererInfo ri;
     SDL_GetRendererInfo(d->r, &ri);
-    d->vsync = (ri.flags & SDL_RENDERER_PRESENTVSYNC) != 0;
+    /* The software renderer says "vsync" but its window framebuffer (offscreen, X11) never waits: without the
+     * frame loop's own sleep the UI thread would spin, and a thread that never sleeps is the first one the
+     * scheduler makes wait when the cores are busy (session 5's 35.5 ms p95 under load). */
+    d->vsync = (ri.flags & SDL_RENDERER_PRESENTVSYNC) && !(ri.flags & SDL_RENDERER_SOFTWARE);
+    d->partial = (ri.flags & SDL_RENDERER_SOFTWARE) != 0; /* draws into the window's pixels, which stay */
     float ddpi = 0;
     int ww, wh, ow, oh;
     SDL_GetWindowSize(d->win, &ww, &wh);
@@ -428,8 +474,8 @@ static omni_status open_window(demo *d) {
         d->zoom = ddpi / 96.f > 2.5f ? 2.5f : ddpi / 96.f;
     omni_status st = ui_text_init(d->r, d->o.font, &d->txt);
     if (st) return st;
-    fprintf(stderr, "demo: video %s, renderer %s, %dx%d pixels, fonts: %s\n", SDL_GetCurrentVideoDriver(), ri.name,
-            ow, oh, ui_text_faces(d->txt));
+    fprintf(stderr, "demo: video %s, renderer %s%s, %dx%d pixels, fonts: %s\n", SDL_GetCurrentVideoDriver(), ri.name,
+            d->vsync ? " (vsync)" : "", ow, oh, ui_text_faces(d->txt));
     SDL_StartTextInput();
     return OMNI_OK;
 }

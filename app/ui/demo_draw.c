@@ -1,12 +1,20 @@
 /* demo_draw.c - the demo window's layout and drawing: top bar (model and format pickers), media box (thumbnail or
  * waveform with a play button), prompt box and buttons, the two answer panes with their live numbers, four live
  * charts drawn with app/plot into an ARGB buffer shown as one texture, the status bar, pop-up lists and the help
- * overlay. Light theme; every size is design units x d->scale. UI thread only. */
-#define _POSIX_C_SOURCE 200809L
+ * overlay. Light theme; every size is design units x d->scale. UI thread, except the chart thread, which draws
+ * one chart cell at a time with cairo so that no frame waits for a chart.
+ * With the software renderer (scripts, no GPU) the window's pixels stay from one frame to the next: each region
+ * (top bar, input row, pane A, pane B, captions, charts, status bar) is drawn again only when what it shows changed
+ * (a hash of it), and a frame where nothing changed draws nothing. */
+#define _DEFAULT_SOURCE
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "app/ui/demo_impl.h"
 
@@ -18,6 +26,33 @@ static const SDL_Color C_BG = {244, 245, 248, 255}, C_PANEL = {255, 255, 255, 25
 #define CHART_REDRAW_MS 150
 
 int demo_px(const demo *d, double units) { return (int)(units * d->scale + 0.5); }
+
+/* ---- regions: drawn again only when what they show changed --------------------------------------------------- */
+
+static uint64_t h_bytes(uint64_t h, const void *p, size_t n) {
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001B3ull;
+    return h;
+}
+
+static uint64_t h_str(uint64_t h, const char *s) { return h_bytes(h, s, strlen(s) + 1); }
+
+static uint64_t h_int(uint64_t h, int64_t v) { return h_bytes(h, &v, sizeof v); }
+
+static uint64_t h_rect(uint64_t h, SDL_Rect r) { return h_bytes(h, &r, sizeof r); }
+
+/* Hover and press state (buttons look different under the mouse). */
+static uint64_t h_mouse(const demo *d, uint64_t h) {
+    return h_int(h_int(h_int(h, d->mouse_x), d->mouse_y), d->press_id);
+}
+
+/* 1 when region i must be drawn this frame: everything is drawn again, or what it shows changed (sig). */
+static int region(demo *d, int i, uint64_t sig) {
+    if (!d->redraw_all && d->sig[i] == sig) return 0;
+    d->sig[i] = sig;
+    d->n_drawn++;
+    return 1;
+}
 
 static SDL_Color argb(uint32_t c) {
     SDL_Color s = {(c >> 16) & 255, (c >> 8) & 255, c & 255, 255};
@@ -250,7 +285,7 @@ static void media_box(demo *d) {
 }
 
 /* The prompt with the IME composition at the cursor, wrapped, a caret, scrolled to keep the caret in view. */
-static void prompt_box(demo *d) {
+static void prompt_box(demo *d, int blink_on) {
     SDL_Rect r = d->wr[W_PROMPT], tr = d->r_prompt_text;
     fill(d, r, C_PANEL);
     frame(d, r, d->pop ? C_BORDER : C_ACCENT);
@@ -268,14 +303,14 @@ static void prompt_box(demo *d) {
     while (cl + 1 < d->plines.n && d->plines.start[cl + 1] <= caret) cl++;
     int vis = tr.h / line_h > 0 ? tr.h / line_h : 1, first = cl - vis + 1 > 0 ? cl - vis + 1 : 0;
     SDL_RenderSetClipRect(d->r, &tr);
-    static const ui_style pal[2] = {{{28, 32, 38, 255}, {0, 0, 0, 0}, 0}, {{0, 90, 150, 255}, {220, 234, 248, 255}, 1}};
+    static const ui_style pal[2] = {{{28, 32, 38, 255}, {255, 255, 255, 255}, 1},
+                                    {{0, 90, 150, 255}, {220, 234, 248, 255}, 1}};
     static uint8_t style[DEMO_PROMPT_CAP + 160];
     memset(style, 0, (size_t)len);
     memset(style + d->cursor, 1, (size_t)il); /* the composition, marked */
     ui_text_draw_lines(d->txt, UI_BODY, buf, len, &d->plines, tr.x, tr.y, first, first + vis, style, pal);
     int cx = tr.x + ui_text_width(d->txt, UI_BODY, buf + d->plines.start[cl], caret - d->plines.start[cl]);
     int cy = tr.y + (cl - first) * line_h;
-    int blink_on = (int)(omni_time_ms() / 530) % 2 == 0 || d->sc_active; /* scripts: always on (stable pictures) */
     if (!d->pop && blink_on) fill(d, rect(cx, cy, demo_px(d, 2), line_h), C_TEXT);
     SDL_RenderSetClipRect(d->r, NULL);
     SDL_Rect ir = rect((int)(cx / d->hidpi), (int)(cy / d->hidpi), 1, (int)(line_h / d->hidpi)); /* IME window */
@@ -285,7 +320,7 @@ static void prompt_box(demo *d) {
 /* ---- panes ------------------------------------------------------------------------------------------------- */
 
 static const ui_style g_pane_pal[3] = {
-    {{28, 32, 38, 255}, {0, 0, 0, 0}, 0},
+    {{28, 32, 38, 255}, {255, 255, 255, 255}, 1}, /* on the panel's white: opaque lines */
     {{120, 0, 0, 255}, {255, 205, 200, 255}, 1}, /* top-1 differs */
     {{90, 60, 0, 255}, {255, 236, 190, 255}, 1}, /* KL >= 0.1 */
 };
@@ -336,7 +371,7 @@ static void pane_draw(demo *d, int k) {
     label(d, rect(r.x + pad, y, r.w - 2 * pad, lh(d, UI_SMALL)), UI_SMALL, legend, C_MUTED, 0);
     if (!p->text) return;
     if (p->lines.len != p->len || p->lines.width != tr.w)
-        ui_text_wrap(d->txt, UI_BODY, p->text, p->len, tr.w, &p->lines);
+        ui_text_wrap_grown(d->txt, UI_BODY, p->text, p->len, tr.w, &p->lines); /* answers only grow */
     int line_h = lh(d, UI_BODY), total = p->lines.n * line_h, max_scroll = total > tr.h ? total - tr.h : 0;
     max_scroll = (max_scroll + line_h - 1) / line_h * line_h; /* whole lines at the top when at the end */
     if (p->follow || p->scroll > max_scroll) p->scroll = max_scroll;
@@ -351,6 +386,16 @@ static void pane_draw(demo *d, int k) {
 /* ---- charts ------------------------------------------------------------------------------------------------ */
 
 void demo_charts_free(demo *d) {
+    if (d->cthread_on) { /* the chart thread finishes its cell and ends */
+        pthread_mutex_lock(&d->cmu);
+        d->cjob_quit = 1;
+        pthread_cond_signal(&d->ccv);
+        pthread_mutex_unlock(&d->cmu);
+        pthread_join(d->cthread, NULL);
+        pthread_mutex_destroy(&d->cmu);
+        pthread_cond_destroy(&d->ccv);
+        d->cthread_on = 0;
+    }
     for (int i = 0; i < 4; i++) plot_free(d->ch[i]), d->ch[i] = NULL;
     if (d->chart_tex) SDL_DestroyTexture(d->chart_tex);
     d->chart_tex = NULL;
@@ -442,16 +487,91 @@ static void chart_data(demo *d, int i) {
     set_series(d, 3, 1, dx, dy, m);
 }
 
+/* Cell i of the chart buffer drawn (background of the gaps, then the chart). Chart thread, or UI thread while the
+ * chart thread is idle. */
+static void draw_cell(demo *d, const chart_job *j) {
+    uint32_t bg = 0xFF000000u | (uint32_t)C_BG.r << 16 | (uint32_t)C_BG.g << 8 | C_BG.b; /* the gaps */
+    for (int row = j->y; row < j->y + j->h; row++)
+        for (int col = j->x; col < j->x + j->w; col++) d->chart_px[(size_t)row * j->bw + col] = bg;
+    plot_draw_argb(d->ch[j->cell], d->chart_px, j->bw, j->bh, j->bw * 4, j->x, j->y, j->w - j->inset, j->h);
+}
+
+/* The chart thread: cairo draws the cell the UI posted, so that a frame never waits for a chart. While it draws
+ * (busy), the UI touches neither the charts nor their buffer. */
+static void *chart_main(void *arg) {
+    demo *d = arg;
+    setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 2); /* after the UI thread's frames */
+    pthread_mutex_lock(&d->cmu);
+    for (;;) {
+        while (!d->cjob.go && !d->cjob_quit) pthread_cond_wait(&d->ccv, &d->cmu);
+        if (d->cjob_quit) break;
+        d->cjob.go = 0;
+        chart_job j = d->cjob;
+        pthread_mutex_unlock(&d->cmu);
+        draw_cell(d, &j);
+        pthread_mutex_lock(&d->cmu);
+        d->cjob_busy = 0, d->cjob_done = j.cell;
+        pthread_cond_broadcast(&d->ccv);
+    }
+    pthread_mutex_unlock(&d->cmu);
+    return NULL;
+}
+
+/* 0 while the chart thread draws (wait: until it is done); then its cell goes into the texture. */
+static int charts_idle(demo *d, int wait) {
+    if (!d->cthread_on) return 1;
+    pthread_mutex_lock(&d->cmu);
+    while (wait && d->cjob_busy) pthread_cond_wait(&d->ccv, &d->cmu);
+    int busy = d->cjob_busy, done = d->cjob_done;
+    d->cjob_done = -1;
+    pthread_mutex_unlock(&d->cmu);
+    if (!busy && done >= 0 && d->chart_tex) {
+        SDL_Rect cell = {d->cjob.x, d->cjob.y, d->cjob.w, d->cjob.h};
+        SDL_UpdateTexture(d->chart_tex, &cell, d->chart_px + (size_t)cell.y * d->cjob.bw + cell.x, d->cjob.bw * 4);
+        d->chart_serial++;
+    }
+    return !busy;
+}
+
+static void charts_post(demo *d, const chart_job *j) {
+    if (!d->cthread_on) {
+        pthread_mutex_init(&d->cmu, NULL);
+        pthread_cond_init(&d->ccv, NULL);
+        d->cjob_done = -1;
+        if (pthread_create(&d->cthread, NULL, chart_main, d)) {
+            pthread_mutex_destroy(&d->cmu);
+            pthread_cond_destroy(&d->ccv);
+            draw_cell(d, j); /* no thread: drawn here */
+            SDL_Rect cell = {j->x, j->y, j->w, j->h};
+            SDL_UpdateTexture(d->chart_tex, &cell, d->chart_px + (size_t)j->y * j->bw + j->x, j->bw * 4);
+            d->chart_serial++;
+            return;
+        }
+        d->cthread_on = 1;
+    }
+    pthread_mutex_lock(&d->cmu);
+    d->cjob = *j;
+    d->cjob.go = 1;
+    d->cjob_busy = 1;
+    pthread_cond_signal(&d->ccv);
+    pthread_mutex_unlock(&d->cmu);
+}
+
 static void charts(demo *d) {
     SDL_Rect r = d->r_charts;
     if (r.w <= 0 || r.h <= 0) return;
+    int resized = d->chart_w != r.w || d->chart_h != r.h, all = resized || d->shot_pending;
+    if (!charts_idle(d, all || !d->ch[0] || d->chart_scale != d->scale)) { /* a cell is being drawn */
+        if (region(d, R_CHARTS, h_int(h_rect(0xCBF29CE484222325ull, r), d->chart_serial)) && d->chart_tex)
+            SDL_RenderCopy(d->r, d->chart_tex, NULL, &r);
+        return;
+    }
     if (!d->ch[0] || d->chart_scale != d->scale) {
         if (demo_charts_init(d)) {
             label(d, r, UI_SMALL, omni_last_error(), C_ERR, 1);
             return;
         }
     }
-    int resized = d->chart_w != r.w || d->chart_h != r.h;
     if (resized) {
         d->charts_dirty = 1;
         if (d->chart_tex) SDL_DestroyTexture(d->chart_tex);
@@ -462,32 +582,33 @@ static void charts(demo *d) {
         d->chart_w = d->chart_px && d->chart_tex ? r.w : 0, d->chart_h = d->chart_w ? r.h : 0;
         if (!d->chart_w) return;
     }
-    /* New data marks all four charts stale; one is redrawn per frame (round robin) so that a frame never pays
-     * for four cairo drawings - except for a resize and a screenshot, which need them all now. */
+    /* New data marks all four charts stale; the chart thread draws one at a time (round robin) - except for a
+     * resize and a screenshot, which need them all now (drawn here). */
     double now = omni_time_ms();
-    int all = resized || d->shot_pending;
     if (d->charts_dirty && (all || now - d->t_charts >= CHART_REDRAW_MS)) {
         d->chart_stale = 15;
         d->charts_dirty = 0;
         d->t_charts = now;
     }
-    uint32_t bg = 0xFF000000u | (uint32_t)C_BG.r << 16 | (uint32_t)C_BG.g << 8 | C_BG.b; /* the gaps */
-    for (int k = 0, done = 0, first = d->chart_next; k < 4 && (!done || all); k++) {
+    for (int k = 0, first = d->chart_next; k < 4; k++) {
         int i = (first + k) % 4;
         if (!(d->chart_stale & 1 << i)) continue;
-        int x, y, w, h;
-        plot_grid_cell(4, 4, r.w, r.h, i, &x, &y, &w, &h);
-        for (int row = y; row < y + h; row++)
-            for (int col = x; col < x + w; col++) d->chart_px[(size_t)row * r.w + col] = bg;
+        chart_job j = {i, 0, 0, 0, 0, r.w, r.h, i < 3 ? demo_px(d, 6) : 0, 0};
+        plot_grid_cell(4, 4, r.w, r.h, i, &j.x, &j.y, &j.w, &j.h);
         chart_data(d, i);
-        plot_draw_argb(d->ch[i], d->chart_px, r.w, r.h, r.w * 4, x, y, w - (i < 3 ? demo_px(d, 6) : 0), h);
-        SDL_Rect cell = {x, y, w, h};
-        SDL_UpdateTexture(d->chart_tex, &cell, d->chart_px + (size_t)y * r.w + x, r.w * 4);
         d->chart_stale &= ~(1 << i);
         d->chart_next = (i + 1) % 4;
-        done = 1;
+        if (!all) {
+            charts_post(d, &j);
+            break;
+        }
+        draw_cell(d, &j);
+        SDL_Rect cell = {j.x, j.y, j.w, j.h};
+        SDL_UpdateTexture(d->chart_tex, &cell, d->chart_px + (size_t)j.y * r.w + j.x, r.w * 4);
+        d->chart_serial++;
     }
-    SDL_RenderCopy(d->r, d->chart_tex, NULL, &r);
+    if (region(d, R_CHARTS, h_int(h_rect(0xCBF29CE484222325ull, r), d->chart_serial)))
+        SDL_RenderCopy(d->r, d->chart_tex, NULL, &r);
 }
 
 /* One line of live numbers over each chart. */
@@ -508,6 +629,10 @@ static void captions(demo *d) {
     while (same < a->n_tok && same < b->n_tok && a->toks[same] == b->toks[same]) same++;
     snprintf(t[3], sizeof t[3], "mean KL %.4f · top-1 %.1f%% · same for %d tokens", n ? d->kl_sum / n : 0.0,
              n ? 100.0 * d->n_agree / n : 0.0, same);
+    uint64_t h = h_rect(0xCBF29CE484222325ull, d->r_caps);
+    for (int i = 0; i < 4; i++) h = h_str(h, t[i]);
+    if (!region(d, R_CAPS, h)) return;
+    fill(d, d->r_caps, C_BG);
     for (int i = 0; i < 4; i++) {
         int x, y, w, h;
         plot_grid_cell(4, 4, d->r_caps.w, d->r_caps.h, i, &x, &y, &w, &h);
@@ -520,10 +645,13 @@ static void captions(demo *d) {
 
 static void status_bar(demo *d) {
     SDL_Rect r = d->r_status;
+    char t[160];
+    double now = omni_time_ms();
+    if (now - d->t_frame_shown >= 500) d->frame_shown = d->last_frame_ms, d->t_frame_shown = now; /* readable */
+    snprintf(t, sizeof t, "frame %.1f ms · F1: shortcuts", d->frame_shown);
+    if (!region(d, R_STATUS, h_int(h_str(h_str(h_rect(0xCBF29CE484222325ull, r), t), d->msg), d->msg_err))) return;
     fill(d, r, C_PANEL);
     fill(d, rect(0, r.y, d->W, 1), C_BORDER);
-    char t[160];
-    snprintf(t, sizeof t, "frame %.1f ms · F1: shortcuts", d->last_frame_ms);
     int w = ui_text_width(d->txt, UI_SMALL, t, -1), pad = demo_px(d, 8);
     label(d, rect(r.x + r.w - w - pad, r.y, w, r.h), UI_SMALL, t, C_MUTED, 0);
     label(d, rect(r.x + pad, r.y, r.w - w - 3 * pad, r.h), UI_SMALL, d->msg, d->msg_err ? C_ERR : C_TEXT, 0);
@@ -607,15 +735,55 @@ static void help(demo *d) {
         ui_text_draw(d->txt, UI_BODY, g_help[i], -1, r.x + pad, r.y + pad + (i + 2) * l, C_TEXT);
 }
 
+static uint64_t sig_top(const demo *d) {
+    uint64_t h = h_mouse(d, 0xCBF29CE484222325ull);
+    h = h_str(h, d->cur_model >= 0 ? d->models[d->cur_model].label : "");
+    h = h_int(h_int(h_int(h, d->loading), d->model_ready), d->info.threads);
+    return h_str(h_str(h_str(h, d->kv_a), d->kv_b), d->info.device);
+}
+
+static uint64_t sig_input(const demo *d, int blink_on) {
+    uint64_t h = h_mouse(d, 0xCBF29CE484222325ull);
+    h = h_bytes(h, d->enabled, sizeof d->enabled);
+    h = h_str(h_str(h, d->image_path), d->audio_path);
+    h = h_int(h_int(h_int(h, (intptr_t)d->thumb), (intptr_t)d->samples), d->playing);
+    h = h_bytes(h_str(h_str(h, d->prompt), d->ime), &d->cursor, sizeof d->cursor);
+    return h_int(h, blink_on);
+}
+
+static uint64_t sig_pane(demo *d, int k) {
+    const pane *p = &d->p[k];
+    char t[600];
+    uint64_t h = h_int(h_int(0xCBF29CE484222325ull, d->run), p->len);
+    h = h_str(h_str(h, d->run ? d->run_kv[k] : k ? d->kv_b : d->kv_a), d->run_info);
+    pane_state(d, k, t, sizeof t);
+    h = h_str(h, t);
+    pane_stats(d, k, t, sizeof t);
+    h = h_str(h, t);
+    if (p->style) h = h_bytes(h, p->style, (size_t)p->len); /* B's divergence marks come after its tokens */
+    return h_int(h_int(h_rect(h, d->r_text[k]), p->scroll), p->follow);
+}
+
 void demo_draw(demo *d) {
-    SDL_SetRenderDrawColor(d->r, C_BG.r, C_BG.g, C_BG.b, 255);
-    SDL_RenderClear(d->r);
-    top_bar(d);
-    media_box(d);
-    prompt_box(d);
-    for (int i = 0; i < 3; i++) button(d, g_left_ids[i], g_left_txt[i], 0);
-    for (int i = 0; i < 3; i++) button(d, g_right_ids[i], g_right_txt[i], g_right_ids[i] == W_RUN);
-    for (int k = 0; k < 2; k++) pane_draw(d, k);
+    int full = d->redraw_all = !d->partial || d->pop || d->pop != d->pop_drawn || d->W != d->drawn_w ||
+                               d->H != d->drawn_h || d->scale != d->drawn_scale || d->expose;
+    d->pop_drawn = d->pop, d->drawn_w = d->W, d->drawn_h = d->H, d->drawn_scale = d->scale, d->expose = 0;
+    d->n_drawn = 0;
+    if (full) {
+        SDL_SetRenderDrawColor(d->r, C_BG.r, C_BG.g, C_BG.b, 255);
+        SDL_RenderClear(d->r);
+    }
+    if (region(d, R_TOP, sig_top(d))) top_bar(d);
+    int blink_on = (int)(omni_time_ms() / 530) % 2 == 0 || d->sc_active; /* scripts: always on (stable pictures) */
+    if (region(d, R_INPUT, d->playing ? (uint64_t)d->iterations : sig_input(d, blink_on))) { /* playing: the play head */
+        fill(d, rect(0, d->wr[W_MEDIA].y, d->W, d->wr[W_MEDIA].h), C_BG);
+        media_box(d);
+        prompt_box(d, blink_on);
+        for (int i = 0; i < 3; i++) button(d, g_left_ids[i], g_left_txt[i], 0);
+        for (int i = 0; i < 3; i++) button(d, g_right_ids[i], g_right_txt[i], g_right_ids[i] == W_RUN);
+    }
+    for (int k = 0; k < 2; k++)
+        if (region(d, R_PANE_A + k, sig_pane(d, k))) pane_draw(d, k);
     captions(d);
     charts(d);
     status_bar(d);

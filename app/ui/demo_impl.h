@@ -2,12 +2,14 @@
  *   demo.c        entry, SDL set-up, the frame loop, frame timing, the script runner, screenshots
  *   demo_state.c  worker events -> panes, series and messages; the actions (run, stop, clear, presets, pickers)
  *   demo_input.c  SDL events: keys, text input / IME, paste, mouse, drops, pop-up lists, the file browser
- *   demo_draw.c   layout and drawing: bars, media box, prompt, panes, live charts (app/plot), pop-ups, help
+ *   demo_draw.c   layout and drawing: bars, media box, prompt, panes, live charts (app/plot, on the chart thread),
+ *                 pop-ups, help; regions drawn again only when they changed
  * Sizes are in pixels of the renderer's output; `scale` (HiDPI factor x zoom) turns design units into pixels. */
 #ifndef OMNI_APP_UI_DEMO_IMPL_H
 #define OMNI_APP_UI_DEMO_IMPL_H
 
 #include <SDL.h>
+#include <pthread.h>
 #include <stdint.h>
 
 #include "app/plot/plot.h"
@@ -30,10 +32,19 @@ typedef enum {
 
 typedef enum { POP_NONE = 0, POP_MODEL, POP_KVA, POP_KVB, POP_FILES, POP_HELP } popup_kind;
 
+/* Parts of the window drawn again only when what they show changed (with a software renderer, whose pixels stay
+ * from one frame to the next; other renderers draw everything every frame). */
+enum { R_TOP = 0, R_INPUT, R_PANE_A, R_PANE_B, R_CAPS, R_CHARTS, R_STATUS, R_N };
+
 typedef struct {
     double *x, *y;
     int n, cap;
 } series;
+
+/* A chart cell for the chart thread: chart `cell` into (x, y, w - inset, h) of the bw x bh buffer. */
+typedef struct {
+    int cell, x, y, w, h, bw, bh, inset, go;
+} chart_job;
 
 typedef struct {
     char *text;        /* streamed answer (NUL-terminated) */
@@ -116,6 +127,19 @@ typedef struct demo {
     double *kl_xy;     /* chart scratch: 4 x kl_cap */
     int kl_cap;
     double dec[4][DEMO_DEC]; /* the points a chart gets (x, y of two series) */
+    uint64_t sig[R_N];  /* what each region showed when it was drawn last */
+    int partial;        /* the renderer keeps its pixels: unchanged regions are not drawn again */
+    int redraw_all, expose, n_drawn;
+    popup_kind pop_drawn;
+    int drawn_w, drawn_h;
+    float drawn_scale;
+    int chart_serial;   /* + 1 for every chart cell drawn */
+    pthread_t cthread;  /* the chart thread (started with the first cell it draws) */
+    pthread_mutex_t cmu;
+    pthread_cond_t ccv;
+    int cthread_on, cjob_busy, cjob_done, cjob_quit;
+    chart_job cjob;
+    double frame_shown, t_frame_shown; /* the status bar's frame time (changed twice a second at most) */
     uint32_t *chart_px;
     SDL_Texture *chart_tex;
     int chart_w, chart_h, charts_dirty;
@@ -144,6 +168,9 @@ typedef struct demo {
     double *frame_ms;
     int n_frames, frame_cap, frames_total;
     double last_frame_ms;
+    int iterations;      /* passes of the frame loop */
+    int state_frames;    /* passes since the script's last `state`, and the longest of them (ms) */
+    double state_max_ms;
     /* script */
     demo_script sc;
     int sc_pc, sc_active;

@@ -233,10 +233,18 @@ static void scroll_panes(demo *d, int dy) {
     }
 }
 
+/* The window's close button (or Ctrl+Q): the answers in progress stop; the program prints what they had. */
+static void close_window(demo *d) {
+    if (demo_generating(d))
+        demo_log(d, 0, "closing the window: both answers stopped (A %d tokens, B %d tokens so far)", d->p[0].n_tok,
+                 d->p[1].n_tok);
+    d->quit = 1;
+}
+
 /* Ctrl+key shortcuts; returns 1 when handled. */
 static int ctrl_key(demo *d, SDL_Keycode k) {
     switch (k) {
-    case SDLK_q: d->quit = 1; return 1;
+    case SDLK_q: close_window(d); return 1;
     case SDLK_o: open_popup(d, POP_FILES); return 1;
     case SDLK_l: demo_clear(d); return 1;
     case SDLK_1: demo_run(d, 1); return 1;
@@ -341,7 +349,11 @@ static void mouse(demo *d, const SDL_Event *e) {
 
 void demo_handle_event(demo *d, const SDL_Event *e) {
     switch (e->type) {
-    case SDL_QUIT: d->quit = 1; break;
+    case SDL_QUIT: close_window(d); break;
+    case SDL_WINDOWEVENT:
+        if (e->window.event == SDL_WINDOWEVENT_CLOSE) close_window(d);
+        if (e->window.event == SDL_WINDOWEVENT_EXPOSED || e->window.event == SDL_WINDOWEVENT_RESTORED) d->expose = 1;
+        break;
     case SDL_DROPFILE:
         if (e->drop.file) demo_open(d, e->drop.file);
         SDL_free(e->drop.file);

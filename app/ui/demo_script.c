@@ -16,6 +16,7 @@ static const struct {
     {"open", SC_OPEN, 3},     {"drop", SC_DROP, 3},     {"prompt", SC_PROMPT, 2}, {"type", SC_TYPE, 3},
     {"key", SC_KEY, 1},       {"click", SC_CLICK, 1},   {"wait", SC_WAIT, 0},     {"sleep", SC_SLEEP, 0},
     {"screenshot", SC_SCREENSHOT, 3}, {"print", SC_PRINT, 0}, {"expect", SC_EXPECT, 3}, {"close", SC_CLOSE, 0},
+    {"compose", SC_COMPOSE, 3}, {"clipboard", SC_CLIPBOARD, 3}, {"state", SC_STATE, 0},
 };
 
 static const char *g_buttons[] = {"run", "stop", "clear", "open", "read", "audio", "play", "model", "kv-a", "kv-b",
@@ -88,7 +89,9 @@ static omni_status parse_line(char *line, demo_cmd *c) {
         return omni_fail(OMNI_ERR_USAGE, "%s takes no argument", line);
     if (arg) {
         if (!(c->arg = strdup(rest))) return omni_fail(OMNI_ERR_NOMEM, "out of memory");
-        if (c->kind == SC_PROMPT || c->kind == SC_TYPE || c->kind == SC_EXPECT) unescape(c->arg);
+        if (c->kind == SC_PROMPT || c->kind == SC_TYPE || c->kind == SC_EXPECT || c->kind == SC_COMPOSE ||
+            c->kind == SC_CLIPBOARD)
+            unescape(c->arg);
     }
     if (c->kind == SC_SIZE) {
         char *w = strtok(rest, " \t"), *h = w ? strtok(NULL, " \t") : NULL;

@@ -10,6 +10,8 @@
  *     drop FILE             drop a file on the window (an SDL drop event, as a file manager does)
  *     prompt TEXT           replace the text of the prompt box
  *     type TEXT             type into the prompt box (SDL text input events)
+ *     compose TEXT          an input method's composition in progress (SDL text editing event; `type` commits)
+ *     clipboard TEXT        put TEXT on the clipboard (as another program copying it; ctrl+v pastes it)
  *     key KEY               press a key, with modifiers: Return, Escape, ctrl+l, shift+Return, F1 ...
  *     click NAME            click a button: run, stop, clear, open, read, audio, play, model, kv-a, kv-b, help
  *     run | stop | clear    click that button
@@ -21,6 +23,8 @@
  *     screenshot FILE       save the window as a PNG
  *     print                 print both answers to stdout now (A, then B, as `omni generate --compare` does)
  *     expect TEXT           fail unless a message shown so far contains TEXT
+ *     state                 print the window's state on stderr: "demo: state prompt=[...] ime=[...] model=[...]
+ *                           ..." (tests read it; frames and the longest frame since the last `state`)
  *     close                 close the window (as the window manager's close button)
  * At the end of the script the window saves --screenshot (if given), prints both answers and closes. */
 #ifndef OMNI_APP_UI_DEMO_SCRIPT_H
@@ -30,7 +34,7 @@
 
 typedef enum {
     SC_SIZE = 0, SC_MODEL, SC_KV_A, SC_KV_B, SC_OPEN, SC_DROP, SC_PROMPT, SC_TYPE, SC_KEY, SC_CLICK, SC_WAIT,
-    SC_SLEEP, SC_SCREENSHOT, SC_PRINT, SC_EXPECT, SC_CLOSE,
+    SC_SLEEP, SC_SCREENSHOT, SC_PRINT, SC_EXPECT, SC_CLOSE, SC_COMPOSE, SC_CLIPBOARD, SC_STATE,
 } demo_cmd_kind;
 
 typedef enum { WAIT_MODEL = 0, WAIT_MEDIA, WAIT_DONE, WAIT_TOKENS, WAIT_IDLE } demo_wait_kind;

@@ -9,6 +9,8 @@
 
 #define MAX_FACES 6
 #define CACHE_BITS 14 /* 16384 glyph slots (code point x size x colour); emptied when 3/4 full */
+#define LINE_SETS 32  /* line cache: 32 sets of 8 textures, least recently drawn evicted */
+#define LINE_WAYS 8
 
 static const int g_base_px[UI_N_SIZES] = {12, 14, 17};
 
@@ -30,6 +32,16 @@ typedef struct {
     SDL_Texture *tex; /* NULL for blank glyphs */
 } glyph;
 
+/* A line of text drawn once into a texture (transparent outside its glyphs and backgrounds, with a margin of
+ * half a line around it for what glyphs draw outside their box), drawn again from there while it stays the same:
+ * one copy per line instead of one per glyph. */
+typedef struct {
+    uint64_t key; /* hash of size, bytes and colours; 0 = empty */
+    int len, adv, w, h, mx, my;
+    uint32_t used;
+    SDL_Texture *tex; /* NULL: nothing to draw (spaces) */
+} line_tex;
+
 typedef struct {
     char path[4096];
     long index;
@@ -45,6 +57,9 @@ struct ui_text {
     glyph *cache;
     int n_cached;
     char names[1024];
+    line_tex lines[LINE_SETS][LINE_WAYS];
+    uint32_t stamp;
+    int line_cache; /* 1: draw lines through the line cache */
 };
 
 /* ---- UTF-8 ------------------------------------------------------------------------------------------------- */
@@ -107,6 +122,13 @@ static void clear_cache(ui_text *t) {
     t->n_cached = 0;
 }
 
+static void clear_lines(ui_text *t) {
+    for (int i = 0; i < LINE_SETS; i++)
+        for (int j = 0; j < LINE_WAYS; j++)
+            if (t->lines[i][j].tex) SDL_DestroyTexture(t->lines[i][j].tex);
+    memset(t->lines, 0, sizeof t->lines);
+}
+
 static int open_face(face *f, float scale) {
     for (int s = 0; s < UI_N_SIZES; s++) {
         int px = (int)(g_base_px[s] * scale + 0.5f);
@@ -148,6 +170,7 @@ omni_status ui_text_init(SDL_Renderer *r, const char *user_font, ui_text **out) 
     }
     t->r = r;
     t->scale = 1.f;
+    t->line_cache = 1;
     if (user_font) { /* "path" or "path:index" */
         char path[4096];
         snprintf(path, sizeof path, "%s", user_font);
@@ -171,6 +194,7 @@ omni_status ui_text_init(SDL_Renderer *r, const char *user_font, ui_text **out) 
 
 void ui_text_free(ui_text *t) {
     if (!t) return;
+    clear_lines(t);
     clear_cache(t);
     close_faces(t);
     free(t->cache);
@@ -181,6 +205,7 @@ omni_status ui_text_set_scale(ui_text *t, float scale) {
     if (scale < 0.5f) scale = 0.5f;
     if (scale > 4.f) scale = 4.f;
     if (scale == t->scale) return OMNI_OK;
+    clear_lines(t);
     clear_cache(t);
     close_faces(t);
     t->scale = scale;
@@ -265,15 +290,119 @@ static int draw_glyph(ui_text *t, ui_size size, uint32_t cp, int x, int y, SDL_C
     return g->adv;
 }
 
+/* ---- lines (direct, or through the line cache) ---------------------------------------------------------- */
+
+/* What a run of bytes is drawn with: a palette index per byte, or style NULL: pal[0] for all. */
+typedef struct {
+    const uint8_t *style;
+    const ui_style *pal;
+} paint;
+
+/* Bytes [a, b) glyph by glyph from (x, y) up to the first '\n'; returns the width advanced. */
+static int run_direct(ui_text *t, ui_size size, const char *s, int a, int b, int x, int y, const paint *p) {
+    int lh = ui_text_line_height(t, size), px = x;
+    for (int i = a; i < b;) {
+        int at = i;
+        uint32_t cp = ui_utf8_next(s, b, &i);
+        if (cp == '\n') break;
+        const ui_style *st = &p->pal[p->style ? p->style[at] : 0];
+        if (st->has_bg) {
+            SDL_Rect bg = {px, y, advance(t, size, cp), lh};
+            SDL_SetRenderDrawBlendMode(t->r, st->bg.a == 255 ? SDL_BLENDMODE_NONE : SDL_BLENDMODE_BLEND);
+            SDL_SetRenderDrawColor(t->r, st->bg.r, st->bg.g, st->bg.b, st->bg.a);
+            SDL_RenderFillRect(t->r, &bg);
+        }
+        px += draw_glyph(t, size, cp, px, y, st->fg);
+    }
+    return px - x;
+}
+
+static uint64_t mix(uint64_t h, uint64_t v) { return (h ^ v) * 0x100000001B3ull; }
+
+static uint32_t rgba(SDL_Color c) { return (uint32_t)c.r << 24 | (uint32_t)c.g << 16 | (uint32_t)c.b << 8 | c.a; }
+
+static uint64_t run_key(ui_size size, const char *s, int a, int b, const paint *p) {
+    uint64_t h = mix(0xCBF29CE484222325ull, (uint64_t)size << 32 | (uint32_t)(b - a));
+    const ui_style *st = &p->pal[0];
+    if (!p->style) h = mix(mix(h, (uint64_t)rgba(st->fg) << 32 | rgba(st->bg)), (uint64_t)st->has_bg);
+    for (int i = a; i < b; i++) {
+        h = mix(h, (unsigned char)s[i]);
+        if (p->style) {
+            st = &p->pal[p->style[i]];
+            h = mix(mix(h, (uint64_t)rgba(st->fg) << 32 | rgba(st->bg)), (uint64_t)st->has_bg);
+        }
+    }
+    return h ? h : 1;
+}
+
+/* The cached texture of a run (made now if missing), or NULL when it cannot be cached (then draw directly). */
+static line_tex *run_cached(ui_text *t, ui_size size, const char *s, int a, int b, const paint *p) {
+    uint64_t key = run_key(size, s, a, b, p);
+    line_tex *set = t->lines[key % LINE_SETS], *e = &set[0];
+    t->stamp++;
+    for (int j = 0; j < LINE_WAYS; j++) {
+        if (set[j].key == key && set[j].len == b - a) {
+            set[j].used = t->stamp;
+            return &set[j];
+        }
+        if (set[j].used < e->used) e = &set[j];
+    }
+    if (e->tex) SDL_DestroyTexture(e->tex);
+    memset(e, 0, sizeof *e);
+    int lh = ui_text_line_height(t, size), adv = 0;
+    for (int i = a; i < b;) {
+        uint32_t cp = ui_utf8_next(s, b, &i);
+        if (cp == '\n') break;
+        adv += advance(t, size, cp);
+    }
+    /* Style 0 with an opaque background: an opaque box of the line (copied, not blended: the cheap case),
+     * else transparent with a margin of half a line for what glyphs draw outside their box. */
+    int opaque = p->pal[0].has_bg && p->pal[0].bg.a == 255;
+    e->adv = adv, e->mx = opaque ? 0 : lh / 2, e->my = opaque ? 0 : lh / 2;
+    e->w = adv + 2 * e->mx, e->h = lh + 2 * e->my;
+    if (adv > 0) {
+        e->tex = SDL_CreateTexture(t->r, SDL_PIXELFORMAT_ARGB8888, SDL_TEXTUREACCESS_TARGET, e->w, e->h);
+        SDL_Texture *old = SDL_GetRenderTarget(t->r);
+        if (!e->tex || SDL_SetRenderTarget(t->r, e->tex)) {
+            if (e->tex) SDL_DestroyTexture(e->tex);
+            e->tex = NULL;
+            return NULL;
+        }
+        /* Transparent in the colour of the text: a glyph blended on it keeps its colour and coverage, so the
+         * texture blended on anything gives what the glyph blended there would. (A byte whose colour is not
+         * style 0's should have a background.) */
+        SDL_Color base = opaque ? p->pal[0].bg : p->pal[0].fg;
+        SDL_SetRenderDrawBlendMode(t->r, SDL_BLENDMODE_NONE);
+        SDL_SetRenderDrawColor(t->r, base.r, base.g, base.b, opaque ? 255 : 0);
+        SDL_RenderClear(t->r);
+        run_direct(t, size, s, a, b, e->mx, e->my, p);
+        SDL_SetRenderTarget(t->r, old);
+        SDL_SetTextureBlendMode(e->tex, opaque ? SDL_BLENDMODE_NONE : SDL_BLENDMODE_BLEND);
+    }
+    e->key = key, e->len = b - a, e->used = t->stamp;
+    return e;
+}
+
+static int run_draw(ui_text *t, ui_size size, const char *s, int a, int b, int x, int y, const paint *p) {
+    line_tex *e = t->line_cache && b > a ? run_cached(t, size, s, a, b, p) : NULL;
+    if (!e) return run_direct(t, size, s, a, b, x, y, p);
+    if (e->tex) {
+        SDL_Rect d = {x - e->mx, y - e->my, e->w, e->h};
+        SDL_RenderCopy(t->r, e->tex, NULL, &d);
+    }
+    return e->adv;
+}
+
+void ui_text_set_cache(ui_text *t, int on) {
+    t->line_cache = on != 0;
+    if (!on) clear_lines(t);
+}
+
 int ui_text_draw(ui_text *t, ui_size size, const char *s, int len, int x, int y, SDL_Color c) {
     if (len < 0) len = (int)strlen(s);
-    int x0 = x;
-    for (int i = 0; i < len;) {
-        uint32_t cp = ui_utf8_next(s, len, &i);
-        if (cp == '\n') break;
-        x += draw_glyph(t, size, cp, x, y, c);
-    }
-    return x - x0;
+    ui_style one = {c, {0, 0, 0, 0}, 0};
+    paint p = {NULL, &one};
+    return run_draw(t, size, s, 0, len, x, y, &p);
 }
 
 /* ---- wrapping ---------------------------------------------------------------------------------------------- */
@@ -289,12 +418,14 @@ static omni_status add_line(ui_lines *l, int start) {
     return OMNI_OK;
 }
 
-omni_status ui_text_wrap(ui_text *t, ui_size size, const char *s, int len, int width, ui_lines *out) {
-    out->n = 0;
-    out->width = width, out->len = len;
-    omni_status st = add_line(out, 0);
-    int ls = 0, brk = -1, x = 0;
-    for (int i = 0, nx = 0; !st && i < len; i = nx) {
+/* Lines from line `keep` on (lines before it stay; keep = 0: all). */
+static omni_status wrap_from(ui_text *t, ui_size size, const char *s, int len, int width, int keep, ui_lines *out) {
+    int ls = keep ? out->start[keep - 1] : 0;
+    out->n = keep ? keep - 1 : 0;
+    out->width = width, out->len = len, out->size = size;
+    omni_status st = add_line(out, ls);
+    int brk = -1, x = 0;
+    for (int i = ls, nx = ls; !st && i < len; i = nx) {
         nx = i;
         uint32_t cp = ui_utf8_next(s, len, &nx);
         if (cp == '\n') {
@@ -316,6 +447,18 @@ omni_status ui_text_wrap(ui_text *t, ui_size size, const char *s, int len, int w
     return st;
 }
 
+omni_status ui_text_wrap(ui_text *t, ui_size size, const char *s, int len, int width, ui_lines *out) {
+    return wrap_from(t, size, s, len, width, 0, out);
+}
+
+/* Where the last line starts nothing before it can change when text is added at the end: wrapping again from
+ * there gives the lines a full wrap would. */
+omni_status ui_text_wrap_grown(ui_text *t, ui_size size, const char *s, int len, int width, ui_lines *out) {
+    if (out->n < 1 || out->width != width || out->size != size || len < out->len || out->start[out->n - 1] > len)
+        return wrap_from(t, size, s, len, width, 0, out);
+    return wrap_from(t, size, s, len, width, out->n, out);
+}
+
 void ui_lines_free(ui_lines *l) {
     free(l->start);
     memset(l, 0, sizeof *l);
@@ -324,21 +467,9 @@ void ui_lines_free(ui_lines *l) {
 void ui_text_draw_lines(ui_text *t, ui_size size, const char *s, int len, const ui_lines *l, int x, int y, int first,
                         int end, const uint8_t *style, const ui_style *palette) {
     int lh = ui_text_line_height(t, size);
+    paint p = {style, palette};
     for (int k = first < 0 ? 0 : first; k < end && k < l->n; k++, y += lh) {
-        int a = l->start[k], b = k + 1 < l->n ? l->start[k + 1] : len, px = x;
-        for (int i = a; i < b;) {
-            int at = i;
-            uint32_t cp = ui_utf8_next(s, len, &i);
-            if (cp == '\n') break;
-            const ui_style *st = &palette[style ? style[at] : 0];
-            int adv = advance(t, size, cp);
-            if (st->has_bg) {
-                SDL_Rect bg = {px, y, adv, lh};
-                SDL_SetRenderDrawBlendMode(t->r, st->bg.a == 255 ? SDL_BLENDMODE_NONE : SDL_BLENDMODE_BLEND);
-                SDL_SetRenderDrawColor(t->r, st->bg.r, st->bg.g, st->bg.b, st->bg.a);
-                SDL_RenderFillRect(t->r, &bg);
-            }
-            px += draw_glyph(t, size, cp, px, y, st->fg);
-        }
+        int a = l->start[k], b = k + 1 < l->n ? l->start[k + 1] : len;
+        run_draw(t, size, s, a, b, x, y, &p);
     }
 }

@@ -48,10 +48,14 @@ typedef struct {
     int n, cap;
     int width;  /* the width it was made for */
     int len;    /* the text length it was made for */
+    int size;   /* the ui_size it was made for */
 } ui_lines;
 
 /* Wrap len bytes into lines of at most `width` pixels ('\n' ends a line). out is reused (grown as needed). */
 omni_status ui_text_wrap(ui_text *t, ui_size size, const char *s, int len, int width, ui_lines *out);
+/* The same for a text that only grew at its end since out was made for it (a streamed answer): the lines before
+ * the last are kept, the rest wrapped again (the result is ui_text_wrap's). */
+omni_status ui_text_wrap_grown(ui_text *t, ui_size size, const char *s, int len, int width, ui_lines *out);
 void ui_lines_free(ui_lines *l);
 
 typedef struct {
@@ -60,9 +64,15 @@ typedef struct {
 } ui_style;
 
 /* Draw lines [first, end) of a wrapped text, line `first` at y. style: NULL (all palette[0]) or one palette index
- * per byte of s. */
+ * per byte of s. A style with has_bg fills its glyphs' boxes (advance x line height); when palette[0] has an opaque
+ * background, each line is an opaque box as wide as its text (what glyphs draw outside the line's box is cut):
+ * the cheapest to draw again. Bytes in a colour other than palette[0]'s should have a background. */
 void ui_text_draw_lines(ui_text *t, ui_size size, const char *s, int len, const ui_lines *l, int x, int y, int first,
                         int end, const uint8_t *style, const ui_style *palette);
+
+/* Lines and single-line text are drawn through a cache of line textures (one copy per line; the least recently
+ * drawn are evicted): on by default; 0 draws glyph by glyph (tests compare the two). */
+void ui_text_set_cache(ui_text *t, int on);
 
 /* Next code point of s[*i..len) (invalid bytes give U+FFFD and advance one byte). */
 uint32_t ui_utf8_next(const char *s, int len, int *i);
