@@ -496,6 +496,13 @@ static void draw_cell(demo *d, const chart_job *j) {
     plot_draw_argb(d->ch[j->cell], d->chart_px, j->bw, j->bh, j->bw * 4, j->x, j->y, j->w - j->inset, j->h);
 }
 
+/* The cell's pixels into the charts' texture. UI thread. */
+static void upload_cell(demo *d, const chart_job *j) {
+    SDL_Rect cell = {j->x, j->y, j->w, j->h};
+    if (d->chart_tex) SDL_UpdateTexture(d->chart_tex, &cell, d->chart_px + (size_t)j->y * j->bw + j->x, j->bw * 4);
+    d->chart_serial++;
+}
+
 /* The chart thread: cairo draws the cell the UI posted, so that a frame never waits for a chart. While it draws
  * (busy), the UI touches neither the charts nor their buffer. */
 static void *chart_main(void *arg) {
@@ -525,11 +532,7 @@ static int charts_idle(demo *d, int wait) {
     int busy = d->cjob_busy, done = d->cjob_done;
     d->cjob_done = -1;
     pthread_mutex_unlock(&d->cmu);
-    if (!busy && done >= 0 && d->chart_tex) {
-        SDL_Rect cell = {d->cjob.x, d->cjob.y, d->cjob.w, d->cjob.h};
-        SDL_UpdateTexture(d->chart_tex, &cell, d->chart_px + (size_t)cell.y * d->cjob.bw + cell.x, d->cjob.bw * 4);
-        d->chart_serial++;
-    }
+    if (!busy && done >= 0) upload_cell(d, &d->cjob);
     return !busy;
 }
 
@@ -542,9 +545,7 @@ static void charts_post(demo *d, const chart_job *j) {
             pthread_mutex_destroy(&d->cmu);
             pthread_cond_destroy(&d->ccv);
             draw_cell(d, j); /* no thread: drawn here */
-            SDL_Rect cell = {j->x, j->y, j->w, j->h};
-            SDL_UpdateTexture(d->chart_tex, &cell, d->chart_px + (size_t)j->y * j->bw + j->x, j->bw * 4);
-            d->chart_serial++;
+            upload_cell(d, j);
             return;
         }
         d->cthread_on = 1;
@@ -557,13 +558,18 @@ static void charts_post(demo *d, const chart_job *j) {
     pthread_mutex_unlock(&d->cmu);
 }
 
+/* The charts' texture on the window when a cell changed since it was shown (or everything is drawn again). */
+static void show_charts(demo *d) {
+    if (region(d, R_CHARTS, h_int(h_rect(0xCBF29CE484222325ull, d->r_charts), d->chart_serial)) && d->chart_tex)
+        SDL_RenderCopy(d->r, d->chart_tex, NULL, &d->r_charts);
+}
+
 static void charts(demo *d) {
     SDL_Rect r = d->r_charts;
     if (r.w <= 0 || r.h <= 0) return;
     int resized = d->chart_w != r.w || d->chart_h != r.h, all = resized || d->shot_pending;
     if (!charts_idle(d, all || !d->ch[0] || d->chart_scale != d->scale)) { /* a cell is being drawn */
-        if (region(d, R_CHARTS, h_int(h_rect(0xCBF29CE484222325ull, r), d->chart_serial)) && d->chart_tex)
-            SDL_RenderCopy(d->r, d->chart_tex, NULL, &r);
+        show_charts(d);
         return;
     }
     if (!d->ch[0] || d->chart_scale != d->scale) {
@@ -603,12 +609,9 @@ static void charts(demo *d) {
             break;
         }
         draw_cell(d, &j);
-        SDL_Rect cell = {j.x, j.y, j.w, j.h};
-        SDL_UpdateTexture(d->chart_tex, &cell, d->chart_px + (size_t)j.y * r.w + j.x, r.w * 4);
-        d->chart_serial++;
+        upload_cell(d, &j);
     }
-    if (region(d, R_CHARTS, h_int(h_rect(0xCBF29CE484222325ull, r), d->chart_serial)))
-        SDL_RenderCopy(d->r, d->chart_tex, NULL, &r);
+    show_charts(d);
 }
 
 /* One line of live numbers over each chart. */
