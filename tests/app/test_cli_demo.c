@@ -6,6 +6,7 @@
  *    and none before it; B's text carries divergence marks exactly when its top-1 agreement is below 100%;
  *    frame times were measured while both panes generated: p50 and p95 <= 33 ms, UI thread CPU p95 <= 33 ms;
  *  - speech: the embedded speech model answers "Ask about the audio" exactly as the engine does;
+ *  - ocr: the embedded OCR model reads assets/samples/receipt.png with "Read the text" exactly as the engine does;
  *  - close: the window closed mid-generation with audio playing: a message, exit 0, partial answers printed;
  *  - corrupt: a corrupt PNG, a text file, an empty file, a cut WAV and a folder dropped: a red message each in the
  *    status bar, then the window still answers about a good image;
@@ -265,6 +266,18 @@ static int count_colour(const char *png, int y0, int y1, int r, int g, int b, in
 }
 
 /* Closing the window mid-generation (with audio playing): a message, exit 0, the partial answers printed. */
+/* The embedded OCR model (the default model that reads images, no -m) reads a committed sample with "Read the
+ * text": the sample's text, on both panes, as the engine answers it. */
+static void test_embedded_ocr(void) {
+    if (access(EMBEDDED "/ocr/config.json", R_OK)) {
+        printf("SKIP embedded OCR: no %s/ocr\n", EMBEDDED);
+        return;
+    }
+    const scripted t = {"ocr", SAMPLES "/receipt.png", "read", "Read all the text in the image.", "-n 64",
+                        EMBEDDED "/ocr", "--image", "-n 64", "Total: $38.50 Date: 2026-11-30", 0};
+    test_scripted(&t);
+}
+
 static void test_close(void) {
     char text[8192];
     snprintf(text, sizeof text,
@@ -526,14 +539,15 @@ int main(int argc, char **argv) {
     static const struct {
         const char *name;
         void (*fn)(void);
-    } cases[] = {{"read", test_read},   {"speech", test_embedded_audio}, {"close", test_close}, {"corrupt", test_corrupt},
-                 {"big", test_big},     {"ui", test_ui},                 {"switch", test_switch}, {"bad", test_bad}};
+    } cases[] = {{"read", test_read},     {"speech", test_embedded_audio}, {"ocr", test_embedded_ocr},
+                 {"close", test_close},   {"corrupt", test_corrupt},       {"big", test_big},
+                 {"ui", test_ui},         {"switch", test_switch},         {"bad", test_bad}};
     int n = (int)(sizeof cases / sizeof cases[0]), ran = 0;
     g_tmp = make_tmpdir();
     if (!g_tmp) return 1;
     for (int i = 0; i < n; i++) /* the case named on the command line (CTest runs one per test), or all */
         if (argc < 2 || !strcmp(argv[1], cases[i].name)) cases[i].fn(), ran++;
-    CHECK(ran > 0, "no case '%s' (read speech close corrupt big ui switch bad)", argc > 1 ? argv[1] : "");
+    CHECK(ran > 0, "no case '%s' (read speech ocr close corrupt big ui switch bad)", argc > 1 ? argv[1] : "");
     char cmd[4200];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_tmp);
     if (system(cmd)) fprintf(stderr, "could not remove %s\n", g_tmp);
