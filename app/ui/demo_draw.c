@@ -650,7 +650,8 @@ static void status_bar(demo *d) {
     SDL_Rect r = d->r_status;
     char t[160];
     double now = omni_time_ms();
-    if (now - d->t_frame_shown >= 500) d->frame_shown = d->last_frame_ms, d->t_frame_shown = now; /* readable */
+    if (now - d->t_frame_shown >= 500 || !d->frame_shown) /* twice a second at most: readable */
+        d->frame_shown = d->last_frame_ms, d->t_frame_shown = now;
     snprintf(t, sizeof t, "frame %.1f ms · F1: shortcuts", d->frame_shown);
     if (!region(d, R_STATUS, h_int(h_str(h_str(h_rect(0xCBF29CE484222325ull, r), t), d->msg), d->msg_err))) return;
     fill(d, r, C_PANEL);
