@@ -43,7 +43,8 @@ static omni_status read_shape(const omni_json_ctx *j, const cJSON *tc, llm_confi
     if (c->n_heads % c->n_kv_heads)
         return omni_fail(OMNI_ERR_MODEL, "config.json: num_attention_heads %d is not a multiple of "
                          "num_key_value_heads %d", c->n_heads, c->n_kv_heads);
-    c->head_dim = c->hidden / c->n_heads;
+    /* absent head_dim: Qwen3VLTextConfig's default 128; the Omni text config has no such field (hidden/heads) */
+    c->head_dim = c->arch == LLM_ARCH_QWEN3_VL ? 128 : c->hidden / c->n_heads;
     TRY(omni_json_int(j, tc, "head_dim", OMNI_JSON_OPTIONAL, 2, 1024, &c->head_dim));
     if (c->head_dim < 2 || c->head_dim % 2)
         return omni_fail(OMNI_ERR_MODEL, "config.json: head_dim %d is not an even number >= 2", c->head_dim);
@@ -51,7 +52,8 @@ static omni_status read_shape(const omni_json_ctx *j, const cJSON *tc, llm_confi
     TRY(omni_json_float(j, tc, "rms_norm_eps", OMNI_JSON_OPTIONAL, 1e-30, 1.0, &c->rms_eps));
     c->intermediate = 0;
     TRY(omni_json_int(j, tc, "intermediate_size", OMNI_JSON_OPTIONAL, 1, MAX_FFN, &c->intermediate));
-    TRY(omni_json_bool(j, tc, "tie_word_embeddings", OMNI_JSON_OPTIONAL, &c->tie_word_embeddings));
+    int text_tie = 0; /* type-checked only: transformers reads the flag of the model's own config (below) */
+    TRY(omni_json_bool(j, tc, "tie_word_embeddings", OMNI_JSON_OPTIONAL, &text_tie));
     return OMNI_OK;
 }
 
@@ -92,7 +94,12 @@ static omni_status read_moe(const omni_json_ctx *j, const cJSON *tc, llm_config 
     return OMNI_OK;
 }
 
-/* rope: v5 `rope_parameters` {rope_theta, mrope_section, mrope_interleaved}, v4 `rope_theta` + `rope_scaling`. */
+/* rope: v5 `rope_parameters` {rope_theta, mrope_section, mrope_interleaved}, v4 `rope_theta` + `rope_scaling`.
+ * As transformers 5.17 computes it (Qwen3VLTextRotaryEmbedding, Qwen3OmniMoeThinkerTextRotaryEmbedding): the
+ * frequency slots are ALWAYS interleaved T H W T H W ... whatever `mrope_interleaved`/`interleaved` say (the flags
+ * are only type-checked), only mrope_section[1] and [2] matter (H: slots j%3 == 1 below 3*section[1], W: j%3 == 2
+ * below 3*section[2], T: the rest), an absent mrope_section is [24, 20, 20], and an absent rope_theta is the class
+ * default (500000 for qwen3_vl, 1000000 for qwen3_omni_moe). */
 static omni_status read_rope(const cJSON *tc, llm_config *c) {
     omni_json_ctx j = ctx_of("text_config");
     const cJSON *rp = NULL;
@@ -103,20 +110,16 @@ static omni_status read_rope(const cJSON *tc, llm_config *c) {
     TRY(omni_json_string(&jr, rp, "rope_type", OMNI_JSON_OPTIONAL, &type));
     if (strcmp(type, "default"))
         return omni_fail(OMNI_ERR_UNSUPPORTED, "config.json: rope_type '%s' is not supported (default only)", type);
-    c->rope_theta = 0;
+    c->rope_theta = c->arch == LLM_ARCH_QWEN3_OMNI_MOE ? 1e6f : 5e5f;
     TRY(omni_json_float(&j, tc, "rope_theta", OMNI_JSON_OPTIONAL, 1.0, 1e12, &c->rope_theta));
     TRY(omni_json_float(&jr, rp, "rope_theta", OMNI_JSON_OPTIONAL, 1.0, 1e12, &c->rope_theta));
-    if (c->rope_theta == 0) return omni_fail(OMNI_ERR_MODEL, "config.json: text_config.rope_theta: missing");
-    int n = 0, half = c->head_dim / 2;
-    c->mrope_section[0] = half; /* absent: text-only use, plain RoPE on the T stream */
-    c->mrope_section[1] = c->mrope_section[2] = 0;
-    TRY(omni_json_ints(&jr, rp, "mrope_section", OMNI_JSON_OPTIONAL, 3, 3, 0, half, c->mrope_section, &n));
-    c->mrope_interleaved = 0;
-    TRY(omni_json_bool(&jr, rp, "mrope_interleaved", OMNI_JSON_OPTIONAL, &c->mrope_interleaved));
-    TRY(omni_json_bool(&jr, rp, "interleaved", OMNI_JSON_OPTIONAL, &c->mrope_interleaved));
-    int sum = c->mrope_section[0] + c->mrope_section[1] + c->mrope_section[2];
-    if (sum != half)
-        return omni_fail(OMNI_ERR_MODEL, "config.json: mrope_section sums to %d, expected head_dim/2 = %d", sum, half);
+    int n = 0;
+    c->mrope_section[0] = 24, c->mrope_section[1] = 20, c->mrope_section[2] = 20;
+    TRY(omni_json_ints(&jr, rp, "mrope_section", OMNI_JSON_OPTIONAL, 3, 3, 0, MAX_DIM, c->mrope_section, &n));
+    int flag = 1;
+    TRY(omni_json_bool(&jr, rp, "mrope_interleaved", OMNI_JSON_OPTIONAL, &flag));
+    TRY(omni_json_bool(&jr, rp, "interleaved", OMNI_JSON_OPTIONAL, &flag));
+    c->mrope_interleaved = 1;
     return OMNI_OK;
 }
 
@@ -181,6 +184,18 @@ static omni_status select_arch(const cJSON *root, llm_config *c, const cJSON **h
     return omni_fail(OMNI_ERR_UNSUPPORTED, "unsupported model_type '%s' (supported: qwen3_vl, qwen3_omni_moe)", mt);
 }
 
+/* tie_word_embeddings as transformers 5.17 reads it: the flag of the config the model class is built from (the
+ * top level for qwen3_vl, thinker_config for qwen3_omni_moe; text_config's copy is ignored), default false. When
+ * that flag is absent, a checkpoint without lm_head.weight uses the embedding (tie_unset; llm/model.c decides). */
+static omni_status read_tie(const omni_json_ctx *jr, const cJSON *root, const omni_json_ctx *jh, const cJSON *holder,
+                            llm_config *c) {
+    int other = 0;
+    if (holder != root) TRY(omni_json_bool(jr, root, "tie_word_embeddings", OMNI_JSON_OPTIONAL, &other));
+    c->tie_word_embeddings = 0;
+    c->tie_unset = cJSON_GetObjectItemCaseSensitive(holder, "tie_word_embeddings") == NULL;
+    return omni_json_bool(jh, holder, "tie_word_embeddings", OMNI_JSON_OPTIONAL, &c->tie_word_embeddings);
+}
+
 static omni_status parse_root(cJSON *root, llm_config *c) {
     const cJSON *holder = NULL, *tc = NULL;
     TRY(select_arch(root, c, &holder));
@@ -189,8 +204,7 @@ static omni_status parse_root(cJSON *root, llm_config *c) {
     TRY(omni_json_object(&jh, holder, "text_config", OMNI_JSON_REQUIRED, &tc));
     TRY(read_text(tc, c));
     TRY(read_bos_eos(&jt, tc, c));
-    TRY(omni_json_bool(&jr, root, "tie_word_embeddings", OMNI_JSON_OPTIONAL, &c->tie_word_embeddings));
-    TRY(omni_json_bool(&jh, holder, "tie_word_embeddings", OMNI_JSON_OPTIONAL, &c->tie_word_embeddings));
+    TRY(read_tie(&jr, root, &jh, holder, c));
     TRY(read_token_ids(&jh, holder, c));
     if (c->n_eos == 0) {
         int bos = c->bos_id;

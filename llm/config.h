@@ -28,7 +28,8 @@ typedef struct {
     float rope_theta, rms_eps;
     int mrope_section[3];
     int mrope_interleaved;
-    int tie_word_embeddings;
+    int tie_word_embeddings; /* the model config's flag (top level / thinker_config), as transformers reads it */
+    int tie_unset;           /* that flag is absent: lm_head.weight if stored, else the embedding (llm/model.c) */
     /* MoE (qwen3_omni_moe); n_experts == 0 for dense */
     int n_experts, top_k, moe_intermediate, norm_topk_prob, decoder_sparse_step;
     /* special token ids (-1 when absent) */

@@ -127,10 +127,15 @@ static omni_status bind_globals(llm_model *m) {
     if ((st = omni_ckpt_get(m->ckpt, name, 2, es, &m->w.embed))) return st;
     snprintf(name, sizeof name, "%snorm.weight", c->prefix);
     if ((st = omni_ckpt_get(m->ckpt, name, 1, ns, &m->w.norm))) return st;
+    if (!c->tie_word_embeddings && c->tie_unset && !omni_ckpt_find(m->ckpt, c->lm_head))
+        m->cfg.tie_word_embeddings = 1; /* no flag and no head: the embedding is the head */
     if (c->tie_word_embeddings) {
         m->w.lm_head = m->w.embed;
         return OMNI_OK;
     }
+    if (!omni_ckpt_find(m->ckpt, c->lm_head))
+        return omni_fail(OMNI_ERR_MODEL, "checkpoint has no %s and config.json says tie_word_embeddings false",
+                         c->lm_head);
     return omni_ckpt_get(m->ckpt, c->lm_head, 2, es, &m->w.lm_head);
 }
 

@@ -16,7 +16,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n) {
         FUZZ_ASSERT(c.hidden > 0 && c.n_layers > 0 && c.n_heads > 0 && c.vocab > 0 && c.head_dim >= 2 &&
                     c.head_dim % 2 == 0 && c.n_kv_heads > 0 && c.n_heads % c.n_kv_heads == 0);
         FUZZ_ASSERT(c.rope_theta >= 1 && c.rms_eps > 0 && c.n_eos >= 0 && c.n_eos <= LLM_MAX_EOS);
-        FUZZ_ASSERT(c.mrope_section[0] + c.mrope_section[1] + c.mrope_section[2] == c.head_dim / 2);
+        FUZZ_ASSERT(c.mrope_interleaved == 1 && c.mrope_section[0] >= 0 && c.mrope_section[1] >= 0 &&
+                    c.mrope_section[2] >= 0 && c.mrope_section[1] <= 65536 && c.mrope_section[2] <= 65536);
         FUZZ_ASSERT(c.image_token_id < c.vocab && c.audio_token_id < c.vocab);
         FUZZ_ASSERT(c.n_experts > 0 ? c.top_k >= 1 && c.top_k <= c.n_experts : c.intermediate > 0);
         vision_config vc;

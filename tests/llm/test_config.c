@@ -73,7 +73,7 @@ static const edit_case g_text[] = {
     {"text_config.intermediate_size", "null", OMNI_ERR_MODEL, "intermediate_size: missing"},
     {"text_config.rope_scaling.mrope_section", "[]", OMNI_ERR_MODEL, "mrope_section: 0 elements, expected 3"},
     {"text_config.rope_scaling.mrope_section", "[24, 20, \"x\"]", OMNI_ERR_MODEL, "mrope_section[2]: expected an integer"},
-    {"text_config.rope_scaling.mrope_section", "[24, 20, 21]", OMNI_ERR_MODEL, "mrope_section sums to 65"},
+    {"text_config.rope_scaling.mrope_section", "[24, -1, 20]", OMNI_ERR_MODEL, "mrope_section[1]: -1 is outside"},
     {"text_config.rope_scaling.mrope_interleaved", "1", OMNI_ERR_MODEL, "mrope_interleaved: expected true or false"},
     {"text_config.rope_scaling.rope_type", "\"yarn\"", OMNI_ERR_UNSUPPORTED, "rope_type 'yarn' is not supported"},
     {"text_config.rope_scaling", "7", OMNI_ERR_MODEL, "text_config.rope_scaling: expected an object, got a number"},
@@ -102,6 +102,70 @@ static const edit_case g_moe[] = {
     {"thinker_config.audio_token_id", "1e6", OMNI_ERR_MODEL, "thinker_config.audio_token_id: 1000000 is outside"},
     {"thinker_config", "null", OMNI_ERR_MODEL, "config.json: thinker_config: missing"},
 };
+
+/* Values transformers 5.17 takes when a key is absent or ignores (llm/config.c follows it): rope_theta = the class
+ * default (Qwen3VLTextConfig 500000, Qwen3OmniMoeTextConfig 1000000), qwen3_vl head_dim 128, mrope_section
+ * [24, 20, 20], MRoPE always interleaved (the rotary classes never read the flag), any mrope_section accepted (only
+ * sections 1 and 2 are read), tie_word_embeddings from the model's own config only (default false). */
+static void check_defaults(void) {
+    static const struct {
+        const char *base_name, *path, *value;
+        int arch_omni;
+    } cases[] = {
+        {"vl", "text_config.rope_scaling.mrope_interleaved", "false", 0},
+        {"vl", "text_config.rope_scaling.mrope_section", "[30, 21, 21]", 0},
+        {"vl", "text_config.rope_theta", "null", 0},
+        {"vl", "text_config.head_dim", "null", 0},
+        {"omni", "thinker_config.text_config.rope_parameters.rope_theta", "null", 1},
+        {"omni", "thinker_config.text_config.rope_parameters.interleaved", "false", 1},
+        {"vl", "tie_word_embeddings", "null", 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *txt = edited(cases[i].arch_omni ? g_omni : g_vl, cases[i].path, cases[i].value);
+        cJSON *root = cJSON_Parse(txt);
+        if (!strcmp(cases[i].value, "null")) { /* null = remove the key */
+            char key[256];
+            snprintf(key, sizeof key, "%s", cases[i].path);
+            char *dot = strrchr(key, '.');
+            cJSON *o = root;
+            if (dot) {
+                *dot = 0;
+                for (char *k = strtok(key, "."); k; k = strtok(NULL, ".")) o = cJSON_GetObjectItemCaseSensitive(o, k);
+            }
+            cJSON_DeleteItemFromObjectCaseSensitive(o, dot ? dot + 1 : key);
+        }
+        char *out = cJSON_PrintUnformatted(root);
+        llm_config c;
+        omni_status st = llm_config_parse(out, strlen(out), &c);
+        CHECK(st == OMNI_OK, "%s absent/%s: %s", cases[i].path, cases[i].value, omni_last_error());
+        if (!st) {
+            CHECK(c.mrope_interleaved == 1, "%s: MRoPE not interleaved", cases[i].path);
+            if (strstr(cases[i].path, "rope_theta"))
+                CHECK(c.rope_theta == (cases[i].arch_omni ? 1e6f : 5e5f), "%s absent: theta %g", cases[i].path,
+                      c.rope_theta);
+            if (strstr(cases[i].path, "head_dim")) CHECK(c.head_dim == 128, "head_dim absent: %d", c.head_dim);
+            if (strstr(cases[i].path, "mrope_section"))
+                CHECK(c.mrope_section[1] == 21 && c.mrope_section[2] == 21, "mrope_section [30, 21, 21] not kept");
+            if (!strcmp(cases[i].path, "tie_word_embeddings"))
+                CHECK(!c.tie_word_embeddings && c.tie_unset, "top-level tie flag absent: tie %d unset %d",
+                      c.tie_word_embeddings, c.tie_unset);
+            llm_config_free(&c);
+        }
+        free(out), free(txt);
+        cJSON_Delete(root);
+    }
+    llm_config c; /* the fixture's section removed: [24, 20, 20] */
+    cJSON *root = cJSON_Parse(g_vl);
+    cJSON_DeleteItemFromObjectCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(root, "text_config"), "rope_scaling"),
+        "mrope_section");
+    char *out = cJSON_PrintUnformatted(root);
+    CHECK(llm_config_parse(out, strlen(out), &c) == OMNI_OK, "mrope_section absent: %s", omni_last_error());
+    CHECK(c.mrope_section[0] == 24 && c.mrope_section[1] == 20 && c.mrope_section[2] == 20, "mrope_section default");
+    llm_config_free(&c);
+    free(out);
+    cJSON_Delete(root);
+}
 
 static void run_text_cases(const char *base, const edit_case *cs, int n) {
     for (int i = 0; i < n; i++) {
@@ -251,6 +315,7 @@ int main(void) {
     llm_config_free(&c);
     run_text_cases(g_vl, g_text, (int)(sizeof g_text / sizeof g_text[0]));
     run_text_cases(g_omni, g_moe, (int)(sizeof g_moe / sizeof g_moe[0]));
+    check_defaults();
     run_vision_cases();
     run_audio_cases();
     run_generation_cases();

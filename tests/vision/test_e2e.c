@@ -3,7 +3,12 @@
  * <|image_pad|> tokens of the fixture prompt (spans); positions come from llm_positions_build. Checks:
  * last-position logits max|d|/max|ref| <= 1e-3, same argmax and top-5 set, and 16 greedy tokens identical
  * (decode positions = cache index + rope_delta; no EOS stop, as the reference loop); the same prompt prefilled
- * in two chunks gives the same last logits. */
+ * in two chunks gives the same last logits.
+ * Config variants of the first model (tests/variant_dir.h), same references: transformers 5.17 interleaves the
+ * MRoPE slots whether text_config.rope_parameters.mrope_interleaved is true, false or absent, and an absent
+ * mrope_section is [24, 20, 20] (for head_dim 32 the same slot map as the fixture's [6, 5, 5]); checked with
+ * transformers on these variant directories (max|d| 2.3e-6 vs the fixture, same greedy tokens). */
+#define _DEFAULT_SOURCE
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +18,7 @@
 #include "kernels/ops.h"
 #include "llm/model.h"
 #include "llm/positions.h"
+#include "variant_dir.h"
 #include "vfix.h"
 #include "vision/vision.h"
 
@@ -132,11 +138,13 @@ static void two_chunks(const char *name, llm_model *m, const int32_t *ids, const
     kv_free(kv);
 }
 
-static void run_model(const cJSON *man, const cJSON *model) {
-    const char *name = vfix_str(model, "dir");
+/* The e2e case of a manifest model, with its model directory (or `variant`, a directory of the same weights). */
+static void run_model(const cJSON *model, const char *variant, const char *label) {
+    const char *name = label ? label : vfix_str(model, "dir");
     const cJSON *e = cJSON_GetObjectItem(model, "e2e");
     char dir[1024];
-    snprintf(dir, sizeof dir, "%s/%s", VFIX_DIR, name);
+    snprintf(dir, sizeof dir, "%s/%s", VFIX_DIR, vfix_str(model, "dir"));
+    if (variant) snprintf(dir, sizeof dir, "%s", variant);
     llm_model *m = NULL;
     vision_tower *tower = NULL;
     kv_cache *kv = NULL;
@@ -182,12 +190,46 @@ static void run_model(const cJSON *man, const cJSON *model) {
             two_chunks(name, m, ids, pos, n, spans, ref);
         }
     }
-    (void)man;
     for (int i = 0; i < enc.n; i++) vision_output_free(&enc.out[i]);
     free(logits), free(pos), free(ids), free(ref);
     kv_free(kv);
     vision_tower_free(tower);
     llm_model_free(m);
+}
+
+/* Edits of text_config.rope_parameters: "drop KEY" or "KEY=JSON". */
+static void edit_rope(cJSON *root, const void *user) {
+    cJSON *rp = variant_obj(root, "text_config.rope_parameters");
+    for (const char *const *e = user; *e; e++) {
+        char key[64];
+        const char *eq = strchr(*e, '=');
+        if (!eq) {
+            cJSON_DeleteItemFromObjectCaseSensitive(rp, *e + 5);
+            continue;
+        }
+        snprintf(key, sizeof key, "%.*s", (int)(eq - *e), *e);
+        cJSON_DeleteItemFromObjectCaseSensitive(rp, key);
+        cJSON_AddItemToObject(rp, key, cJSON_Parse(eq + 1));
+    }
+}
+
+static void run_variants(const cJSON *model) {
+    static const char *no_flag[] = {"drop mrope_interleaved", NULL};
+    static const char *flag_false[] = {"mrope_interleaved=false", NULL};
+    static const char *no_section[] = {"drop mrope_section", "drop mrope_interleaved", NULL};
+    static const struct {
+        const char *label, *const *edits;
+    } v[] = {{"mrope_interleaved absent", no_flag},
+             {"mrope_interleaved false", flag_false},
+             {"mrope_section absent", no_section}};
+    CHECK(model != NULL, "no manifest model for the variants");
+    for (size_t i = 0; model && i < sizeof v / sizeof v[0]; i++) {
+        char src[1024];
+        snprintf(src, sizeof src, "%s/%s", VFIX_DIR, vfix_str(model, "dir"));
+        char *dir = variant_dir(src, edit_rope, v[i].edits);
+        run_model(model, dir, v[i].label);
+        variant_dir_remove(dir);
+    }
 }
 
 int main(void) {
@@ -196,8 +238,9 @@ int main(void) {
     const cJSON *model;
     int n = 0;
     if (man)
-        cJSON_ArrayForEach(model, cJSON_GetObjectItem(man, "models")) run_model(man, model), n++;
+        cJSON_ArrayForEach(model, cJSON_GetObjectItem(man, "models")) run_model(model, NULL, NULL), n++;
     CHECK(n >= 2, "%d models", n);
+    run_variants(man ? cJSON_GetArrayItem(cJSON_GetObjectItem(man, "models"), 0) : NULL);
     cJSON_Delete(man);
     return check_exit();
 }
