@@ -65,7 +65,7 @@ static omni_status encode_pending(omni_session *s, pending_media *p, media_item 
     omni_status st = OMNI_OK;
     int k = 0;
     for (int i = 0; !st && i < p->n_img; i++) st = media_encode_image(s->media, p->img[i], &m[k++]);
-    for (int i = 0; !st && i < p->n_aud; i++) st = media_encode_audio(s->media, p->aud[i], &m[k++]);
+    if (!st) st = media_encode_audios(s->media, (const char *const *)p->aud, p->n_aud, &m[k]); /* one batch */
     return st;
 }
 

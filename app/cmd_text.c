@@ -26,12 +26,13 @@ static omni_status build_prompt(const omni_args *a, char **text) {
     return *text ? OMNI_OK : omni_fail(OMNI_ERR_NOMEM, "out of memory");
 }
 
-/* Encode every --image and --audio of the args: images first, then audio, each in the order given. */
+/* Encode every --image and --audio of the args: images first, then audio (all clips as one batch, as
+ * transformers' processor takes them), each in the order given. */
 static omni_status encode_args(omni_session *s, media_item *items) {
     omni_status st = OMNI_OK;
     int k = 0;
     for (int i = 0; !st && i < s->args.n_images; i++) st = media_encode_image(s->media, s->args.images[i], &items[k++]);
-    for (int i = 0; !st && i < s->args.n_audios; i++) st = media_encode_audio(s->media, s->args.audios[i], &items[k++]);
+    if (!st) st = media_encode_audios(s->media, (const char *const *)s->args.audios, s->args.n_audios, &items[k]);
     return st;
 }
 

@@ -206,28 +206,36 @@ static omni_status ensure_audio(media_encoder *e) {
     return st;
 }
 
-static omni_status audio_encode(media_encoder *e, const float *mel, int64_t T, float *emb) {
+/* chunk_pad > the clip's own longest chunk (a clip under 2·n_window frames beside a longer one) runs on the CPU
+ * tower: the CUDA tower pads a clip's chunks to its own longest only (such a clip is a few tokens). */
+static omni_status audio_encode(media_encoder *e, const float *mel, int64_t T, int chunk_pad, float *emb) {
 #ifdef OMNI_HAVE_CUDA_TOWERS
-    if (e->ag) return audio_tower_cuda_encode(e->ag, mel, T, emb);
+    if (e->ag && chunk_pad <= audio_chunk_frames(T, audio_tower_get_config(e->at)->n_window))
+        return audio_tower_cuda_encode(e->ag, mel, T, emb);
 #endif
-    return audio_tower_encode(e->at, mel, T, emb);
+    return audio_tower_encode_batched(e->at, mel, T, chunk_pad, emb);
 }
 
 omni_status media_encode_pcm(media_encoder *e, const audio_pcm *pcm, const char *name, media_item *out) {
+    return media_encode_pcm_batched(e, pcm, name, 0, 0, out);
+}
+
+omni_status media_encode_pcm_batched(media_encoder *e, const audio_pcm *pcm, const char *name, int64_t longest,
+                                     int chunk_pad, media_item *out) {
     memset(out, 0, sizeof *out);
     omni_status st = ensure_audio(e);
     if (st) return st;
     const audio_tower_config *ac = audio_tower_get_config(e->at);
-    int64_t T = audio_mel_frames(pcm->n), n_tok = audio_token_count(T, ac->n_window);
+    int64_t T = audio_mel_frames_batched(pcm->n, longest), n_tok = audio_token_count(T, ac->n_window);
     float *mel = malloc(sizeof(float) * (size_t)AUDIO_N_MELS * (size_t)(T > 0 ? T : 1));
     float *emb = malloc(sizeof(float) * (size_t)(n_tok > 0 ? n_tok : 1) * ac->out_dim);
     if (!mel || !emb) st = omni_fail(OMNI_ERR_NOMEM, "out of memory for %.0f s of audio", pcm->duration_s);
     double t0 = omni_time_ms();
-    if (!st) st = audio_log_mel(pcm->samples, pcm->n, mel); /* refuses too-short or non-finite audio first */
+    if (!st) st = audio_log_mel_batched(pcm->samples, pcm->n, longest, mel); /* refuses too-short or non-finite audio first */
     if (!st)
         omni_log(1, "audio: '%s' %d Hz %d ch %.2f s -> 16000 Hz mono (%lld samples)\n", name, pcm->orig_rate,
                  pcm->orig_channels, pcm->duration_s, (long long)pcm->n);
-    if (!st) st = audio_encode(e, mel, T, emb);
+    if (!st) st = audio_encode(e, mel, T, chunk_pad, emb);
     if (!st) {
         double ms = omni_time_ms() - t0;
         omni_log(1, "audio: %lld mel frames -> %lld audio tokens, encoded in %.2f ms\n", (long long)T,
@@ -253,6 +261,30 @@ omni_status media_encode_audio(media_encoder *e, const char *path, media_item *o
     if ((st = audio_load_ex(path, &lp, &pcm))) return st;
     st = media_encode_pcm(e, &pcm, base_name(path), out);
     audio_pcm_free(&pcm);
+    return st;
+}
+
+omni_status media_encode_audios(media_encoder *e, const char *const *paths, int n, media_item *out) {
+    if (n <= 0) return OMNI_OK;
+    for (int i = 0; i < n; i++) memset(&out[i], 0, sizeof out[i]);
+    omni_status st = ensure_audio(e);
+    if (st) return st;
+    audio_pcm *pcm = calloc((size_t)n, sizeof *pcm);
+    if (!pcm) return omni_fail(OMNI_ERR_NOMEM, "out of memory");
+    audio_load_params lp = audio_load_default_params();
+    if (e->p.max_audio_seconds > 0) lp.max_seconds = e->p.max_audio_seconds;
+    int64_t longest = 0;
+    for (int i = 0; !st && i < n; i++) /* every clip decoded first: the batch pads to the longest */
+        if (!(st = audio_load_ex(paths[i], &lp, &pcm[i])) && pcm[i].n > longest) longest = pcm[i].n;
+    int chunk_pad = 0, nw = audio_tower_get_config(e->at)->n_window;
+    for (int i = 0; !st && i < n; i++) {
+        int c = audio_chunk_frames(audio_mel_frames_batched(pcm[i].n, longest), nw);
+        if (c > chunk_pad) chunk_pad = c;
+    }
+    for (int i = 0; !st && i < n; i++) st = media_encode_pcm_batched(e, &pcm[i], base_name(paths[i]), longest,
+                                                                       chunk_pad, &out[i]);
+    for (int i = 0; i < n; i++) audio_pcm_free(&pcm[i]);
+    free(pcm);
     return st;
 }
 

@@ -76,6 +76,15 @@ omni_status media_encode_image_data(media_encoder *enc, const uint8_t *data, siz
 omni_status media_encode_audio(media_encoder *enc, const char *path, media_item *out);
 /* Log-mel and encode decoded audio (16 kHz mono, audio_load's output). */
 omni_status media_encode_pcm(media_encoder *enc, const audio_pcm *pcm, const char *name, media_item *out);
+/* Several audio files of one request, encoded as transformers 5.17 encodes one processor call with several clips:
+ * waveforms zero-padded to the longest before the log-mel, chunks padded to the longest chunk of all clips
+ * (audio_log_mel_batched, audio_tower_encode_batched); out[i] for paths[i]. A short clip beside a longer one can
+ * get one more mel frame (so possibly one more token) than alone. One clip = media_encode_audio. */
+omni_status media_encode_audios(media_encoder *enc, const char *const *paths, int n, media_item *out);
+/* media_encode_pcm for one clip of such a batch: `longest` samples of the longest clip, `chunk_pad` the longest
+ * chunk in mel frames over all clips (audio_chunk_frames); 0, 0 = alone. */
+omni_status media_encode_pcm_batched(media_encoder *enc, const audio_pcm *pcm, const char *name, int64_t longest,
+                                     int chunk_pad, media_item *out);
 void media_item_clear(media_item *it); /* frees the contents; NULL is a no-op */
 
 /* A prompt with its media: each <|image_pad|> / <|audio_pad|> of the token ids stands for the next item of that

@@ -108,6 +108,14 @@ int64_t audio_mel_frames(int64_t n_samples);
  * Fails (OMNI_ERR_INPUT) when n <= n_fft/2 (reflect padding needs n > 200) or a sample is not finite. */
 omni_status audio_log_mel(const float *wave, int64_t n, float *mel);
 
+/* Several clips of one request, as WhisperFeatureExtractor(padding=True) treats a batch (transformers 5.17): every
+ * clip is zero-extended to the longest one's `longest` samples before the STFT (its last frames see zeros, not
+ * the reflection; the max - 8 floor spans the padded length), and a clip shorter than the longest keeps
+ * ceil(n / 160) frames (its sample mask sub-sampled every 160 samples), at most longest / 160; the longest keeps
+ * n / 160. With longest <= n both equal audio_mel_frames / audio_log_mel. mel is [AUDIO_N_MELS, frames]. */
+int64_t audio_mel_frames_batched(int64_t n_samples, int64_t longest);
+omni_status audio_log_mel_batched(const float *wave, int64_t n, int64_t longest, float *mel);
+
 /* The Slaney mel filter bank [n_freq = n_fft/2 + 1][n_mels] as HF builds it (f64), for tests. */
 void audio_mel_filters(double *fb, int n_freq, int n_mels, double sr, double fmin, double fmax);
 
@@ -176,6 +184,12 @@ void audio_tower_weights(const audio_tower *t, audio_weights *w);
 
 /* Encode mel [n_mels, T] (row stride T) to out [audio_token_count(T), out_dim]. */
 omni_status audio_tower_encode(audio_tower *t, const float *mel, int64_t T, float *out);
+/* The same for one clip of a batch: transformers pads every 2·n_window-frame chunk of the batch to the longest
+ * chunk of all clips, and the padding leaks into a short clip's last outputs (conv bias + GELU). chunk_pad = the
+ * largest audio_chunk_frames() of the batch's clips (0 or less than the clip's own: the clip alone). */
+omni_status audio_tower_encode_batched(audio_tower *t, const float *mel, int64_t T, int chunk_pad, float *out);
+/* The longest chunk of a clip of T mel frames: min(T, 2·n_window). */
+int audio_chunk_frames(int64_t T, int n_window);
 
 #ifdef __cplusplus
 }

@@ -54,12 +54,13 @@ void audio_mel_filters(double *fb, int n_freq, int n_mels, double sr, double fmi
     }
 }
 
-/* Sample j of the reflect-padded signal (pad = n_fft/2 on both sides, no edge repeat). */
-static inline float padded_at(const float *x, int64_t n, int64_t j) {
+/* Sample j of the signal x [n] zero-extended to N >= n samples (a clip of a batch padded to the longest), then
+ * reflect-padded (pad = n_fft/2 on both sides, no edge repeat). */
+static inline float padded_at(const float *x, int64_t n, int64_t N, int64_t j) {
     j -= AUDIO_N_FFT / 2;
     if (j < 0) j = -j;
-    if (j >= n) j = 2 * (n - 1) - j;
-    return x[j];
+    if (j >= N) j = 2 * (N - 1) - j;
+    return j < n ? x[j] : 0.0f;
 }
 
 typedef struct {
@@ -116,17 +117,19 @@ static omni_status mel_state_init(mel_state *s) {
     return OMNI_OK;
 }
 
-/* Power spectrum of frame f into s->power. */
-static void stft_frame(mel_state *s, const float *x, int64_t n, int64_t f) {
+/* Power spectrum of frame f of x [n] zero-extended to N samples into s->power. */
+static void stft_frame(mel_state *s, const float *x, int64_t n, int64_t N, int64_t f) {
     int64_t start = f * AUDIO_HOP;
     int interior = start >= AUDIO_N_FFT / 2 && start + AUDIO_N_FFT / 2 <= n;
     for (int i = 0; i < AUDIO_N_FFT; i++)
-        s->frame[i] = s->window[i] * (interior ? x[start - AUDIO_N_FFT / 2 + i] : padded_at(x, n, start + i));
+        s->frame[i] = s->window[i] * (interior ? x[start - AUDIO_N_FFT / 2 + i] : padded_at(x, n, N, start + i));
     fftwf_execute(s->plan);
     for (int k = 0; k < N_FREQ; k++) s->power[k] = s->spec[k][0] * s->spec[k][0] + s->spec[k][1] * s->spec[k][1];
 }
 
-omni_status audio_log_mel(const float *wave, int64_t n, float *out) {
+/* log-mel of x [n] zero-extended to N samples: all N/160 frames count for the max - 8 floor, the first T are
+ * stored (out [128, T]). */
+static omni_status log_mel(const float *wave, int64_t n, int64_t N, int64_t T, float *out) {
     if (n <= AUDIO_N_FFT / 2)
         return omni_fail(OMNI_ERR_INPUT, "log-mel: audio too short (%lld samples; need more than %d)", (long long)n,
                          AUDIO_N_FFT / 2);
@@ -136,16 +139,20 @@ omni_status audio_log_mel(const float *wave, int64_t n, float *out) {
     mel_state s;
     omni_status st = mel_state_init(&s);
     if (st) return st;
-    const int64_t T = audio_mel_frames(n);
+    const int64_t T_all = audio_mel_frames(N);
     float mx = -INFINITY;
-    for (int64_t f = 0; f < T; f++) {
-        stft_frame(&s, wave, n, f);
+    for (int64_t f = 0; f < T_all; f++) {
+        if (f >= T && (f * AUDIO_HOP - AUDIO_N_FFT / 2 >= n && f * AUDIO_HOP + AUDIO_N_FFT / 2 < N)) {
+            mx = fmaxf(mx, log10f(1e-10f)); /* a frame of padding only: power 0 */
+            continue;
+        }
+        stft_frame(&s, wave, n, N, f);
         for (int m = 0; m < AUDIO_N_MELS; m++) {
             const float *fb = s.fb + m * N_FREQ;
             float acc = 0.0f;
             for (int k = s.lo[m]; k < s.hi[m]; k++) acc += fb[k] * s.power[k];
             float v = log10f(fmaxf(acc, 1e-10f));
-            out[(size_t)m * T + f] = v;
+            if (f < T) out[(size_t)m * T + f] = v;
             mx = fmaxf(mx, v);
         }
     }
@@ -153,4 +160,20 @@ omni_status audio_log_mel(const float *wave, int64_t n, float *out) {
     for (int64_t i = 0; i < (int64_t)AUDIO_N_MELS * T; i++) out[i] = (fmaxf(out[i], floor_v) + 4.0f) / 4.0f;
     mel_state_free(&s);
     return OMNI_OK;
+}
+
+omni_status audio_log_mel(const float *wave, int64_t n, float *out) {
+    return log_mel(wave, n, n, audio_mel_frames(n), out);
+}
+
+int64_t audio_mel_frames_batched(int64_t n_samples, int64_t longest) {
+    if (n_samples <= 0) return 0;
+    if (n_samples >= longest) return audio_mel_frames(n_samples);
+    int64_t ceil_frames = (n_samples + AUDIO_HOP - 1) / AUDIO_HOP, all = audio_mel_frames(longest);
+    return ceil_frames < all ? ceil_frames : all;
+}
+
+omni_status audio_log_mel_batched(const float *wave, int64_t n, int64_t longest, float *mel) {
+    if (longest < n) longest = n;
+    return log_mel(wave, n, longest, audio_mel_frames_batched(n, longest), mel);
 }

@@ -1,7 +1,7 @@
 /* tower.c - the Qwen3-Omni AuT audio encoder (Qwen3OmniMoeAudioEncoder, transformers 5.17.0), CPU f32.
  *
  * mel [128, T] -> chunks of L = 2·n_window frames (the last holds T mod L, or L; every chunk is zero-padded to the
- * longest chunk Lc of the clip) -> per chunk: conv2d1/2/3 (3x3, stride 2, pad 1) + exact GELU, channel-last
+ * longest chunk Lc of the clip, or of the batch of clips it was encoded with in transformers) -> per chunk: conv2d1/2/3 (3x3, stride 2, pad 1) + exact GELU, channel-last
  * [F=16, t, C] -> conv_out over (C·16) -> + sinusoidal position p = 0..t-1 -> keep the chunk's valid prefix
  * -> tokens [N, d] -> pre-LN encoder layers with attention only inside windows of t(Lc)·(n_window_infer / L)
  * tokens -> ln_post -> proj1 -> GELU -> proj2 -> [N, out_dim].
@@ -330,13 +330,23 @@ static void tower_head(const audio_tower *t, aut_work *w, int n, float *out) {
     op_linear(out, w->q, n, &t->p2_w, &t->p2_b);
 }
 
+int audio_chunk_frames(int64_t T, int n_window) {
+    const int64_t L = 2 * (int64_t)n_window;
+    return T <= 0 ? 0 : T >= L ? (int)L : (int)T;
+}
+
 omni_status audio_tower_encode(audio_tower *t, const float *mel, int64_t T, float *out) {
+    return audio_tower_encode_batched(t, mel, T, 0, out);
+}
+
+omni_status audio_tower_encode_batched(audio_tower *t, const float *mel, int64_t T, int chunk_pad, float *out) {
     const audio_tower_config *c = &t->cfg;
     const int L = 2 * c->n_window;
     if (T <= 0) return omni_fail(OMNI_ERR_INPUT, "audio tower: no mel frames");
     const int64_t n_chunks = (T + L - 1) / L;
     const int tail = (int)(T % L ? T % L : L);
-    const int Lc = n_chunks > 1 ? L : tail; /* the longest chunk: what every chunk is padded to */
+    int Lc = n_chunks > 1 ? L : tail; /* the longest chunk (of the batch): what every chunk is padded to */
+    if (chunk_pad > Lc) Lc = chunk_pad < L ? chunk_pad : L;
     const int t_max = (int)audio_token_count(Lc, c->n_window);
     const int win = t_max * (c->n_window_infer / L); /* attention window in tokens (104 for Qwen3-Omni) */
     if (t_max > c->max_source_positions)

@@ -307,8 +307,14 @@ VL_SPECS = {
                                         c["text_config"].__setitem__("tie_word_embeddings", True))),
 }
 
+LONG = " ".join(f"item {i} costs {i * 37 % 101} coins; the {['red', 'blue', 'green'][i % 3]} one is here." for i in range(170))
+
 VL_INPUTS = {
     "text": (T_TEXT, []),
+    "long": ("<|im_start|>system\nYou are terse.<|im_end|>\n<|im_start|>user\n" + LONG + "<|im_end|>\n"
+             "<|im_start|>assistant\nSure.<|im_end|>\n<|im_start|>user\nAnd the last one?<|im_end|>\n"
+             "<|im_start|>assistant\n", []),
+    "long_img": (img_prompt(1, LONG[:3000]), [(300, 200, 13)]),
     "img_exact": (img_prompt(1), [(128, 64, 1)]),
     "img_tiny": (img_prompt(1), [(3, 2, 2)]),
     "img_wide": (img_prompt(1), [(600, 7, 3)]),
