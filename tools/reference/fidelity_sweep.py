@@ -30,6 +30,8 @@ ROOT = common.ROOT
 TOK_DIR = os.path.join(ROOT, "tests", "fixtures", "tok-small")
 IDS = common.special_token_ids()
 VOCAB = 3040
+GREEDY = 0          # --greedy N: also compare N greedy tokens (omni generate --temp 0 vs transformers generate)
+GREEDY_OUT = [None]
 
 
 # ---- checkpoints ----------------------------------------------------------------------------------------------
@@ -95,7 +97,7 @@ def vl_model(d, s):
     model = Qwen3VLForConditionalGeneration(cfg)
     randomize(model, s["seed"])
     shutil.rmtree(d, ignore_errors=True)
-    model.to(torch.bfloat16).save_pretrained(d)
+    model.to(s.get("dtype", torch.bfloat16)).save_pretrained(d)
     if "edit_config" in s:  # rewrite config.json the way another writer would
         c = json.load(open(os.path.join(d, "config.json")))
         s["edit_config"](c)
@@ -141,7 +143,7 @@ def omni_model(d, s):
     shutil.rmtree(d, ignore_errors=True)
     tmp = d + ".tmp"
     shutil.rmtree(tmp, ignore_errors=True)
-    model.to(torch.bfloat16).save_pretrained(tmp)
+    model.to(s.get("dtype", torch.bfloat16)).save_pretrained(tmp)
     sd = load_file(os.path.join(tmp, "model.safetensors"))
     os.makedirs(d)
     save_file({"thinker." + k: v.contiguous() for k, v in sorted(sd.items())}, os.path.join(d, "model.safetensors"),
@@ -225,6 +227,11 @@ def vl_reference(m, d, text, images):
         kw["mm_token_type_ids"] = (ids == IDS["<|image_pad|>"]).int()
     m.model.rope_deltas = None
     out = m(input_ids=ids, **kw)
+    if GREEDY:
+        m.model.rope_deltas = None
+        gen = m.generate(input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=GREEDY,
+                         **kw)[0, ids.shape[1]:].tolist()
+        GREEDY_OUT[0] = gen
     return out.logits[0, -1].float().numpy(), ids.shape[1]
 
 
@@ -259,7 +266,35 @@ def omni_reference(m, d, text, images, audios):
     m.model.rope_deltas = None if hasattr(m, "model") else None
     m.rope_deltas = None
     out = m(input_ids=ids, attention_mask=torch.ones_like(ids), **kw)
+    if GREEDY:
+        m.rope_deltas = None
+        gen = m.generate(input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=GREEDY,
+                         **kw)[0, ids.shape[1]:].tolist()
+        GREEDY_OUT[0] = gen
     return out.logits[0, -1].float().numpy(), ids.shape[1]
+
+
+def greedy_check(name, omni, d, text, images, audios, rows):
+    """omni generate --temp 0 -n GREEDY (text on stdout) vs the decoded transformers greedy tokens (EOS dropped)."""
+    from transformers import PreTrainedTokenizerFast
+    tok = PreTrainedTokenizerFast(tokenizer_file=os.path.join(d, "tokenizer.json"))
+    ids = GREEDY_OUT[0]
+    if ids and ids[-1] in (IDS["<|im_end|>"], IDS["<|endoftext|>"]):
+        ids = ids[:-1]
+    want = tok.decode(ids, skip_special_tokens=False)
+    cmd = [omni, "generate", "-m", d, "--raw", "--temp", "0", "-n", str(GREEDY), "--no-perf", "-t", "1",
+           "-c", "16384"]
+    for p in images:
+        cmd += ["--image", p]
+    for p in audios:
+        cmd += ["--audio", p]
+    r = subprocess.run(cmd + ["-p", text], capture_output=True)
+    got = r.stdout.decode("utf-8", "replace").rstrip("\n")
+    ok = r.returncode == 0 and got == want.rstrip("\n")
+    print(f"{name + ' greedy':28s} {len(ids)} tokens {'same' if ok else 'DIFFER'}"
+          + ("" if ok else f": omni {got!r} transformers {want!r}"), flush=True)
+    rows.append((name + " greedy", 0.0 if ok else None))
+    return ok
 
 
 def run_omni(omni, d, text, images, audios, out):
@@ -305,6 +340,11 @@ VL_SPECS = {
     "vl-f": dict(seed=6, hidden=32, heads=2, kv=2, head_dim=32, mrope=[6, 5, 5], tps=1, tie=False,
                  edit_config=lambda c: (c.pop("tie_word_embeddings", None),
                                         c["text_config"].__setitem__("tie_word_embeddings", True))),
+    # float16 checkpoint, GQA 3 (6 heads / 2 kv), 1 layer
+    "vl-g": dict(seed=7, hidden=48, heads=6, kv=2, head_dim=16, mrope=[2, 3, 3], layers=1, dtype=torch.float16),
+    # float32 checkpoint, untied, 4 layers
+    "vl-h": dict(seed=8, hidden=32, heads=2, kv=1, head_dim=32, mrope=[6, 5, 5], layers=4, tie=False,
+                 dtype=torch.float32),
 }
 
 LONG = " ".join(f"item {i} costs {i * 37 % 101} coins; the {['red', 'blue', 'green'][i % 3]} one is here." for i in range(170))
@@ -320,6 +360,8 @@ VL_INPUTS = {
     "img_wide": (img_prompt(1), [(600, 7, 3)]),
     "img_tall": (img_prompt(1), [(9, 500, 4)]),
     "img_odd": (img_prompt(1), [(101, 77, 5)]),
+    "img_ar150": (img_prompt(1), [(300, 2, 14)]),
+    "img_ar190": (img_prompt(1), [(2, 380, 15)]),
     "img_big": (img_prompt(1), [(700, 500, 6)]),
     "img_two": (img_prompt(2), [(64, 96, 7), (90, 40, 8)]),
     "img_interleave": ("<|im_start|>user\nFirst <|vision_start|><|image_pad|><|vision_end|> then "
@@ -337,6 +379,9 @@ OMNI_SPECS = {
     # 6 experts top-3 unnormalised, head_dim 64, theta 1e4, deepstack 3 taps
     "om-c": dict(seed=23, hidden=48, heads=2, kv=2, head_dim=64, mrope=[12, 10, 10], experts=6, top_k=3,
                  norm_topk=False, theta=1e4, v_depth=3, deepstack=[0, 1, 2]),
+    # float16 checkpoint, 32 experts top-4, 1 layer, 3 audio layers
+    "om-d": dict(seed=24, hidden=32, heads=4, kv=1, head_dim=16, mrope=[2, 3, 3], experts=32, top_k=4, layers=1,
+                 a_layers=3, dtype=torch.float16),
 }
 
 OMNI_INPUTS = {
@@ -401,10 +446,15 @@ def main():
     ap.add_argument("--omni", default=os.path.join(ROOT, "build", "omni"))
     ap.add_argument("--work", default="/tmp/fidsweep")
     ap.add_argument("--reuse", action="store_true", help="reuse the checkpoints and references of --work")
+    ap.add_argument("--greedy", type=int, default=0, help="also compare N greedy tokens (references made anew)")
     ap.add_argument("--refs-only", action="store_true", help="make the references, do not run omni")
     ap.add_argument("only", nargs="*")
     a = ap.parse_args()
     torch.set_num_threads(1)
+    global GREEDY
+    GREEDY = a.greedy
+    if GREEDY:
+        a.reuse = False
     os.makedirs(a.work, exist_ok=True)
     want = lambda n: not a.only or any(n.startswith(o) for o in a.only)  # noqa: E731
     bad, rows = 0, []
@@ -426,6 +476,8 @@ def main():
                 continue
             got, err = run_omni(a.omni, d, text, paths, [], os.path.join(a.work, "out.f32"))
             bad += not compare(f"{mname}/{k}", ref, got, err, n, rows)
+            if GREEDY:
+                bad += not greedy_check(f"{mname}/{k}", a.omni, d, text, paths, [], rows)
     for mname, spec in OMNI_SPECS.items():
         todo = [k for k in OMNI_INPUTS if want(f"{mname}/{k}")]
         if not todo:
@@ -445,6 +497,8 @@ def main():
                 continue
             got, err = run_omni(a.omni, d, text, paths, [p for p, _ in wavs], os.path.join(a.work, "out.f32"))
             bad += not compare(f"{mname}/{k}", ref, got, err, n, rows)
+            if GREEDY:
+                bad += not greedy_check(f"{mname}/{k}", a.omni, d, text, paths, [p for p, _ in wavs], rows)
     print(f"{len(rows) - bad} passed, {bad} failed")
     return 1 if bad else 0
 
