@@ -164,13 +164,9 @@ def omni_model(d, s):
 # ---- inputs ---------------------------------------------------------------------------------------------------
 
 def picture(w, h, seed):
-    rng = np.random.default_rng(seed)
-    y, x = np.mgrid[0:h, 0:w].astype(np.float64)
-    r = 127 + 120 * np.sin(x / max(w, 1) * 7.0 + y / max(h, 1) * 2.0)
-    g = (x * 5 + y * 3) % 256
-    b = np.where(((x // 6) + (y // 5)) % 2 == 0, 230, 25).astype(np.float64)
-    img = np.stack([r, g, b], -1) + rng.normal(0, 12, (h, w, 3))
-    return np.clip(np.round(img), 0, 255).astype(np.uint8)
+    """The vision fixtures' structured picture (make_vision_fixtures.picture) with stronger noise."""
+    from make_vision_fixtures import picture as fixture_picture
+    return fixture_picture(w, h, seed, noise=12)
 
 
 def image_file(work, w, h, seed):
@@ -441,6 +437,25 @@ def compare(name, ref, got, err, n_tok, rows):
     return ok
 
 
+def run_case(a, rows, m, d, name, case, inp, reference):
+    """One input on one checkpoint: transformers (or its cached logits) vs omni. Returns the number of failures."""
+    text, imgs, auds = inp
+    paths = [image_file(a.work, *i) for i in imgs]
+    wavs = [wav_file(a.work, sec, 100 + i) for i, sec in enumerate(auds)]
+    try:
+        ref, n = cached(d, case, m, lambda: reference(m, d, text, paths, [w for _, w in wavs]))
+    except Exception as e:  # noqa: BLE001
+        print(f"{name:28s} transformers failed: {type(e).__name__}: {e}", flush=True)
+        return 0
+    if a.refs_only:
+        return 0
+    got, err = run_omni(a.omni, d, text, paths, [p for p, _ in wavs], os.path.join(a.work, "out.f32"))
+    bad = not compare(name, ref, got, err, n, rows)
+    if GREEDY:
+        bad += not greedy_check(name, a.omni, d, text, paths, [p for p, _ in wavs], rows)
+    return int(bad)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--omni", default=os.path.join(ROOT, "build", "omni"))
@@ -458,47 +473,18 @@ def main():
     os.makedirs(a.work, exist_ok=True)
     want = lambda n: not a.only or any(n.startswith(o) for o in a.only)  # noqa: E731
     bad, rows = 0, []
-    for mname, spec in VL_SPECS.items():
-        todo = [k for k in VL_INPUTS if want(f"{mname}/{k}")]
-        if not todo:
-            continue
-        d = os.path.join(a.work, mname)
-        m = None if a.reuse and all(os.path.exists(ref_path(d, k)) for k in todo) else vl_model(d, dict(spec))
-        for k in todo:
-            text, imgs = VL_INPUTS[k]
-            paths = [image_file(a.work, *i) for i in imgs]
-            try:
-                ref, n = cached(d, k, m, lambda: vl_reference(m, d, text, paths))
-            except Exception as e:  # noqa: BLE001
-                print(f"{mname}/{k:22s} transformers failed: {type(e).__name__}: {e}", flush=True)
+    families = [(VL_SPECS, {k: (t, i, []) for k, (t, i) in VL_INPUTS.items()}, vl_model,
+                 lambda m, d, t, p, w: vl_reference(m, d, t, p)),
+                (OMNI_SPECS, OMNI_INPUTS, omni_model, omni_reference)]
+    for specs, inputs, make_model, reference in families:
+        for mname, spec in specs.items():
+            todo = [k for k in inputs if want(f"{mname}/{k}")]
+            if not todo:
                 continue
-            if a.refs_only:
-                continue
-            got, err = run_omni(a.omni, d, text, paths, [], os.path.join(a.work, "out.f32"))
-            bad += not compare(f"{mname}/{k}", ref, got, err, n, rows)
-            if GREEDY:
-                bad += not greedy_check(f"{mname}/{k}", a.omni, d, text, paths, [], rows)
-    for mname, spec in OMNI_SPECS.items():
-        todo = [k for k in OMNI_INPUTS if want(f"{mname}/{k}")]
-        if not todo:
-            continue
-        d = os.path.join(a.work, mname)
-        m = None if a.reuse and all(os.path.exists(ref_path(d, k)) for k in todo) else omni_model(d, dict(spec))
-        for k in todo:
-            text, imgs, auds = OMNI_INPUTS[k]
-            paths = [image_file(a.work, *i) for i in imgs]
-            wavs = [wav_file(a.work, sec, 100 + i) for i, sec in enumerate(auds)]
-            try:
-                ref, n = cached(d, k, m, lambda: omni_reference(m, d, text, paths, [w for _, w in wavs]))
-            except Exception as e:  # noqa: BLE001
-                print(f"{mname}/{k:22s} transformers failed: {type(e).__name__}: {e}", flush=True)
-                continue
-            if a.refs_only:
-                continue
-            got, err = run_omni(a.omni, d, text, paths, [p for p, _ in wavs], os.path.join(a.work, "out.f32"))
-            bad += not compare(f"{mname}/{k}", ref, got, err, n, rows)
-            if GREEDY:
-                bad += not greedy_check(f"{mname}/{k}", a.omni, d, text, paths, [p for p, _ in wavs], rows)
+            d = os.path.join(a.work, mname)
+            m = None if a.reuse and all(os.path.exists(ref_path(d, k)) for k in todo) else make_model(d, dict(spec))
+            for k in todo:
+                bad += run_case(a, rows, m, d, f"{mname}/{k}", k, inputs[k], reference)
     print(f"{len(rows) - bad} passed, {bad} failed")
     return 1 if bad else 0
 

@@ -49,14 +49,14 @@ def processor(min_pixels, max_pixels):
     )
 
 
-def picture(w, h, seed):
+def picture(w, h, seed, noise=4):
     """Deterministic structured picture: gradients, stripes, blocks and noise (uint8 [h, w, 3])."""
     rng = np.random.default_rng(seed)
     y, x = np.mgrid[0:h, 0:w].astype(np.float64)
     r = 127 + 120 * np.sin(x / max(w, 1) * 7.0 + y / max(h, 1) * 2.0)
     g = (x * 5 + y * 3) % 256
     b = np.where(((x // 6) + (y // 5)) % 2 == 0, 230, 25).astype(np.float64)
-    img = np.stack([r, g, b], -1) + rng.normal(0, 4, (h, w, 3))
+    img = np.stack([r, g, b], -1) + rng.normal(0, noise, (h, w, 3))
     return np.clip(np.round(img), 0, 255).astype(np.uint8)
 
 
