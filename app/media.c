@@ -264,27 +264,42 @@ omni_status media_encode_audio(media_encoder *e, const char *path, media_item *o
     return st;
 }
 
+omni_status media_encode_pcms(media_encoder *e, const audio_pcm *const *pcm, const char *const *names, int n,
+                              media_item *const *out) {
+    for (int i = 0; i < n; i++) memset(out[i], 0, sizeof *out[i]);
+    omni_status st = ensure_audio(e);
+    if (st || n <= 0) return st;
+    int64_t longest = 0;
+    for (int i = 0; i < n; i++)
+        if (pcm[i]->n > longest) longest = pcm[i]->n;
+    int chunk_pad = 0, nw = audio_tower_get_config(e->at)->n_window;
+    for (int i = 0; i < n; i++) {
+        int c = audio_chunk_frames(audio_mel_frames_batched(pcm[i]->n, longest), nw);
+        if (c > chunk_pad) chunk_pad = c;
+    }
+    for (int i = 0; !st && i < n; i++) st = media_encode_pcm_batched(e, pcm[i], names[i], longest, chunk_pad, out[i]);
+    return st;
+}
+
 omni_status media_encode_audios(media_encoder *e, const char *const *paths, int n, media_item *out) {
     if (n <= 0) return OMNI_OK;
     for (int i = 0; i < n; i++) memset(&out[i], 0, sizeof out[i]);
     omni_status st = ensure_audio(e);
     if (st) return st;
     audio_pcm *pcm = calloc((size_t)n, sizeof *pcm);
-    if (!pcm) return omni_fail(OMNI_ERR_NOMEM, "out of memory");
+    const audio_pcm **pp = calloc((size_t)n, sizeof *pp);
+    const char **names = calloc((size_t)n, sizeof *names);
+    media_item **po = calloc((size_t)n, sizeof *po);
+    if (!pcm || !pp || !names || !po) st = omni_fail(OMNI_ERR_NOMEM, "out of memory");
     audio_load_params lp = audio_load_default_params();
     if (e->p.max_audio_seconds > 0) lp.max_seconds = e->p.max_audio_seconds;
-    int64_t longest = 0;
-    for (int i = 0; !st && i < n; i++) /* every clip decoded first: the batch pads to the longest */
-        if (!(st = audio_load_ex(paths[i], &lp, &pcm[i])) && pcm[i].n > longest) longest = pcm[i].n;
-    int chunk_pad = 0, nw = audio_tower_get_config(e->at)->n_window;
-    for (int i = 0; !st && i < n; i++) {
-        int c = audio_chunk_frames(audio_mel_frames_batched(pcm[i].n, longest), nw);
-        if (c > chunk_pad) chunk_pad = c;
+    for (int i = 0; !st && i < n; i++) { /* every clip decoded first: the batch pads to the longest */
+        st = audio_load_ex(paths[i], &lp, &pcm[i]);
+        pp[i] = &pcm[i], names[i] = base_name(paths[i]), po[i] = &out[i];
     }
-    for (int i = 0; !st && i < n; i++) st = media_encode_pcm_batched(e, &pcm[i], base_name(paths[i]), longest,
-                                                                       chunk_pad, &out[i]);
-    for (int i = 0; i < n; i++) audio_pcm_free(&pcm[i]);
-    free(pcm);
+    if (!st) st = media_encode_pcms(e, pp, names, n, po);
+    for (int i = 0; pcm && i < n; i++) audio_pcm_free(&pcm[i]);
+    free(pcm), free(pp), free(names), free(po);
     return st;
 }
 

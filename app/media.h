@@ -85,6 +85,10 @@ omni_status media_encode_audios(media_encoder *enc, const char *const *paths, in
  * chunk in mel frames over all clips (audio_chunk_frames); 0, 0 = alone. */
 omni_status media_encode_pcm_batched(media_encoder *enc, const audio_pcm *pcm, const char *name, int64_t longest,
                                      int chunk_pad, media_item *out);
+/* The decoded clips of one prompt encoded as one batch, as media_encode_audios does for files (the server's
+ * input_audio parts): pcm[i] -> *out[i], names[i] for the log. */
+omni_status media_encode_pcms(media_encoder *enc, const audio_pcm *const *pcm, const char *const *names, int n,
+                              media_item *const *out);
 void media_item_clear(media_item *it); /* frees the contents; NULL is a no-op */
 
 /* A prompt with its media: each <|image_pad|> / <|audio_pad|> of the token ids stands for the next item of that

@@ -59,10 +59,30 @@ static omni_status count_one(srv_encoders *e, const srv_media *m, audio_pcm *pcm
     return st ? st : media_count_pcm(e->enc, pcm, n_tokens);
 }
 
-static omni_status encode_one(srv_encoders *e, const srv_media *m, const audio_pcm *pcm, media_item *out) {
-    if (m->kind == SRV_MEDIA_AUDIO) return media_encode_pcm(e->enc, pcm, m->format, out);
+static omni_status encode_image(srv_encoders *e, const srv_media *m, media_item *out) {
     return m->path ? media_encode_image(e->enc, m->path, out)
                    : media_encode_image_data(e->enc, m->data, m->size, "image", out);
+}
+
+/* Every audio clip of the request in one batch, as the CLI and transformers' processor encode them (a short clip
+ * beside a longer one is padded with it). *bad: the first clip's index on a failure. */
+static omni_status encode_audios(srv_encoders *e, const srv_request *req, const audio_pcm *pcm, media_item *items,
+                                 int *bad) {
+    size_t nm = (size_t)req->n_media;
+    const audio_pcm **pp = calloc(nm, sizeof *pp);
+    const char **names = calloc(nm, sizeof *names);
+    media_item **po = calloc(nm, sizeof *po);
+    omni_status st = pp && names && po ? OMNI_OK : omni_fail(OMNI_ERR_NOMEM, "out of memory");
+    int n = 0;
+    *bad = -1;
+    for (int i = 0; !st && i < req->n_media; i++)
+        if (req->media[i].kind == SRV_MEDIA_AUDIO) {
+            if (*bad < 0) *bad = i;
+            pp[n] = &pcm[i], names[n] = req->media[i].format, po[n++] = &items[i];
+        }
+    if (!st && n) st = media_encode_pcms(e->enc, pp, names, n, po);
+    free(pp), free(names), free(po);
+    return st;
 }
 
 /* ---- the whole prompt ----------------------------------------------------------------------------------------- */
@@ -101,7 +121,13 @@ static omni_status count_and_encode(srv_encoders *e, const int32_t *ids, int n, 
     if (!st && e->p.ctx > 0 && total >= e->p.ctx) st = srv_context_error(err, req, total > INT32_MAX ? INT32_MAX : (int)total, e->p.ctx);
     double t0 = omni_time_ms();
     for (int i = 0; i < req->n_media && !st; i++)
-        if ((st = encode_one(e, &req->media[i], &pcm[i], &out->items[i]))) fail_item(err, st, req, i);
+        if (req->media[i].kind == SRV_MEDIA_IMAGE && (st = encode_image(e, &req->media[i], &out->items[i])))
+            fail_item(err, st, req, i);
+    int bad = -1;
+    if (!st && (st = encode_audios(e, req, pcm, out->items, &bad))) {
+        if (bad >= 0) fail_item(err, st, req, bad);
+        else fail(err, st, NULL);
+    }
     out->encode_ms = omni_time_ms() - t0;
     return st;
 }

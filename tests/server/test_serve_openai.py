@@ -352,6 +352,15 @@ def test_audio():
             audio, {"type": "image_url", "image_url": {"url": data_url(img, "image/png")}},
             {"type": "text", "text": q}]}], 12)
         check(text == ref_ai, f"audio + image stream: {text!r} != {ref_ai!r}")
+        # two clips in one message are encoded as one batch, as the CLI and transformers' processor do (the short
+        # clip is padded with the long one: one more mel frame, one more audio token than alone)
+        c1, c2 = (os.path.join(FIXTURES, "audio", "clips", f) for f in ("tone_3p3s.wav", "tone_0p402s.wav"))
+        ref2 = generate(adir, q, 12, "--audio", c1, "--audio", c2)
+        r = cl.chat.completions.create(model="omni-b", messages=[{"role": "user", "content": [
+            {"type": "input_audio", "input_audio": {"data": b64(c1), "format": "wav"}},
+            {"type": "input_audio", "input_audio": {"data": b64(c2), "format": "wav"}},
+            {"type": "text", "text": q}]}], temperature=0, max_tokens=12)
+        check(r.choices[0].message.content == ref2, f"two clips: {r.choices[0].message.content!r} != {ref2!r}")
         long_clip = os.path.join(FIXTURES, "audio", "clips", "tone_9s.wav")
         bad = [("audio over the duration limit", {"data": b64(long_clip), "format": "wav"}),
                ("audio that is not audio", {"data": b64(img), "format": "wav"}),
