@@ -1,8 +1,13 @@
 /* model_path.h - resolve the -m argument to a model directory.
  *
- * Accepts: a model directory (has config.json); a Hugging Face cache dir `.../models--Org--Name` (snapshot named by
- * refs/main, else the only/newest snapshot); or `Org/Name`, looked up as models--Org--Name in $HF_HUB_CACHE,
- * $HF_HOME/hub and ~/.cache/huggingface/hub, in that order. Nothing is downloaded. */
+ * Accepts: a model directory (has config.json); a Hugging Face cache folder `.../models--Org--Name` (or any folder
+ * with snapshots/ and refs/): the snapshot named by refs/main, else the only snapshot (several without refs/main:
+ * an error listing them); or `Org/Name[@REV]`, looked up as models--Org--Name in $HF_HUB_CACHE, $HF_HOME/hub (else
+ * $XDG_CACHE_HOME/huggingface/hub, as huggingface_hub does) and ~/.cache/huggingface/hub, in that order, REV
+ * being a name under refs/ (v1.0, pr/1) or a snapshot's commit hash. Nothing is downloaded. A cache snapshot must
+ * hold config.json and the shards of its index, no link to a missing blob (an unfinished or pruned
+ * download); a plain directory must hold config.json. Errors: OMNI_ERR_MODEL (OMNI_ERR_USAGE for an empty or
+ * malformed argument) with one message naming where it looked and what to do (`hf download ...`). */
 #ifndef OMNI_APP_MODEL_PATH_H
 #define OMNI_APP_MODEL_PATH_H
 
