@@ -303,6 +303,16 @@ static omni_status resolve_repo(const char *arg, char *out, size_t cap) {
                      "$HF_HOME and $HOME are unset)", repo, rev[0] ? " --revision " : "", rev);
 }
 
+/* Org/Name of a https://huggingface.co/Org/Name[/...] URL into buf, else "Org/Name". */
+static void url_repo(const char *url, char *buf, size_t cap) {
+    const char *p = strstr(url, "huggingface.co/");
+    snprintf(buf, cap, "Org/Name");
+    if (!p) return;
+    p += 15;
+    size_t org = strcspn(p, "/?#"), name = p[org] == '/' ? strcspn(p + org + 1, "/?#") : 0;
+    if (org && name) snprintf(buf, cap, "%.*s", (int)(org + 1 + name), p);
+}
+
 omni_status omni_resolve_model(const char *arg, char *out, size_t cap) {
     if (!arg || !arg[0]) return omni_fail(OMNI_ERR_USAGE, "no model given (-m DIR or -m Org/Name)");
     char a[MP_PATH], sb[200];
@@ -320,6 +330,12 @@ omni_status omni_resolve_model(const char *arg, char *out, size_t cap) {
         return check_files(out, NULL, NULL, NULL);
     }
     int err = errno;
+    if (strstr(a, "://")) { /* a URL pasted from the browser: name the download instead */
+        char repo[512];
+        url_repo(a, repo, sizeof repo);
+        return omni_fail(OMNI_ERR_MODEL, "-m %s: omni downloads nothing; fetch the model once with `hf download "
+                         "%s`, then pass -m %s", shown(a, sb, sizeof sb), repo, repo);
+    }
     if (stat(a, &st) == 0 && len > 5 && !strcmp(a + len - 5, ".gguf")) return gguf_error(a);
     if (stat(a, &st) == 0)
         return omni_fail(OMNI_ERR_MODEL, "-m %s: not a directory (give the model's folder, the one with config.json)",

@@ -138,6 +138,9 @@ static void odd_paths(const char *tmp) {
     sh("dangling", "ln -sfn '%s/gone' '%s'", tmp, dir);
     expect_error("dangling link", 3, dir, "link to a missing target", NULL);
     expect_error("no config.json", 3, tmp, "no config.json", NULL);
+    /* a URL pasted from the browser */
+    expect_error("URL", 3, "https://huggingface.co/Qwen/Qwen3-VL-2B-Instruct/tree/main", "downloads nothing",
+                 "hf download Qwen/Qwen3-VL-2B-Instruct`", "-m Qwen/Qwen3-VL-2B-Instruct", NULL);
     /* llama.cpp's GGUF: a file, or a folder of them */
     snprintf(dir, sizeof dir, "%s/gguf", tmp);
     sh("gguf", "mkdir -p '%s' && printf GGUF > '%s/model-Q4_K_M.gguf'", dir, dir);
