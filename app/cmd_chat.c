@@ -73,8 +73,11 @@ static omni_status encode_pending(omni_session *s, pending_media *p, media_item 
  * any encoder or prefill runs. */
 static omni_status check_room(omni_session *s, int n_ids, const pending_media *pm) {
     int64_t total = n_ids - pm->n_img - pm->n_aud, used = llm_engine_conv_len(s->engine, s->conv);
+    int aud_tok[OMNI_MAX_MEDIA]; /* the clips as encode_pending encodes them: one batch padded to the longest */
+    omni_status st = pm->n_aud ? media_count_audios(s->media, (const char *const *)pm->aud, pm->n_aud, aud_tok) : OMNI_OK;
+    if (st) return st;
     for (int i = 0; i < pm->n_img; i++) total += pm->img_tok[i];
-    for (int i = 0; i < pm->n_aud; i++) total += pm->aud_tok[i] > 0 ? pm->aud_tok[i] : 1;
+    for (int i = 0; i < pm->n_aud; i++) total += aud_tok[i] > 0 ? aud_tok[i] : 1;
     if (used + total + 1 > s->ctx)
         return omni_fail(OMNI_ERR_USAGE, "message (%lld tokens incl. media) does not fit the context: %lld of %d "
                          "tokens used (/clear, or raise -c)", (long long)total, (long long)used, s->ctx);

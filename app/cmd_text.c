@@ -57,10 +57,9 @@ static omni_status count_prompt(omni_session *s, const omni_args *a, int n_ids, 
         int k = 0;
         if (!(st = media_count_image(s->media, a->images[i], &k))) *total += k - 1;
     }
-    for (int i = 0; !st && i < a->n_audios; i++) {
-        int k = 0;
-        if (!(st = media_count_audio(s->media, a->audios[i], &k)) && k > 0) *total += k - 1;
-    }
+    int k[OMNI_MAX_MEDIA]; /* the clips as encode_args encodes them: one batch padded to the longest */
+    if (!st && a->n_audios > 0) st = media_count_audios(s->media, a->audios, a->n_audios, k);
+    for (int i = 0; !st && i < a->n_audios; i++) *total += k[i] > 0 ? k[i] - 1 : 0;
     return st;
 }
 

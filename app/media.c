@@ -1,6 +1,7 @@
 /* media.c - image/audio files -> embeddings, spans and MRoPE positions for the decoder (see media.h). */
 #include "app/media.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -322,26 +323,55 @@ omni_status media_count_image_data(media_encoder *e, const uint8_t *data, size_t
     return st;
 }
 
-omni_status media_count_pcm(media_encoder *e, const audio_pcm *pcm, int *n_tokens) {
-    *n_tokens = 0;
+/* Audio tokens of clips of len[i] samples (16 kHz) encoded as one batch (media_encode_pcms pads every clip to the
+ * longest: a shorter clip keeps ceil(len / 160) mel frames). len[i] < 0: unknown, n_tokens[i] = -1 (the others are
+ * then counted against the longest known clip). */
+static void batch_token_counts(const media_encoder *e, const int64_t *len, int n, int *n_tokens) {
+    int64_t longest = 0;
+    for (int i = 0; i < n; i++)
+        if (len[i] > longest) longest = len[i];
+    const int nw = audio_tower_get_config(e->at)->n_window;
+    for (int i = 0; i < n; i++) {
+        int64_t t = len[i] < 0 ? -1 : audio_token_count(audio_mel_frames_batched(len[i], longest), nw);
+        n_tokens[i] = t > INT_MAX ? INT_MAX : (int)t;
+    }
+}
+
+omni_status media_count_pcms(media_encoder *e, const audio_pcm *const *pcm, int n, int *n_tokens) {
+    for (int i = 0; i < n; i++) n_tokens[i] = 0;
     omni_status st = ensure_audio(e);
-    if (!st) *n_tokens = (int)audio_token_count(audio_mel_frames(pcm->n), audio_tower_get_config(e->at)->n_window);
+    if (st || n <= 0) return st;
+    int64_t *len = malloc(sizeof *len * (size_t)n);
+    if (!len) return omni_fail(OMNI_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < n; i++) len[i] = pcm[i]->n;
+    batch_token_counts(e, len, n, n_tokens);
+    free(len);
+    return OMNI_OK;
+}
+
+omni_status media_count_pcm(media_encoder *e, const audio_pcm *pcm, int *n_tokens) {
+    return media_count_pcms(e, &pcm, 1, n_tokens);
+}
+
+omni_status media_count_audios(media_encoder *e, const char *const *paths, int n, int *n_tokens) {
+    for (int i = 0; i < n; i++) n_tokens[i] = -1;
+    omni_status st = ensure_audio(e);
+    if (st || n <= 0) return st;
+    audio_load_params lp = audio_load_default_params();
+    if (e->p.max_audio_seconds > 0) lp.max_seconds = e->p.max_audio_seconds;
+    int64_t *len = malloc(sizeof *len * (size_t)n);
+    if (!len) return omni_fail(OMNI_ERR_NOMEM, "out of memory");
+    for (int i = 0; !st && i < n; i++) {
+        audio_info ai;
+        if (!(st = audio_probe(paths[i], &lp, &ai))) len[i] = ai.frames >= 0 ? audio_resampled_length(ai.frames, ai.rate) : -1;
+    }
+    if (!st) batch_token_counts(e, len, n, n_tokens);
+    free(len);
     return st;
 }
 
 omni_status media_count_audio(media_encoder *e, const char *path, int *n_tokens) {
-    *n_tokens = -1;
-    omni_status st = ensure_audio(e);
-    if (st) return st;
-    audio_load_params lp = audio_load_default_params();
-    if (e->p.max_audio_seconds > 0) lp.max_seconds = e->p.max_audio_seconds;
-    audio_info ai;
-    if ((st = audio_probe(path, &lp, &ai))) return st;
-    if (ai.frames >= 0) {
-        int64_t T = audio_mel_frames(audio_resampled_length(ai.frames, ai.rate));
-        *n_tokens = (int)audio_token_count(T, audio_tower_get_config(e->at)->n_window);
-    }
-    return OMNI_OK;
+    return media_count_audios(e, &path, 1, n_tokens);
 }
 
 void media_item_clear(media_item *it) {

@@ -62,10 +62,17 @@ void media_encoder_set_interrupt(media_encoder *enc, volatile const int *flag);
  * Audio: *n_tokens is -1 when the container does not state its length. */
 omni_status media_count_image(media_encoder *enc, const char *path, int *n_tokens);
 omni_status media_count_audio(media_encoder *enc, const char *path, int *n_tokens);
-/* The same for an image file's bytes and for decoded audio (omni serve checks a request's length before encoding). */
+/* The audio files of one prompt as media_encode_audios encodes them, one batch padded to the longest clip (a short
+ * clip beside a longer one can take one token more than alone): n_tokens[i] for paths[i], -1 when its container
+ * does not state its length (the others are then counted against the longest known clip). */
+omni_status media_count_audios(media_encoder *enc, const char *const *paths, int n, int *n_tokens);
+/* The same for an image file's bytes and for decoded audio (omni serve checks a request's length before encoding):
+ * one clip alone, and the clips of one request as media_encode_pcms encodes them (n_tokens[i] for pcm[i]). The
+ * counts equal the encoders' n_tokens. */
 omni_status media_count_image_data(media_encoder *enc, const uint8_t *data, size_t size, const char *name,
                                    int *n_tokens);
 omni_status media_count_pcm(media_encoder *enc, const audio_pcm *pcm, int *n_tokens);
+omni_status media_count_pcms(media_encoder *enc, const audio_pcm *const *pcm, int n, int *n_tokens);
 
 /* Load, preprocess and encode an image (token budget from the params). */
 omni_status media_encode_image(media_encoder *enc, const char *path, media_item *out);

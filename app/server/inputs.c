@@ -55,8 +55,22 @@ static omni_status count_one(srv_encoders *e, const srv_media *m, audio_pcm *pcm
                        : media_count_image_data(e->enc, m->data, m->size, "image", n_tokens);
     audio_load_params lp = audio_load_default_params();
     if (e->p.max_audio_s > 0) lp.max_seconds = e->p.max_audio_s;
-    omni_status st = audio_load_memory(m->data, m->size, "input_audio", &lp, pcm);
-    return st ? st : media_count_pcm(e->enc, pcm, n_tokens);
+    *n_tokens = 1; /* counted with the request's other clips (count_audios) */
+    return audio_load_memory(m->data, m->size, "input_audio", &lp, pcm);
+}
+
+/* The decoded clips' tokens as encode_audios encodes them, one batch padded to the longest clip (a short clip
+ * beside a longer one can take one token more than alone): added to *total, one placeholder each replaced. */
+static omni_status count_audios(srv_encoders *e, const srv_request *req, const audio_pcm *pcm, int64_t *total) {
+    const audio_pcm **pp = calloc((size_t)req->n_media, sizeof *pp);
+    int *k = calloc((size_t)req->n_media, sizeof *k), n = 0;
+    omni_status st = pp && k ? OMNI_OK : omni_fail(OMNI_ERR_NOMEM, "out of memory");
+    for (int i = 0; !st && i < req->n_media; i++)
+        if (req->media[i].kind == SRV_MEDIA_AUDIO) pp[n++] = &pcm[i];
+    if (!st && n) st = media_count_pcms(e->enc, pp, n, k);
+    for (int i = 0; !st && i < n; i++) *total += k[i] - 1;
+    free(pp), free(k);
+    return st;
 }
 
 static omni_status encode_image(srv_encoders *e, const srv_media *m, media_item *out) {
@@ -118,6 +132,7 @@ static omni_status count_and_encode(srv_encoders *e, const int32_t *ids, int n, 
         if ((st = count_one(e, &req->media[i], &pcm[i], &k))) fail_item(err, st, req, i);
         total += k - 1;
     }
+    if (!st && (st = count_audios(e, req, pcm, &total))) fail(err, st, NULL);
     if (!st && e->p.ctx > 0 && total >= e->p.ctx) st = srv_context_error(err, req, total > INT32_MAX ? INT32_MAX : (int)total, e->p.ctx);
     double t0 = omni_time_ms();
     for (int i = 0; i < req->n_media && !st; i++)

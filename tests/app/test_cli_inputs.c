@@ -122,6 +122,41 @@ static void library_noise(void) {
     cli_free(&r);
 }
 
+/* Several audio files of one prompt are encoded as one batch padded to the longest clip: the 6437-sample clip then
+ * takes 41 mel frames, 6 tokens (5 alone). -c is checked from the headers before any encoder runs, so the count
+ * must be the batch's: with -c = the prompt's real length, generate refuses it (no room for an answer) and chat
+ * refuses the message, both without encoding anything. Counting each clip alone, 64 < 65 passed the check, both
+ * clips were encoded (two "audio:" lines each), and only then was the prompt refused. */
+static void multi_clip_context(void) {
+    char clips[2][4200], args[9000], script[4200];
+    snprintf(clips[0], sizeof clips[0], "%s/clips/tone_3p3s.wav", AUD);
+    snprintf(clips[1], sizeof clips[1], "%s/clips/tone_0p402s.wav", AUD);
+    snprintf(args, sizeof args, "generate -m %s -p hi -n 1 --temp 0 --audio %s --audio %s", OMNI_MODEL, clips[0],
+             clips[1]);
+    cli_result r = cli_run_prefix(GUARD, "%s", args);
+    const char *pe = strstr(r.err, "prompt eval time");
+    int n = 0;
+    CHECK(r.code == 0 && pe && sscanf(strchr(pe, '/') + 1, "%d tokens", &n) == 1 && n > 48,
+          "two clips: exit %d, prompt length %d:\n%s", r.code, n, r.err);
+    cli_free(&r);
+    char full[9100], want[128];
+    snprintf(full, sizeof full, "%s -c %d", args, n);
+    snprintf(want, sizeof want, "prompt (%d tokens incl. media) fills the context (%d)", n, n);
+    expect_fail("two clips, -c = prompt length", 1, want, full);
+    snprintf(script, sizeof script, "%s/chat_two_clips.txt", g_tmp);
+    FILE *f = fopen(script, "w");
+    CHECK(f != NULL, "write %s", script);
+    if (!f) return;
+    fprintf(f, "/audio %s\n/audio %s\nhi\n", clips[0], clips[1]);
+    fclose(f);
+    snprintf(args, sizeof args, "chat -m %s -c %d -n 1 --temp 0 --no-perf < %s", OMNI_MODEL, n, script);
+    r = cli_run_prefix(GUARD, "%s", args);
+    snprintf(want, sizeof want, "error: message (%d tokens incl. media) does not fit the context: 0 of %d", n, n);
+    CHECK(strstr(r.err, want) && !strstr(r.err, "encoded in"), "chat, two clips, -c %d: want '%s' before any "
+          "encoding:\n%s", n, want, r.err);
+    cli_free(&r);
+}
+
 int main(void) {
     char *t = make_tmpdir();
     snprintf(g_tmp, sizeof g_tmp, "%s", t);
@@ -129,6 +164,7 @@ int main(void) {
     audio_limits();
     special_files();
     library_noise();
+    multi_clip_context();
     char cmd[4300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_tmp);
     if (system(cmd)) {}
