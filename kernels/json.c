@@ -46,8 +46,22 @@ omni_status omni_json_parse(const char *text, size_t len, const char *name, omni
         for (size_t i = 0; i < at; i++) line += text[i] == '\n';
         return omni_fail(kind, "%s: invalid JSON near byte %zu (line %d)", name, at, line);
     }
+    int64_t extra = omni_json_trailing(text, len, end);
+    if (extra >= 0) {
+        cJSON_Delete(root);
+        int line = 1;
+        for (int64_t i = 0; i < extra; i++) line += text[i] == '\n';
+        return omni_fail(kind, "%s: unexpected data after the JSON value at byte %lld (line %d)", name,
+                         (long long)extra, line);
+    }
     *out = root;
     return OMNI_OK;
+}
+
+int64_t omni_json_trailing(const char *text, size_t len, const char *end) {
+    size_t i = end && end >= text && end <= text + len ? (size_t)(end - text) : 0;
+    while (i < len && (text[i] == ' ' || text[i] == '\t' || text[i] == '\n' || text[i] == '\r')) i++;
+    return i < len ? (int64_t)i : -1;
 }
 
 omni_status omni_json_load(const char *path, omni_status kind, cJSON **out) {

@@ -23,8 +23,11 @@ extern "C" {
 /* Read and parse `path` (regular file, at most OMNI_JSON_MAX_BYTES). Failures have status `kind` (the caller's:
  * OMNI_ERR_MODEL for model files), or OMNI_ERR_NOMEM. *out is the parsed document (cJSON_Delete) or NULL. */
 omni_status omni_json_load(const char *path, omni_status kind, cJSON **out);
-/* Parse `len` bytes; `name` is used in messages ("x.json: invalid JSON near byte 120 (line 4)"). */
+/* Parse `len` bytes; `name` is used in messages ("x.json: invalid JSON near byte 120 (line 4)"). One value only:
+ * anything but whitespace after it (a second object, garbage, NUL bytes) is an error, as for Python's json. */
 omni_status omni_json_parse(const char *text, size_t len, const char *name, omni_status kind, cJSON **out);
+/* Offset of the first byte after a parsed value (`end`, cJSON's parse end) that is not JSON whitespace, or -1. */
+int64_t omni_json_trailing(const char *text, size_t len, const char *end);
 
 /* For cJSON calls made directly (a parse failing with NULL): omni_json_watch_memory() before the call, then
  * omni_json_out_of_memory() says whether one of its allocations failed on this thread since (out of memory, not

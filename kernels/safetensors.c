@@ -1,7 +1,11 @@
 /* safetensors.c - mmap'd, validated reader of Hugging Face safetensors checkpoints (one or many shards).
  *
  * File format: u64 little-endian header length N, N bytes of JSON {name: {dtype, shape, data_offsets:[b,e]}},
- * then the data section; offsets are relative to the data section. */
+ * then the data section; offsets are relative to the data section. As the format's own reader requires, the JSON
+ * may be followed only by whitespace (padding), sizes and offsets are integers, and the tensors cover the data
+ * section exactly (no overlap, no hole, nothing after the last one). A tensor whose bytes are not aligned to its
+ * dtype (a header whose length is not padded to 8) is copied to aligned memory: the kernels read it as float /
+ * uint16_t arrays. */
 #define _DEFAULT_SOURCE
 #include "safetensors.h"
 
@@ -11,6 +15,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,6 +31,7 @@ typedef struct {
     omni_tensor t;
     int shard;
     uint64_t begin, end; /* offsets in the data section, for validation */
+    void *copy;          /* aligned copy of misaligned data (owned) or NULL */
 } ckpt_entry;
 
 typedef struct {
@@ -71,6 +77,12 @@ static omni_status add_entry(omni_ckpt *c, ckpt_entry *e) {
     return OMNI_OK;
 }
 
+/* A size or an offset: an integer in [0, 2^53] (exact in a double; larger values do not convert to uint64_t
+ * exactly, or at all). */
+static int is_count(const cJSON *v) {
+    return cJSON_IsNumber(v) && v->valuedouble >= 0 && v->valuedouble <= 0x1p53 && v->valuedouble == floor(v->valuedouble);
+}
+
 /* Parse one tensor record of a header. */
 static omni_status parse_tensor(omni_ckpt *c, int shard, const cJSON *item, uint64_t data_size) {
     const char *file = c->shards[shard].path;
@@ -89,14 +101,13 @@ static omni_status parse_tensor(omni_ckpt *c, int shard, const cJSON *item, uint
     double numel = 1;
     for (int i = 0; i < nd; i++) {
         const cJSON *d = cJSON_GetArrayItem(shape, i);
-        if (!cJSON_IsNumber(d) || d->valuedouble < 0 || d->valuedouble > 0x1p53) /* 2^53: exact, castable */
+        if (!is_count(d))
             return omni_fail(OMNI_ERR_MODEL, "%s: tensor '%s': bad shape", file, item->string);
         shp[i] = (int64_t)d->valuedouble;
         numel *= d->valuedouble;
     }
     const cJSON *b = cJSON_GetArrayItem(offs, 0), *en = cJSON_GetArrayItem(offs, 1);
-    if (!cJSON_IsNumber(b) || !cJSON_IsNumber(en) || b->valuedouble < 0 || en->valuedouble < b->valuedouble ||
-        en->valuedouble > 0x1p53) /* larger values do not convert to uint64_t exactly (or at all) */
+    if (!is_count(b) || !is_count(en) || en->valuedouble < b->valuedouble)
         return omni_fail(OMNI_ERR_MODEL, "%s: tensor '%s': bad data_offsets", file, item->string);
     e.begin = (uint64_t)b->valuedouble;
     e.end = (uint64_t)en->valuedouble;
@@ -121,23 +132,55 @@ static int cmp_begin(const void *a, const void *b) {
     return x->begin < y->begin ? -1 : x->begin > y->begin;
 }
 
-/* Tensors of one shard must not overlap. */
-static omni_status check_overlap(omni_ckpt *c, int first, int last, const char *file) {
+/* The tensors of one shard, in offset order, must cover its data section exactly: no overlap, no hole, nothing
+ * after the last one (the format's rule; it also catches a header that belongs to another file). */
+static omni_status check_layout(omni_ckpt *c, int first, int last, const char *file, uint64_t data_size) {
     int n = last - first;
-    if (n < 2) return OMNI_OK;
-    ckpt_entry **v = malloc(sizeof *v * n);
+    ckpt_entry **v = malloc(sizeof *v * (n > 0 ? n : 1));
     if (!v) return omni_fail(OMNI_ERR_NOMEM, "out of memory");
     for (int i = 0; i < n; i++) v[i] = &c->entries[first + i];
     qsort(v, n, sizeof *v, cmp_begin);
     omni_status st = OMNI_OK;
-    const ckpt_entry *far = v[0]; /* the entry reaching furthest so far (an empty one must not hide an overlap) */
-    for (int i = 1; i < n && !st; i++) {
-        if (v[i]->begin < far->end && v[i]->end > v[i]->begin)
-            st = omni_fail(OMNI_ERR_MODEL, "%s: tensors '%s' and '%s' overlap", file, far->name, v[i]->name);
-        if (v[i]->end > far->end) far = v[i];
+    const ckpt_entry *far = NULL; /* the entry reaching furthest so far (an empty one must not hide an overlap) */
+    uint64_t pos = 0;
+    for (int i = 0; i < n && !st; i++) { /* overlaps first (the more telling error), then holes */
+        if (v[i]->end == v[i]->begin) continue; /* empty: anywhere in range */
+        if (v[i]->begin < pos)
+            st = !strcmp(far->name, v[i]->name)
+                     ? omni_fail(OMNI_ERR_MODEL, "%s: tensor '%s' appears twice in the header", file, v[i]->name)
+                     : omni_fail(OMNI_ERR_MODEL, "%s: tensors '%s' and '%s' overlap", file, far->name, v[i]->name);
+        if (v[i]->end > pos) pos = v[i]->end, far = v[i];
     }
+    pos = 0;
+    for (int i = 0; i < n && !st; i++) {
+        if (v[i]->begin > pos && v[i]->end > v[i]->begin)
+            st = omni_fail(OMNI_ERR_MODEL, "%s: bytes [%llu, %llu) of the data section belong to no tensor (before "
+                           "'%s'): corrupt header", file, (unsigned long long)pos, (unsigned long long)v[i]->begin,
+                           v[i]->name);
+        if (v[i]->end > pos) pos = v[i]->end;
+    }
+    if (!st && pos != data_size)
+        st = omni_fail(OMNI_ERR_MODEL, "%s: %llu bytes after the last tensor's data (the header does not describe this "
+                       "file: corrupt or mismatched)", file, (unsigned long long)(data_size - pos));
     free(v);
     return st;
+}
+
+/* Point each tensor of a shard at its data; a tensor misaligned for its dtype is copied (see the top). */
+static omni_status place_data(omni_ckpt *c, int first, int last, const char *base) {
+    for (int i = first; i < last; i++) {
+        ckpt_entry *e = &c->entries[i];
+        const char *p = base + e->begin;
+        size_t n = e->end - e->begin, a = omni_dtype_size(e->t.dtype);
+        if (n && (uintptr_t)p % a) {
+            if (!(e->copy = malloc(n))) return omni_fail(OMNI_ERR_NOMEM, "out of memory copying tensor '%s'", e->name);
+            memcpy(e->copy, p, n);
+            p = e->copy;
+        }
+        e->t.data = (void *)p;
+        c->bytes += n;
+    }
+    return OMNI_OK;
 }
 
 static omni_status map_shard(omni_ckpt *c, int s) {
@@ -174,13 +217,15 @@ static omni_status load_shard(omni_ckpt *c, int s) {
         return omni_fail(OMNI_ERR_MODEL, "%s: header length %llu beyond the file (%zu bytes): truncated or corrupt",
                          sh->path, (unsigned long long)hlen, sh->size);
     omni_json_watch_memory();
-    cJSON *root = cJSON_ParseWithLength((const char *)p + 8, (size_t)hlen);
+    const char *text = (const char *)p + 8, *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(text, (size_t)hlen, &end, 0);
     if (!root && omni_json_out_of_memory())
         return omni_fail(OMNI_ERR_NOMEM, "%s: out of memory parsing the %llu-byte header", sh->path,
                          (unsigned long long)hlen);
-    if (!cJSON_IsObject(root)) {
+    if (!cJSON_IsObject(root) || omni_json_trailing(text, (size_t)hlen, end) >= 0) {
         cJSON_Delete(root);
-        return omni_fail(OMNI_ERR_MODEL, "%s: header is not valid JSON", sh->path);
+        return omni_fail(OMNI_ERR_MODEL, "%s: header is not %s", sh->path,
+                         root ? "one JSON object (padded with spaces)" : "valid JSON");
     }
     uint64_t data_size = sh->size - 8 - hlen;
     int first = c->n_entries;
@@ -190,11 +235,8 @@ static omni_status load_shard(omni_ckpt *c, int s) {
         if ((st = parse_tensor(c, s, item, data_size))) break;
     }
     cJSON_Delete(root);
-    if (!st) st = check_overlap(c, first, c->n_entries, sh->path);
-    for (int i = first; i < c->n_entries && !st; i++) {
-        c->entries[i].t.data = (char *)sh->map + 8 + hlen + c->entries[i].begin;
-        c->bytes += c->entries[i].end - c->entries[i].begin;
-    }
+    if (!st) st = check_layout(c, first, c->n_entries, sh->path, data_size);
+    if (!st) st = place_data(c, first, c->n_entries, (const char *)sh->map + 8 + hlen);
     return st;
 }
 
@@ -207,9 +249,13 @@ static omni_status build_table(omni_ckpt *c) {
     for (int i = 0; i < c->n_entries; i++) {
         uint64_t h = fnv1a(c->entries[i].name) & (c->table_size - 1);
         while (c->table[h] >= 0) {
-            if (!strcmp(c->entries[c->table[h]].name, c->entries[i].name))
-                return omni_fail(OMNI_ERR_MODEL, "tensor '%s' appears in two shards (%s, %s)", c->entries[i].name,
-                                 c->shards[c->entries[c->table[h]].shard].path, c->shards[c->entries[i].shard].path);
+            const ckpt_entry *o = &c->entries[c->table[h]];
+            if (!strcmp(o->name, c->entries[i].name))
+                return o->shard == c->entries[i].shard
+                           ? omni_fail(OMNI_ERR_MODEL, "%s: tensor '%s' appears twice in the header",
+                                       c->shards[o->shard].path, o->name)
+                           : omni_fail(OMNI_ERR_MODEL, "tensor '%s' appears in two shards (%s, %s)", o->name,
+                                       c->shards[o->shard].path, c->shards[c->entries[i].shard].path);
             h = (h + 1) & (c->table_size - 1);
         }
         c->table[h] = i;
@@ -302,7 +348,8 @@ omni_status omni_ckpt_open(const char *dir, omni_ckpt **out) {
     char index_path[4096];
     snprintf(index_path, sizeof index_path, "%s/model.safetensors.index.json", dir);
     cJSON *index = NULL;
-    omni_status st = access(index_path, F_OK) == 0 ? shards_from_index(c, dir, index_path, &index)
+    struct stat ist; /* lstat: a broken link to the index (an incomplete download) is an error, not "no index" */
+    omni_status st = lstat(index_path, &ist) == 0 ? shards_from_index(c, dir, index_path, &index)
                                                    : shards_from_dir(c, dir);
     for (int s = 0; s < c->n_shards && !st; s++) st = load_shard(c, s);
     if (!st) st = build_table(c);
@@ -322,7 +369,7 @@ void omni_ckpt_free(omni_ckpt *c) {
         if (c->shards[i].map) munmap(c->shards[i].map, c->shards[i].size);
         free(c->shards[i].path);
     }
-    for (int i = 0; i < c->n_entries; i++) free(c->entries[i].name);
+    for (int i = 0; i < c->n_entries; i++) free(c->entries[i].name), free(c->entries[i].copy);
     free(c->shards);
     free(c->entries);
     free(c->table);
@@ -373,6 +420,24 @@ omni_status omni_ckpt_getf(const omni_ckpt *c, omni_tensor *out, int ndim, const
     vsnprintf(name, sizeof name, fmt, ap);
     va_end(ap);
     return omni_ckpt_get(c, name, ndim, shape, out);
+}
+
+int omni_ckpt_has_prefix(const omni_ckpt *c, const char *prefix) {
+    size_t n = strlen(prefix);
+    for (int i = 0; c && i < c->n_entries; i++)
+        if (!strncmp(c->entries[i].name, prefix, n)) return 1;
+    return 0;
+}
+
+omni_status omni_ckpt_check_unused(const omni_ckpt *c, const char *what, const char *fmt, ...) {
+    char prefix[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(prefix, sizeof prefix, fmt, ap);
+    va_end(ap);
+    if (!omni_ckpt_has_prefix(c, prefix)) return OMNI_OK;
+    return omni_fail(OMNI_ERR_MODEL, "the checkpoint has tensors '%s*' that config.json's %s leaves out (config and "
+                     "checkpoint disagree)", prefix, what);
 }
 
 int omni_ckpt_count(const omni_ckpt *c) { return c ? c->n_entries : 0; }

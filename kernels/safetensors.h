@@ -36,6 +36,16 @@ omni_status omni_ckpt_getf(const omni_ckpt *c, omni_tensor *out, int ndim, const
 #endif
     ;
 
+/* 1 when some tensor's name starts with `prefix` (a layer beyond the config's count, "x.layers.3."), else 0. */
+int omni_ckpt_has_prefix(const omni_ckpt *c, const char *prefix);
+/* The same with a printf-style prefix; on 1, a model error saying that the checkpoint has `prefix` tensors that
+ * the config (`what`) does not use: config and checkpoint disagree (a silently smaller model otherwise). */
+omni_status omni_ckpt_check_unused(const omni_ckpt *c, const char *what, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+
 int omni_ckpt_count(const omni_ckpt *c);
 const char *omni_ckpt_name(const omni_ckpt *c, int i);
 /* Total bytes of tensor data mapped. */

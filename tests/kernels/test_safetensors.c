@@ -363,6 +363,64 @@ static void test_bad_index(void) {
                 "'a'", NULL);
 }
 
+/* What the format's own reader refuses (session 7): JSON followed by anything but spaces, fractional sizes or
+ * offsets (were truncated), data bytes no tensor covers (a hole, trailing bytes: a header that does not describe
+ * its file), a name given twice (was "'a' and 'a' overlap"), a broken link as the index (was silently taken as "no
+ * index"). */
+static void test_strict_format(void) {
+    expect_fail(bad_single("json-trailing", "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}} x", 4),
+                "garbage after the header's JSON", "model.safetensors", "JSON object");
+    const char *d = make_case("json-nul");
+    write_raw(path_of("json-nul", "model.safetensors"), 8, "{}\0\0\0\0\0\0", 8, NULL, 0);
+    expect_fail(d, "NUL bytes after the header's JSON", "model.safetensors", "JSON object");
+    expect_fail(bad_single("shape-frac", "{\"a\":{\"dtype\":\"F32\",\"shape\":[1.5,2],\"data_offsets\":[0,12]}}", 12),
+                "fractional dimension", "'a'", "bad shape");
+    expect_fail(bad_single("off-frac", "{\"a\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[0.5,4.5]}}", 8),
+                "fractional offsets", "'a'", "data_offsets");
+    expect_fail(bad_single("hole", "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+                                   "\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[8,12]}}", 12),
+                "a hole between tensors", "[4, 8)", "'b'");
+    expect_fail(bad_single("trailing-data", "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 16),
+                "bytes after the last tensor", "12 bytes after the last tensor", "model.safetensors");
+    expect_fail(bad_single("dup-same-range", "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+                                             "\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4),
+                "same name twice, same bytes", "'a' appears twice in the header", NULL);
+    expect_fail(bad_single("dup-two-ranges", "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+                                             "\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}", 8),
+                "same name twice, two ranges", "'a' appears twice in the header", NULL);
+    d = sharded_case("idx-broken-link", NULL, 0);
+    if (symlink("/nonexistent/model.safetensors.index.json", path_of("idx-broken-link", "model.safetensors.index.json")))
+        CHECK(0, "symlink");
+    expect_fail(d, "index is a broken link", "model.safetensors.index.json", NULL);
+}
+
+/* A header whose length is not a multiple of 8 puts the data at odd addresses; the kernels read float / uint16
+ * arrays (UBSan: misaligned load, a crash in the sanitizer build). Such tensors are copied: same values, aligned. */
+static void test_unaligned(void) {
+    const char *h = "{\"w\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[0,12]},"
+                    "\"h\":{\"dtype\":\"BF16\",\"shape\":[3],\"data_offsets\":[12,18]}}";
+    size_t n = strlen(h);
+    unsigned char data[18];
+    float w[3] = {1.5f, -2.25f, 3.0f};
+    uint16_t bf[3] = {0x3f80, 0xc000, 0x4040};
+    memcpy(data, w, 12), memcpy(data + 12, bf, 6);
+    make_case("unaligned");
+    write_raw(path_of("unaligned", "model.safetensors"), n, h, n, data, sizeof data);
+    omni_ckpt *c = NULL;
+    CHECK(omni_ckpt_open(path_of("unaligned", NULL), &c) == OMNI_OK, "unaligned header: %s", omni_last_error());
+    if (!c) return;
+    const omni_tensor *tw = omni_ckpt_find(c, "w"), *th = omni_ckpt_find(c, "h");
+    CHECK(tw && th && (uintptr_t)tw->data % 4 == 0 && (uintptr_t)th->data % 2 == 0, "unaligned data not copied");
+    if (tw && th) {
+        const float *fw = tw->data;
+        const uint16_t *fh = th->data;
+        CHECK(fw[0] == 1.5f && fw[1] == -2.25f && fw[2] == 3.0f, "f32 values");
+        CHECK(fh[0] == 0x3f80 && fh[1] == 0xc000 && fh[2] == 0x4040, "bf16 values");
+    }
+    CHECK(omni_ckpt_bytes(c) == 18, "bytes %zu", omni_ckpt_bytes(c));
+    omni_ckpt_free(c);
+}
+
 int main(void) {
     const char *tmp = getenv("TMPDIR");
     snprintf(g_root, sizeof g_root, "%s/omni-st-XXXXXX", tmp && *tmp ? tmp : "/tmp");
@@ -378,6 +436,8 @@ int main(void) {
     test_bad_headers();
     test_bad_offsets();
     test_bad_index();
+    test_strict_format();
+    test_unaligned();
     nftw(g_root, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
     return check_exit();
 }
