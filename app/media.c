@@ -388,6 +388,10 @@ static int is_aud_pad(const llm_config *c, int32_t id) { return c->audio_token_i
 
 omni_status media_check_placeholders(const llm_model *m, const int32_t *ids, int n, int n_images, int n_audios) {
     const llm_config *c = llm_model_config(m);
+    if ((n_images && c->image_token_id < 0) || (n_audios && c->audio_token_id < 0))
+        return omni_fail(OMNI_ERR_MODEL, "config.json has no %s: this model cannot place %s in a prompt",
+                         n_images && c->image_token_id < 0 ? "image_token_id" : "audio_token_id",
+                         n_images && c->image_token_id < 0 ? "images" : "audio");
     int n_img = 0, n_aud = 0;
     for (int i = 0; i < n; i++) n_img += is_img_pad(c, ids[i]), n_aud += is_aud_pad(c, ids[i]);
     if (n_img != n_images || n_aud != n_audios)

@@ -38,14 +38,21 @@ static int64_t floordiv(int64_t a, int64_t b) { /* Python // for b > 0 */
     return (a % b != 0 && a < 0) ? q - 1 : q;
 }
 
-int64_t audio_token_count(int64_t frames, int n_window) {
-    if (frames <= 0 || n_window <= 0) return 0;
-    int64_t L = 2 * (int64_t)n_window, r = frames % L;
-    int64_t a = floordiv(r - 1, 2) + 1, b = floordiv(a - 1, 2) + 1, c = floordiv(b - 1, 2) + 1;
-    return c + (frames / L) * 13;
+static int conv_len(int n) { return (n - 1) / 2 + 1; } /* k3 s2 p1, n >= 1 */
+
+/* Tokens of a chunk of r frames after the 3 convs (0 for r = 0: Python's floor division). */
+static int64_t stem_tokens(int64_t r) {
+    int64_t a = floordiv(r - 1, 2) + 1, b = floordiv(a - 1, 2) + 1;
+    return floordiv(b - 1, 2) + 1;
 }
 
-static int conv_len(int n) { return (n - 1) / 2 + 1; } /* k3 s2 p1, n >= 1 */
+/* transformers writes the full chunk's 13 tokens (100 frames) as a constant; it is the stem of L frames, so other
+ * n_window values count what the tower makes (13 read past a 2-frame chunk's 1 token: heap corruption). */
+int64_t audio_token_count(int64_t frames, int n_window) {
+    if (frames <= 0 || n_window <= 0) return 0;
+    int64_t L = 2 * (int64_t)n_window;
+    return stem_tokens(frames % L) + (frames / L) * stem_tokens(L);
+}
 
 int audio_stem_rows(int n_mels) { return conv_len(conv_len(conv_len(n_mels))); }
 
@@ -72,6 +79,11 @@ omni_status audio_tower_config_from_json(const cJSON *ac, const char *where, aud
     if (!st) st = omni_json_int(&j, ac, "n_window", O, 1, 1 << 16, &cfg->n_window);
     if (!st) st = omni_json_int(&j, ac, "n_window_infer", O, 2, 1 << 20, &cfg->n_window_infer);
     if (!st) st = omni_json_int(&j, ac, "max_source_positions", O, 1, 1 << 20, &cfg->max_source_positions);
+    const char *act = "gelu"; /* the encoder layers' and proj1's activation (the conv stem's is always GELU) */
+    if (!st) st = omni_json_string(&j, ac, "activation_function", O, &act);
+    if (!st && strcmp(act, "gelu"))
+        st = omni_fail(OMNI_ERR_UNSUPPORTED, "config.json: %s.activation_function '%s' is not supported (gelu only)",
+                       where ? where : "audio_config", act);
     return st;
 }
 
@@ -174,6 +186,7 @@ omni_status audio_tower_load(const omni_ckpt *ckpt, const audio_tower_config *cf
     if (!t->layers || !t->pos) st = omni_fail(OMNI_ERR_NOMEM, "audio tower: out of memory");
     if (!st) st = load_stem(t, ckpt);
     for (int i = 0; !st && i < cfg->n_layers; i++) st = load_layer(t, ckpt, i, &t->layers[i]);
+    if (!st) st = omni_ckpt_check_unused(ckpt, "audio_config.encoder_layers", "%slayers.%d.", cfg->prefix, cfg->n_layers);
     if (st) {
         audio_tower_free(t);
         return st;

@@ -11,6 +11,8 @@
 #define _POSIX_C_SOURCE 200809L
 #include "llm/engine.h"
 
+#include "llm/prompt.h"
+
 #include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -167,6 +169,8 @@ omni_status llm_engine_init(const llm_model *m, const llm_engine_params *p, llm_
     if (p->prefill_chunk < 1 || p->max_logits_rows < 1)
         return omni_fail(OMNI_ERR_USAGE, "engine: prefill_chunk (%d) and max_logits_rows (%d) must be >= 1",
                          p->prefill_chunk, p->max_logits_rows);
+    omni_status st = p->tok ? llm_prompt_check_tokens(llm_model_config(m), p->tok) : OMNI_OK;
+    if (st) return st; /* the prompts it will be given would be misread */
     llm_engine *e = calloc(1, sizeof *e);
     if (!e) return omni_fail(OMNI_ERR_NOMEM, "out of memory");
     e->m = m;
@@ -175,7 +179,7 @@ omni_status llm_engine_init(const llm_model *m, const llm_engine_params *p, llm_
     e->next_id = e->next_conv = 1;
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->cv, NULL);
-    omni_status st = llm_runner_init(m, &p->runner, &e->r);
+    st = llm_runner_init(m, &p->runner, &e->r);
     if (st) {
         llm_engine_free(e);
         return st;

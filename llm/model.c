@@ -96,6 +96,13 @@ static omni_status bind_layer(llm_model *m, int l) {
     return OMNI_OK;
 }
 
+/* Layers the config leaves out: transformers warns about unused weights and runs a smaller model (fewer experts
+ * than the checkpoint's fail the router's shape check). */
+static omni_status check_unused(const llm_model *m) {
+    return omni_ckpt_check_unused(m->ckpt, "text_config.num_hidden_layers", "%slayers.%d.", m->cfg.prefix,
+                                  m->cfg.n_layers);
+}
+
 /* inv_freq as transformers computes it in fp32, and the interleaved-MRoPE slot -> stream map (spec §1.5). */
 static omni_status init_rope(llm_model *m) {
     const llm_config *c = &m->cfg;
@@ -184,6 +191,7 @@ omni_status llm_model_load_params(const char *dir, const llm_model_params *p, ll
         if (!m->layers || !m->experts) st = omni_fail(OMNI_ERR_NOMEM, "out of memory");
     }
     for (int l = 0; !st && l < m->cfg.n_layers; l++) st = bind_layer(m, l);
+    if (!st) st = check_unused(m);
     if (!st) st = init_rope(m);
     if (!st && p->check_finite) st = check_finite(m);
     if (st) {

@@ -72,3 +72,22 @@ char *llm_prompt_simple(const char *system, const char *user_text, int n_images,
     free(parts);
     return s;
 }
+
+omni_status llm_prompt_check_tokens(const llm_config *c, const llm_tokenizer *t) {
+    const struct { const char *key, *str; int id; } ids[] = {
+        {"image_token_id", "<|image_pad|>", c->image_token_id},
+        {"video_token_id", "<|video_pad|>", c->video_token_id},
+        {"vision_start_token_id", "<|vision_start|>", c->vision_start_id},
+        {"vision_end_token_id", "<|vision_end|>", c->vision_end_id},
+        {"audio_token_id", "<|audio_pad|>", c->audio_token_id},
+        {"audio_start_token_id", "<|audio_start|>", c->audio_start_id},
+        {"audio_end_token_id", "<|audio_end|>", c->audio_end_id},
+    };
+    for (size_t i = 0; i < sizeof ids / sizeof ids[0]; i++) {
+        int32_t tid = ids[i].id >= 0 ? llm_tokenizer_token_id(t, ids[i].str) : -1;
+        if (tid >= 0 && tid != ids[i].id)
+            return omni_fail(OMNI_ERR_MODEL, "config.json: %s is %d but tokenizer.json's %s is %d (config and tokenizer "
+                             "disagree)", ids[i].key, ids[i].id, ids[i].str, tid);
+    }
+    return OMNI_OK;
+}

@@ -7,6 +7,10 @@
 #ifndef OMNI_LLM_PROMPT_H
 #define OMNI_LLM_PROMPT_H
 
+#include "kernels/status.h"
+#include "llm/config.h"
+#include "llm/tokenizer.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -31,6 +35,12 @@ char *llm_prompt_render(const llm_message *msgs, int n, int add_generation_promp
 /* Convenience: one user turn with optional system text, n_images image parts and n_audio audio parts placed
  * before the text (the order the official examples use), plus the generation prompt. */
 char *llm_prompt_simple(const char *system, const char *user_text, int n_images, int n_audio);
+
+/* The config's placeholder and marker ids (image_token_id, vision_start_token_id, audio_token_id, ...) must be the
+ * ids the tokenizer gives the strings the template writes (<|image_pad|>, <|vision_start|>, <|audio_pad|>, ...):
+ * otherwise a prompt's placeholders are not found (or an ordinary token is taken for one). OMNI_ERR_MODEL naming
+ * both when they disagree; a string the tokenizer lacks is not checked here. */
+omni_status llm_prompt_check_tokens(const llm_config *c, const llm_tokenizer *t);
 
 #ifdef __cplusplus
 }

@@ -70,7 +70,10 @@ omni_status vision_config_from_json(const cJSON *vc, const char *where, vision_c
     TRY(read_sizes(&j, vc, c));
     const char *act = "gelu_pytorch_tanh";
     TRY(omni_json_string(&j, vc, "hidden_act", OMNI_JSON_OPTIONAL, &act));
-    c->gelu_tanh = strcmp(act, "gelu") != 0;
+    c->gelu_tanh = strcmp(act, "gelu") != 0; /* gelu_new is the same tanh formula as gelu_pytorch_tanh */
+    if (strcmp(act, "gelu") && strcmp(act, "gelu_pytorch_tanh") && strcmp(act, "gelu_new"))
+        return omni_fail(OMNI_ERR_UNSUPPORTED, "config.json: %s.hidden_act '%s' is not supported (gelu, "
+                         "gelu_pytorch_tanh or gelu_new)", j.path, act);
     c->rope_theta = 10000.0f;
     const cJSON *rp = NULL;
     TRY(omni_json_object(&j, vc, "rope_parameters", OMNI_JSON_OPTIONAL, &rp));
@@ -78,6 +81,10 @@ omni_status vision_config_from_json(const cJSON *vc, const char *where, vision_c
     TRY(omni_json_float(rp ? &jr : &j, rp ? rp : vc, "rope_theta", OMNI_JSON_OPTIONAL, 1.0, 1e12, &c->rope_theta));
     TRY(omni_json_ints(&j, vc, "deepstack_visual_indexes", OMNI_JSON_OPTIONAL, 0, VISION_MAX_DEEPSTACK, 0,
                        c->depth - 1, c->deepstack_index, &c->n_deepstack));
+    for (int k = 1; k < c->n_deepstack; k++) /* transformers pairs features with layers in layer order, once each */
+        if (c->deepstack_index[k] <= c->deepstack_index[k - 1])
+            return omni_fail(OMNI_ERR_UNSUPPORTED, "config.json: %s.deepstack_visual_indexes must be increasing "
+                             "(%d after %d)", j.path, c->deepstack_index[k], c->deepstack_index[k - 1]);
     if (c->hidden % c->n_heads)
         return omni_fail(OMNI_ERR_MODEL, "config.json: vision_config.hidden_size %d is not a multiple of num_heads %d",
                          c->hidden, c->n_heads);
@@ -192,7 +199,9 @@ static omni_status load_weights(vision_tower *t, const omni_ckpt *ck) {
         snprintf(p, sizeof p, "%s%s.%d.", vp, omni_names ? "merger_list" : "deepstack_merger_list", k);
         if ((st = load_merger(ck, p, 4 * D, c, omni_names, &t->ds[k]))) return st;
     }
-    return OMNI_OK;
+    if ((st = omni_ckpt_check_unused(ck, "vision_config.depth", "%sblocks.%d.", vp, c->depth))) return st;
+    return omni_ckpt_check_unused(ck, "vision_config.deepstack_visual_indexes", "%s%s.%d.", vp,
+                                  omni_names ? "merger_list" : "deepstack_merger_list", c->n_deepstack);
 }
 
 /* inv_freq[k] = 1 / theta^(2k / (hd/2)), k < hd/4, computed in float as torch does. */

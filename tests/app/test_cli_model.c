@@ -16,6 +16,9 @@
 
 #define MODEL OMNI_FIXTURES "/text/qvl-h64-hd128-gqa2-tied"
 #define GUARD "timeout -s KILL 60"
+#define OMNI_A OMNI_FIXTURES "/audio/omni-a"
+#define TONE OMNI_FIXTURES "/audio/clips/tone_1s.wav"
+#define PATTERN OMNI_FIXTURES "/audio/clips/pattern_64x96.png"
 
 static char g_dir[4096];
 
@@ -131,12 +134,82 @@ static void nan_weights(void) {
     cli_free(&r);
 }
 
+/* Set the dotted config.json key `path` (objects only) of the copy in g_dir to `value` (JSON text). */
+static void set_path(const char *path, const char *value) {
+    char file[4200], key[256];
+    snprintf(file, sizeof file, "%s/config.json", g_dir);
+    char *txt = omni_read_file(file, NULL);
+    cJSON *root = cJSON_Parse(txt), *o = root;
+    free(txt);
+    const char *p = path, *dot;
+    while ((dot = strchr(p, '.'))) {
+        snprintf(key, sizeof key, "%.*s", (int)(dot - p), p);
+        o = cJSON_GetObjectItem(o, key);
+        p = dot + 1;
+    }
+    cJSON *v = cJSON_Parse(value);
+    if (cJSON_GetObjectItem(o, p)) cJSON_ReplaceItemInObject(o, p, v);
+    else cJSON_AddItemToObject(o, p, v);
+    char *out = cJSON_Print(root);
+    write_all(file, out, strlen(out));
+    free(out);
+    cJSON_Delete(root);
+}
+
+/* Fresh copy of `src` with config.json's `path` set to `value`. */
+static void with_path(const char *src, const char *path, const char *value) {
+    copy_dir(src, g_dir);
+    set_path(path, value);
+}
+
+/* Session 7's hostile configs on the Omni fixture (3 decoder layers, 2 vision blocks with 2 DeepStack mergers, 2
+ * audio layers): each was answered (exit 0) or crashed before. Fewer layers than the checkpoint ran a smaller model
+ * silently (transformers warns about the unused weights); n_window 1 counted 13 tokens per 2-frame chunk (the
+ * stem makes 1) and the tower read past its buffer (glibc abort, exit 134); activations other than GELU ran as
+ * GELU; special token ids that are not the tokenizer's placeholders were a usage error blaming the prompt. */
+static void omni_config_cases(void) {
+    static const struct { const char *path, *value, *media, *needle; int code; } cs[] = {
+        {"thinker_config.text_config.num_hidden_layers", "2", "",
+         "tensors 'thinker.model.layers.2.*' that config.json's text_config.num_hidden_layers leaves out", 3},
+        {"thinker_config.vision_config.depth", "1", "--image " PATTERN,
+         "tensors 'thinker.visual.blocks.1.*' that config.json's vision_config.depth leaves out", 3},
+        {"thinker_config.vision_config.deepstack_visual_indexes", "[0]", "--image " PATTERN,
+         "'thinker.visual.merger_list.1.*' that config.json's vision_config.deepstack_visual_indexes leaves out", 3},
+        {"thinker_config.audio_config.encoder_layers", "1", "--audio " TONE,
+         "'thinker.audio_tower.layers.1.*' that config.json's audio_config.encoder_layers leaves out", 3},
+        {"thinker_config.audio_config.activation_function", "\"relu\"", "--audio " TONE,
+         "activation_function 'relu' is not supported (gelu only)", 3},
+        {"thinker_config.vision_config.hidden_act", "\"silu\"", "--image " PATTERN,
+         "hidden_act 'silu' is not supported", 3},
+        {"thinker_config.audio_token_id", "5", "--audio " TONE,
+         "config.json: audio_token_id is 5 but tokenizer.json's <|audio_pad|> is 3032", 3},
+        {"thinker_config.image_token_id", "3032", "--image " PATTERN,
+         "config.json: image_token_id is 3032 but tokenizer.json's <|image_pad|> is 3012", 3},
+    };
+    char args[8600];
+    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
+        with_path(OMNI_A, cs[i].path, cs[i].value);
+        if (strstr(cs[i].path, ".depth")) /* one block: the DeepStack taps must be inside it */
+            set_path("thinker_config.vision_config.deepstack_visual_indexes", "[0]");
+        snprintf(args, sizeof args, "generate -m %s -p hi -n 1 --temp 0 %s", g_dir, cs[i].media);
+        char what[160];
+        snprintf(what, sizeof what, "%s = %s", cs[i].path, cs[i].value);
+        expect_fail(what, cs[i].code, cs[i].needle, args);
+    }
+    /* n_window 1: chunks of 2 frames, 1 token each (50 for 1 s); an answer, no crash */
+    with_path(OMNI_A, "thinker_config.audio_config.n_window", "1");
+    cli_result r = cli_run_prefix(GUARD, "generate -m %s -p hi -n 1 --temp 0 --no-perf --audio %s", g_dir, TONE);
+    CHECK(r.code == 0 && strstr(r.err, "100 mel frames -> 50 audio tokens"), "n_window 1: exit %d:\n%s", r.code, r.err);
+    cli_free(&r);
+}
+
 int main(void) {
     char *t = make_tmpdir();
     snprintf(g_dir, sizeof g_dir, "%s/model", t);
     config_values();
     special_files();
     nan_weights();
+    omni_config_cases();
     char cmd[4300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", t);
     if (system(cmd)) {}

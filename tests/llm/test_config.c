@@ -195,9 +195,20 @@ static void run_vision_cases(void) {
         {"vision_config.spatial_merge_size", "3", OMNI_ERR_MODEL, "spatial_merge_size: 3 is outside [2, 2]"},
         {"vision_config.hidden_act", "false", OMNI_ERR_MODEL, "hidden_act: expected a string"},
         {"vision_config.out_hidden_size", "null", OMNI_ERR_MODEL, "vision_config.out_hidden_size: missing"},
+        /* session 7: any hidden_act but "gelu" ran as the tanh GELU; DeepStack features pair with the layers in
+         * layer order, once each, in transformers: [1, 0] / [0, 0] gave other features to other decoder layers */
+        {"vision_config.hidden_act", "\"relu\"", OMNI_ERR_UNSUPPORTED, "hidden_act 'relu' is not supported"},
+        {"vision_config.depth", "2", OMNI_ERR_UNSUPPORTED, "deepstack_visual_indexes must be increasing (0 after 1)"},
+        {"vision_config.deepstack_visual_indexes", "[0, 0]", OMNI_ERR_UNSUPPORTED,
+         "deepstack_visual_indexes must be increasing (0 after 0)"},
     };
     for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
         char *js = edited(g_vl, cs[i].path, cs[i].value);
+        if (!strcmp(cs[i].path, "vision_config.depth")) { /* then indexes out of order within the depth */
+            char *t = js;
+            js = edited(t, "vision_config.deepstack_visual_indexes", "[1, 0]");
+            free(t);
+        }
         cJSON *root = cJSON_Parse(js);
         vision_config vc;
         omni_status st = vision_config_from_json(cJSON_GetObjectItem(root, "vision_config"), NULL, &vc);
@@ -213,6 +224,9 @@ static void run_audio_cases(void) {
         {"thinker_config.audio_config.d_model", "\"x\"", OMNI_ERR_MODEL, "audio_config.d_model: expected an integer"},
         {"thinker_config.audio_config.n_window", "-50", OMNI_ERR_MODEL, "audio_config.n_window: -50 is outside"},
         {"thinker_config.audio_config.num_mel_bins", "80", OMNI_ERR_MODEL, "num_mel_bins: 80 is outside [128, 128]"},
+        /* session 7: not read at all (any activation ran as GELU) */
+        {"thinker_config.audio_config.activation_function", "\"relu\"", OMNI_ERR_UNSUPPORTED,
+         "thinker_config.audio_config.activation_function 'relu' is not supported (gelu only)"},
     };
     for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
         char *js = edited(g_omni, cs[i].path, cs[i].value);
@@ -225,6 +239,31 @@ static void run_audio_cases(void) {
         cJSON_Delete(root);
         free(js);
     }
+}
+
+/* A JSON value followed by more than whitespace (two objects, garbage, NUL bytes) is refused, as Python's json
+ * does; the first object alone used to be taken. */
+static void run_trailing_cases(void) {
+    size_t n = strlen(g_vl);
+    const char *tails[] = {" {\"model_type\": \"x\"}", "\n garbage", "  \n"};
+    for (int i = 0; i < 3; i++) {
+        char *js = malloc(n + strlen(tails[i]) + 1);
+        memcpy(js, g_vl, n);
+        strcpy(js + n, tails[i]);
+        llm_config c;
+        omni_status st = llm_config_parse(js, strlen(js), &c);
+        if (i < 2)
+            CHECK(st == OMNI_ERR_MODEL && strstr(omni_last_error(), "config.json: unexpected data after the JSON value"),
+                  "trailing case %d: %d '%s'", i, st, omni_last_error());
+        else CHECK(st == OMNI_OK, "trailing whitespace: %s", omni_last_error());
+        if (!st) llm_config_free(&c);
+        free(js);
+    }
+    char nul[] = "{\"eos_token_id\": 3}\0\0";
+    llm_config c;
+    CHECK(llm_config_parse(g_vl, n, &c) == OMNI_OK, "base");
+    CHECK(llm_config_parse_generation(nul, sizeof nul - 1, &c) == OMNI_ERR_MODEL, "NUL bytes after the JSON");
+    llm_config_free(&c);
 }
 
 /* generation_config.json: broken files are errors, not silently ignored. */
@@ -319,6 +358,7 @@ int main(void) {
     run_vision_cases();
     run_audio_cases();
     run_generation_cases();
+    run_trailing_cases();
     char dir[] = "/tmp/omni_cfg_XXXXXX";
     CHECK(mkdtemp(dir) != NULL, "mkdtemp");
     run_prep_cases(dir);
