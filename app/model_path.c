@@ -101,6 +101,32 @@ static void download_hint(const char *repo, const char *rev, char *buf, size_t c
     else snprintf(buf, cap, "run `hf download %s%s%s` again", repo, rev ? " --revision " : "", rev ? rev : "");
 }
 
+/* A Git LFS pointer in place of a checkpoint or tokenizer file (a `git clone` without git-lfs): small regular
+ * *.safetensors / *.json files of DIR that start like one. */
+static omni_status check_lfs(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return OMNI_OK;
+    omni_status s = OMNI_OK;
+    struct dirent *de;
+    while (!s && (de = readdir(d))) {
+        char p[MP_PATH + 300], head[24] = {0}, sb[200];
+        size_t len = strlen(de->d_name);
+        struct stat st;
+        if (!((len > 12 && !strcmp(de->d_name + len - 12, ".safetensors")) ||
+              (len > 5 && !strcmp(de->d_name + len - 5, ".json"))) ||
+            !join(p, sizeof p, dir, de->d_name) || stat(p, &st) || !S_ISREG(st.st_mode) || st.st_size > 1024)
+            continue;
+        FILE *f = fopen(p, "rb");
+        if (f && fread(head, 1, sizeof head - 1, f) && !strncmp(head, "version https://git-lfs", 23))
+            s = omni_fail(OMNI_ERR_MODEL, "%s is a Git LFS pointer, not the file (the repository was cloned without "
+                          "git-lfs): run `git lfs pull` there, or get the model with `hf download Org/Name`",
+                          shown(p, sb, sizeof sb));
+        if (f) fclose(f);
+    }
+    closedir(d);
+    return s;
+}
+
 /* The files omni reads from a model folder are there: config.json; for a cache snapshot (cache set) also every
  * shard of model.safetensors.index.json. Links into blobs/ whose target is gone (a pruned cache, an interrupted
  * download) are named. */
@@ -147,7 +173,7 @@ static omni_status check_files(const char *dir, const char *cache, const char *r
         cJSON_Delete(idx);
         if (s) return s;
     }
-    return OMNI_OK;
+    return check_lfs(dir);
 }
 
 /* A ref or revision name: no empty, absolute, hidden or ".." component. */

@@ -138,6 +138,12 @@ static void odd_paths(const char *tmp) {
     sh("dangling", "ln -sfn '%s/gone' '%s'", tmp, dir);
     expect_error("dangling link", 3, dir, "link to a missing target", NULL);
     expect_error("no config.json", 3, tmp, "no config.json", NULL);
+    /* a `git clone` without git-lfs: pointers instead of the weights */
+    snprintf(dir, sizeof dir, "%s/lfs", tmp);
+    sh("lfs", "mkdir -p '%s' && cp '%s/config.json' '%s/tokenizer.json' '%s/' && printf 'version "
+       "https://git-lfs.github.com/spec/v1\noid sha256:4d7a2146\nsize 4967215360\n' > '%s/model.safetensors'",
+       dir, MODEL, MODEL, dir, dir);
+    expect_error("LFS pointer", 3, dir, "model.safetensors is a Git LFS pointer", "git lfs pull", NULL);
     /* a URL pasted from the browser */
     expect_error("URL", 3, "https://huggingface.co/Qwen/Qwen3-VL-2B-Instruct/tree/main", "downloads nothing",
                  "hf download Qwen/Qwen3-VL-2B-Instruct`", "-m Qwen/Qwen3-VL-2B-Instruct", NULL);
