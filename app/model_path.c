@@ -127,12 +127,44 @@ static omni_status check_lfs(const char *dir) {
     return s;
 }
 
-/* The files omni reads from a model folder are there: config.json; for a cache snapshot (cache set) also every
- * shard of model.safetensors.index.json. Links into blobs/ whose target is gone (a pruned cache, an interrupted
- * download) are named. */
+/* Why a file of DIR is missing: an interrupted `hf download` leaves *.incomplete files in the cache's blobs/ or in
+ * a --local-dir's .cache/huggingface/download/. */
+static const char *why_missing(const char *dir, const char *cache) {
+    char p[MP_PATH + 64];
+    if (cache) return incomplete_blobs(cache) ? "an unfinished download: blobs/ has *.incomplete files"
+                                              : "a pruned cache or an interrupted download";
+    if (join(p, sizeof p, dir, ".cache/huggingface/download") && count_ext(p, ".incomplete"))
+        return "an unfinished `hf download --local-dir`: .cache/huggingface/download/ has *.incomplete files";
+    return "an incomplete copy or download";
+}
+
+/* Every shard model.safetensors.index.json (at `index`) lists is in DIR. */
+static omni_status check_shards(const char *dir, const char *index, const char *cache, const char *hint) {
+    char sb[200];
+    cJSON *idx = NULL;
+    omni_status s = omni_json_load(index, OMNI_ERR_MODEL, &idx);
+    const cJSON *map = s ? NULL : cJSON_GetObjectItemCaseSensitive(idx, "weight_map"), *it;
+    cJSON_ArrayForEach(it, map) {
+        char shard[MP_PATH + 300];
+        struct stat st;
+        if (!cJSON_IsString(it) || strchr(it->valuestring, '/') || !join(shard, sizeof shard, dir, it->valuestring))
+            continue; /* the loader names a malformed index */
+        if (stat(shard, &st) != 0) {
+            s = omni_fail(OMNI_ERR_MODEL, "%s lacks %s, a shard its model.safetensors.index.json lists (%s): %s",
+                          shown(dir, sb, sizeof sb), it->valuestring, why_missing(dir, cache), hint);
+            break;
+        }
+    }
+    cJSON_Delete(idx);
+    return s;
+}
+
+/* The files omni reads from a model folder are there: config.json, every shard of model.safetensors.index.json, no
+ * link to a missing blob (a pruned cache, an interrupted download), no Git LFS pointer. cache: the models--Org--Name
+ * folder DIR is a snapshot of (NULL for a plain folder); repo, rev: for the `hf download` hint. */
 static omni_status check_files(const char *dir, const char *cache, const char *repo, const char *rev) {
     char p[MP_PATH + 300], hint[512], sb[200];
-    /* config.json must be there; the others are only checked for links to missing blobs (tokenize needs no weights) */
+    /* config.json must be there; the others are checked when present (tokenize needs no weights) */
     const char *want[] = {"config.json", "tokenizer.json", "model.safetensors.index.json", "model.safetensors"};
     download_hint(repo, rev, hint, sizeof hint);
     struct stat st;
@@ -151,26 +183,8 @@ static omni_status check_files(const char *dir, const char *cache, const char *r
         }
         if (S_ISLNK(st.st_mode) && stat(p, &st) != 0)
             return omni_fail(OMNI_ERR_MODEL, "%s is a link to a missing file (%s): %s", shown(p, sb, sizeof sb),
-                             incomplete_blobs(cache) ? "an unfinished download: blobs/ has *.incomplete files"
-                                                     : "a pruned cache or an interrupted download", hint);
-        if (i != 2 || !cache) continue;
-        cJSON *idx = NULL; /* every shard of the index is in the snapshot */
-        omni_status s = omni_json_load(p, OMNI_ERR_MODEL, &idx);
-        if (s) return s;
-        const cJSON *map = cJSON_GetObjectItemCaseSensitive(idx, "weight_map"), *it;
-        cJSON_ArrayForEach(it, map) {
-            char shard[MP_PATH + 300];
-            if (!cJSON_IsString(it) || strchr(it->valuestring, '/') || !join(shard, sizeof shard, dir, it->valuestring))
-                continue; /* the loader names a malformed index */
-            if (stat(shard, &st) != 0) {
-                s = omni_fail(OMNI_ERR_MODEL, "%s lacks %s, a shard its model.safetensors.index.json lists (%s): %s",
-                              shown(dir, sb, sizeof sb), it->valuestring,
-                              incomplete_blobs(cache) ? "an unfinished download: blobs/ has *.incomplete files"
-                                                      : "an incomplete download", hint);
-                break;
-            }
-        }
-        cJSON_Delete(idx);
+                             why_missing(dir, cache), hint);
+        omni_status s = i == 2 ? check_shards(dir, p, cache, hint) : OMNI_OK;
         if (s) return s;
     }
     return check_lfs(dir);

@@ -4,10 +4,11 @@
  * with snapshots/ and refs/): the snapshot named by refs/main, else the only snapshot (several without refs/main:
  * an error listing them); or `Org/Name[@REV]`, looked up as models--Org--Name in $HF_HUB_CACHE, $HF_HOME/hub (else
  * $XDG_CACHE_HOME/huggingface/hub, as huggingface_hub does) and ~/.cache/huggingface/hub, in that order, REV
- * being a name under refs/ (v1.0, pr/1) or a snapshot's commit hash. Nothing is downloaded. A cache snapshot must
- * hold config.json and the shards of its index, no link to a missing blob (an unfinished or pruned
- * download); a plain directory must hold config.json. Errors: OMNI_ERR_MODEL (OMNI_ERR_USAGE for an empty or
- * malformed argument) with one message naming where it looked and what to do (`hf download ...`). */
+ * being a name under refs/ (v1.0, pr/1) or a snapshot's commit hash. Nothing is downloaded. The folder found must
+ * hold config.json, every shard of its model.safetensors.index.json, no link to a missing blob and no Git LFS pointer
+ * (an unfinished `hf download`, a pruned cache, a `git clone` without git-lfs). Errors: OMNI_ERR_MODEL
+ * (OMNI_ERR_UNSUPPORTED for GGUF, OMNI_ERR_USAGE for an empty or malformed argument) with one message naming where
+ * it looked and what to do (`hf download ...`). */
 #ifndef OMNI_APP_MODEL_PATH_H
 #define OMNI_APP_MODEL_PATH_H
 

@@ -138,6 +138,14 @@ static void odd_paths(const char *tmp) {
     sh("dangling", "ln -sfn '%s/gone' '%s'", tmp, dir);
     expect_error("dangling link", 3, dir, "link to a missing target", NULL);
     expect_error("no config.json", 3, tmp, "no config.json", NULL);
+    /* an interrupted `hf download --local-dir`: a shard of the index missing, its .incomplete file left */
+    snprintf(dir, sizeof dir, "%s/localdir", tmp);
+    sh("local-dir", "mkdir -p '%s/.cache/huggingface/download' && cp '%s'/*.json '%s/' && "
+       "cp '%s/model.safetensors' '%s/model-00001-of-00002.safetensors' && printf '{\"weight_map\": {\"a\": "
+       "\"model-00001-of-00002.safetensors\", \"b\": \"model-00002-of-00002.safetensors\"}}' > "
+       "'%s/model.safetensors.index.json' && : > '%s/.cache/huggingface/download/abc.incomplete'",
+       dir, MODEL, dir, MODEL, dir, dir, dir);
+    expect_error("unfinished --local-dir", 3, dir, "lacks model-00002-of-00002.safetensors", "--local-dir", NULL);
     /* a `git clone` without git-lfs: pointers instead of the weights */
     snprintf(dir, sizeof dir, "%s/lfs", tmp);
     sh("lfs", "mkdir -p '%s' && cp '%s/config.json' '%s/tokenizer.json' '%s/' && printf 'version "
