@@ -170,7 +170,7 @@ static void odd_paths(const char *tmp) {
     setenv("HF_HUB_CACHE", dir, 1);
     expect_ids("non-ASCII cache", "Org/Name");
     unsetenv("HF_HUB_CACHE");
-    /* a long path that works (4000 bytes, within PATH_MAX), one over PATH_MAX, a component over NAME_MAX */
+    /* a long path that works (~3800 bytes, within PATH_MAX), one over PATH_MAX, a component over NAME_MAX */
     snprintf(dir, sizeof dir, "%s", tmp);
     while (strlen(dir) < 3790) strcat(dir, "/dddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddd");
     sh("long dir", "mkdir -p '%s' && ln -sfn '%s' '%s/m'", dir, MODEL, dir);
