@@ -9,6 +9,7 @@
  * the same pixels as PIL/transformers); stb's JPEG decoder differs by a few levels on chroma-subsampled files.
  * A JPEG's EXIF orientation is applied as PIL.ImageOps.exif_transpose does (transformers' load_image). */
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,15 +32,52 @@ static int has_ext(const char *name, const char *ext) {
     return n >= e && strcasecmp(name + n - e, ext) == 0;
 }
 
-/* Names of common formats stb does not (or we do not) accept, for the error message. */
+/* A common non-image file given as an image: what it is, for the error message (NULL: not recognised). */
+static const char *media_kind(const uint8_t *d, size_t n) {
+    if (n >= 12 && !memcmp(d + 4, "ftyp", 4)) {
+        static const char *heif[] = {"heic", "heix", "hevc", "hevx", "heim", "heis", "mif1", "msf1", "avif", "avis"};
+        for (size_t i = 0; i < sizeof heif / sizeof heif[0]; i++)
+            if (!memcmp(d + 8, heif[i], 4)) return NULL; /* an image format (unsupported_name) */
+        if (!memcmp(d + 8, "M4A ", 4) || !memcmp(d + 8, "M4B ", 4) || !memcmp(d + 8, "M4P ", 4))
+            return "audio (M4A/AAC)";
+        return "a video (MP4/MOV)";
+    }
+    if (n >= 4 && !memcmp(d, "\x1a\x45\xdf\xa3", 4)) return "a video (WebM/Matroska)";
+    if (n >= 12 && !memcmp(d, "RIFF", 4) && !memcmp(d + 8, "AVI ", 4)) return "a video (AVI)";
+    if (n >= 12 && (!memcmp(d, "RIFF", 4) || !memcmp(d, "RF64", 4)) && !memcmp(d + 8, "WAVE", 4)) return "audio (WAV)";
+    if (n >= 12 && !memcmp(d, "FORM", 4) && (!memcmp(d + 8, "AIFF", 4) || !memcmp(d + 8, "AIFC", 4)))
+        return "audio (AIFF)";
+    if (n >= 4 && !memcmp(d, "fLaC", 4)) return "audio (FLAC)";
+    if (n >= 4 && !memcmp(d, "OggS", 4)) return "audio or video (Ogg)";
+    if ((n >= 3 && !memcmp(d, "ID3", 3)) || (n >= 2 && d[0] == 0xFF && (d[1] & 0xE0) == 0xE0)) return "audio (MP3/AAC)";
+    return NULL;
+}
+
+/* Names of common image (and document) formats stb does not (or we do not) accept, for the error message. */
 static const char *unsupported_name(const uint8_t *d, size_t n) {
     if (n >= 12 && !memcmp(d, "RIFF", 4) && !memcmp(d + 8, "WEBP", 4)) return "WebP";
     if (n >= 4 && (!memcmp(d, "II*\0", 4) || !memcmp(d, "MM\0*", 4))) return "TIFF";
     if (n >= 4 && !memcmp(d, "8BPS", 4)) return "PSD";
     if (n >= 10 && !memcmp(d, "#?RADIANCE", 10)) return "HDR";
     if (n >= 12 && !memcmp(d + 4, "ftyp", 4)) return "HEIF/AVIF";
-    if (n >= 4 && !memcmp(d, "\0\0\1\0", 4)) return "ICO";
+    if (n >= 4 && (!memcmp(d, "\0\0\1\0", 4) || !memcmp(d, "\0\0\2\0", 4))) return "ICO/CUR";
     if (n >= 2 && d[0] == 'P' && (d[1] == '1' || d[1] == '2' || d[1] == '3' || d[1] == '4')) return "ASCII/bitmap PNM";
+    if (n >= 2 && d[0] == 'P' && d[1] == '7') return "PAM";
+    if ((n >= 2 && d[0] == 0xFF && d[1] == 0x0A) || (n >= 12 && !memcmp(d, "\0\0\0\x0cJXL \r\n\x87\n", 12)))
+        return "JPEG XL";
+    if (n >= 12 && !memcmp(d, "\0\0\0\x0cjP  \r\n\x87\n", 12)) return "JPEG 2000";
+    if (n >= 4 && !memcmp(d, "qoif", 4)) return "QOI";
+    if (n >= 4 && !memcmp(d, "\x76\x2f\x31\x01", 4)) return "OpenEXR";
+    if (n >= 4 && !memcmp(d, "DDS ", 4)) return "DDS";
+    if (n >= 5 && !memcmp(d, "%PDF-", 5)) return "PDF (a document)";
+    size_t i = 0; /* SVG: XML text whose first element is <svg */
+    if (n >= 3 && !memcmp(d, "\xef\xbb\xbf", 3)) i = 3;
+    while (i < n && (d[i] == ' ' || (d[i] >= '\t' && d[i] <= '\r'))) i++;
+    if (i + 1 < n && d[i] == '<' && (d[i + 1] == '?' || d[i + 1] == '!' || d[i + 1] == 's')) {
+        size_t lim = n < i + 4096 ? n : i + 4096;
+        for (size_t k = i; k + 4 <= lim; k++)
+            if (!memcmp(d + k, "<svg", 4)) return "SVG";
+    }
     return NULL;
 }
 
@@ -78,6 +116,12 @@ static int jpeg_complete(const uint8_t *d, size_t n) {
     for (; i + 1 < n; i++)
         if (d[i] == 0xFF && d[i + 1] == 0xD9) return 1;
     return 0;
+}
+
+/* stb's reason for the last failure ("corrupt data" when it gives none). */
+static const char *failure_reason(void) {
+    const char *r = stbi_failure_reason();
+    return r && *r ? r : "corrupt data";
 }
 
 static const char *format_name(img_format f) {
@@ -132,6 +176,12 @@ static omni_status check_container(const uint8_t *data, size_t size, const char 
     if (size == 0) return omni_fail(OMNI_ERR_INPUT, "image '%s' is an empty file", name);
     *fmt = detect_format(data, size, name);
     if (*fmt == FMT_UNKNOWN) {
+        const char *k = media_kind(data, size);
+        if (k && !strncmp(k, "audio", 5))
+            return omni_fail(OMNI_ERR_INPUT, "image '%s' is %s, not an image (use --audio for sound files)", name, k);
+        if (k)
+            return omni_fail(OMNI_ERR_INPUT, "image '%s' is %s, not an image: video input is not supported (give a "
+                             "frame as PNG or JPEG)", name, k);
         const char *u = unsupported_name(data, size);
         if (u)
             return omni_fail(OMNI_ERR_INPUT, "image '%s': unsupported format %s (use PNG, JPEG, BMP, GIF, PNM or TGA)",
@@ -175,7 +225,21 @@ static void jpeg_quiet(j_common_ptr cinfo, int level) {
     (void)cinfo, (void)level;
 }
 
-/* Decode a JPEG to RGB with libjpeg (grey and CMYK-free files; others are left to stb). */
+/* PIL's CMYK JPEG -> RGB, as transformers gets it: Pillow reads every CMYK JPEG as Adobe-inverted ("CMYK;I"), then
+ * Convert.c cmyk2rgb: nk = 255 - k, out = nk - nk·c / 255 (its rounding), c, k the inverted values. So from the
+ * file's raw values: nk = raw k, c = 255 - raw c. rgb may alias cmyk (written behind the read). */
+static void cmyk_to_rgb(const uint8_t *cmyk, int64_t n, uint8_t *rgb) {
+    for (int64_t i = 0; i < n; i++) {
+        const int nk = cmyk[4 * i + 3];
+        for (int ch = 0; ch < 3; ch++) {
+            int t = (255 - cmyk[4 * i + ch]) * nk + 128;
+            int v = nk - (((t >> 8) + t) >> 8);
+            rgb[3 * i + ch] = (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v);
+        }
+    }
+}
+
+/* Decode a JPEG to RGB with libjpeg (CMYK / YCCK files through cmyk_to_rgb, as PIL converts them). */
 static omni_status decode_jpeg(const uint8_t *data, size_t size, const char *name, vision_image *out) {
     struct jpeg_decompress_struct cinfo;
     jpeg_err err;
@@ -191,22 +255,25 @@ static omni_status decode_jpeg(const uint8_t *data, size_t size, const char *nam
     jpeg_create_decompress(&cinfo);
     jpeg_mem_src(&cinfo, data, (unsigned long)size);
     jpeg_read_header(&cinfo, TRUE);
-    cinfo.out_color_space = JCS_RGB;
+    const int cmyk = cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK, px = cmyk ? 4 : 3;
+    cinfo.out_color_space = cmyk ? JCS_CMYK : JCS_RGB;
     jpeg_start_decompress(&cinfo);
     const int w = (int)cinfo.output_width, h = (int)cinfo.output_height;
-    rgb = malloc((size_t)w * h * 3);
+    rgb = malloc((size_t)w * h * px);
     if (!rgb) {
         jpeg_destroy_decompress(&cinfo);
         return omni_fail(OMNI_ERR_NOMEM, "image '%s': out of memory for %dx%d", name, w, h);
     }
     while (cinfo.output_scanline < cinfo.output_height) {
-        JSAMPROW row = rgb + (size_t)cinfo.output_scanline * w * 3;
+        JSAMPROW row = rgb + (size_t)cinfo.output_scanline * w * px;
         jpeg_read_scanlines(&cinfo, &row, 1);
     }
     const int comps = cinfo.num_components;
     jpeg_finish_decompress(&cinfo);
     jpeg_destroy_decompress(&cinfo);
-    out->rgb = rgb, out->width = w, out->height = h, out->src_channels = comps;
+    if (cmyk) cmyk_to_rgb(rgb, (int64_t)w * h, rgb); /* in place, then shrink */
+    uint8_t *fit = cmyk ? realloc(rgb, (size_t)w * h * 3) : rgb;
+    out->rgb = fit ? fit : rgb, out->width = w, out->height = h, out->src_channels = comps;
     return OMNI_OK;
 }
 #endif
@@ -330,7 +397,8 @@ static omni_status read_header(const uint8_t *data, size_t size, const char *nam
                          (long long)hw, (long long)hh, (double)hw * (double)hh, (long long)max_pixels);
     if (!stbi_info_from_memory(data, (int)size, w, h, comp))
         return omni_fail(OMNI_ERR_INPUT, "image '%s': cannot read the %s header (%s)", name, format_name(*fmt),
-                         stbi_failure_reason());
+                         failure_reason());
+    if (*fmt == FMT_BMP && *h < 0 && *h > INT_MIN) *h = -*h; /* a top-down BMP: stb's info keeps the sign */
     if (*w <= 0 || *h <= 0) return omni_fail(OMNI_ERR_INPUT, "image '%s' has size %dx%d", name, *w, *h);
     if ((int64_t)*w * *h > max_pixels)
         return omni_fail(OMNI_ERR_INPUT, "image '%s' is %dx%d = %lld pixels, over the limit of %lld", name, *w, *h,
@@ -347,15 +415,14 @@ static omni_status decode_image(const uint8_t *data, size_t size, const char *na
     if (st != OMNI_OK) return st;
 
 #ifdef OMNI_HAVE_LIBJPEG
-    if (fmt == FMT_JPEG && comp != 4) return decode_jpeg(data, size, name, out);
+    if (fmt == FMT_JPEG) return decode_jpeg(data, size, name, out);
 #endif
     int w2, h2, c2;
     uint8_t *rgba = stbi_load_from_memory(data, (int)size, &w2, &h2, &c2, 4);
-    if (!rgba && !strcmp(stbi_failure_reason(), "outofmem"))
+    if (!rgba && !strcmp(failure_reason(), "outofmem"))
         return omni_fail(OMNI_ERR_NOMEM, "image '%s': out of memory decoding %dx%d %s", name, w, h, format_name(fmt));
     if (!rgba)
-        return omni_fail(OMNI_ERR_INPUT, "image '%s': cannot decode %s (%s)", name, format_name(fmt),
-                         stbi_failure_reason());
+        return omni_fail(OMNI_ERR_INPUT, "image '%s': cannot decode %s (%s)", name, format_name(fmt), failure_reason());
     if (w2 != w || h2 != h) {
         stbi_image_free(rgba);
         return omni_fail(OMNI_ERR_INPUT, "image '%s': header says %dx%d, decoder %dx%d", name, w, h, w2, h2);

@@ -122,6 +122,23 @@ static void library_noise(void) {
     cli_free(&r);
 }
 
+/* Sound and video files given as --image say what they are (the fixture MP4 was "unsupported format HEIF/AVIF", a
+ * WAV "not a recognized image file"). */
+static void media_as_image(void) {
+    static const struct { const char *file, *needle; } cs[] = {
+        {"video_1s.mp4", "video_1s.mp4' is a video (MP4/MOV), not an image: video input is not supported"},
+        {"tone_1s.webm", "tone_1s.webm' is a video (WebM/Matroska), not an image"},
+        {"tone_1s.wav", "tone_1s.wav' is audio (WAV), not an image (use --audio for sound files)"},
+        {"tone_3p3s.m4a", "tone_3p3s.m4a' is audio (M4A/AAC), not an image"},
+        {"tone_3p3s.mp3", "tone_3p3s.mp3' is audio (MP3/AAC), not an image"},
+    };
+    char args[9000];
+    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
+        snprintf(args, sizeof args, "generate -m %s -p hi --image %s/clips/%s", OMNI_MODEL, AUD, cs[i].file);
+        expect_fail(cs[i].file, 2, cs[i].needle, args);
+    }
+}
+
 /* Several audio files of one prompt are encoded as one batch padded to the longest clip: the 6437-sample clip then
  * takes 41 mel frames, 6 tokens (5 alone). -c is checked from the headers before any encoder runs, so the count
  * must be the batch's: with -c = the prompt's real length, generate refuses it (no room for an answer) and chat
@@ -165,6 +182,7 @@ int main(void) {
     special_files();
     library_noise();
     multi_clip_context();
+    media_as_image();
     char cmd[4300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_tmp);
     if (system(cmd)) {}

@@ -93,7 +93,7 @@ static void test_exif_le(void) {
 static void test_fuzz(void) {
     static const char *files[] = {"a_exact.png", "e_rgba.png", "f_grey.jpg", "g_color.jpg", "fmt_rgb.bmp",
                                   "fmt_pal.gif", "fmt_rgb.ppm", "fmt_grey.pgm", "fmt_rgb.tga", "fmt_la.png",
-                                  "fmt_rgb16.png", "fmt_orient6.jpg"};
+                                  "fmt_rgb16.png", "fmt_orient6.jpg", "fmt_cmyk.jpg", "fmt_topdown.bmp"};
     uint32_t rng = 12345;
     int n_ok = 0, n_err = 0, n_bad = 0;
     for (size_t f = 0; f < sizeof files / sizeof *files; f++) {
@@ -208,6 +208,24 @@ int main(int argc, char **argv) {
         uint8_t buf[128];
         size_t n = fake_png(buf, 0xffffffffu, 0xffffffffu);
         expect_refused(tmp_write("huge2.png", buf, n), "4294967295x4294967295 header", "over the limit");
+        /* session 7: a video, audio or a document given as an image says what it is (an MP4 was "HEIF/AVIF", a WAV
+         * or a WebM "not a recognized image file") */
+        static const struct { const char *name, *head; size_t n; const char *needle; } cs[] = {
+            {"clip.mp4", "\0\0\0\x20" "ftypisom\0\0\2\0isomiso2", 24, "is a video (MP4/MOV), not an image"},
+            {"clip.mov", "\0\0\0\x14" "ftypqt  \0\0\2\0qt  ", 20, "is a video (MP4/MOV)"},
+            {"clip.webm", "\x1a\x45\xdf\xa3\x9f\x42\x86\x81\x01", 9, "is a video (WebM/Matroska)"},
+            {"song.m4a", "\0\0\0\x18" "ftypM4A \0\0\2\0M4A ", 20, "is audio (M4A/AAC), not an image (use --audio"},
+            {"song.wav", "RIFF\x24\0\0\0WAVEfmt ", 16, "is audio (WAV), not an image"},
+            {"song.flac", "fLaC\0\0\0\x22", 8, "is audio (FLAC)"},
+            {"song.mp3", "ID3\x03\0\0\0\0\0\x10", 10, "is audio (MP3/AAC)"},
+            {"photo.heic", "\0\0\0\x18" "ftypheic\0\0\0\0mif1heic", 24, "unsupported format HEIF/AVIF"},
+            {"draw.svg", "<?xml version=\"1.0\"?>\n<svg xmlns=\"http://www.w3.org/2000/svg\"/>", 63, "unsupported format SVG"},
+            {"img.pam", "P7\nWIDTH 1\n", 11, "unsupported format PAM"},
+            {"doc.pdf", "%PDF-1.7\n", 9, "unsupported format PDF"},
+        };
+        for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
+            expect_refused(tmp_write(cs[i].name, cs[i].head, cs[i].n), cs[i].name, cs[i].needle); /* n: NUL bytes */
+        }
     } else {
         fprintf(stderr, "unknown mode %s\n", mode);
         return 2;

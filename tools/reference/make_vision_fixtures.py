@@ -139,6 +139,7 @@ def save_format_set(out):
         exp = composite_white(ImageOps.exif_transpose(Image.open(path)))
         exp.tofile(path + ".rgb.u8")
         items.append(dict(file=name, width=exp.shape[1], height=exp.shape[0], rgb=name + ".rgb.u8"))
+    add_session7_formats(out, arr, items)
     # 16-bit RGB PNG (PIL cannot write it): build the file by hand; expected = high byte of each sample.
     v16 = arr.astype(np.uint16) * 257 + np.uint16(3)
     path = os.path.join(out, "fmt_rgb16.png")
@@ -146,6 +147,30 @@ def save_format_set(out):
     (v16 >> 8).astype(np.uint8).tofile(path + ".rgb.u8")
     items.append(dict(file="fmt_rgb16.png", width=w, height=h, rgb="fmt_rgb16.png.rgb.u8"))
     return items
+
+
+def add_session7_formats(out, arr, items):
+    """A CMYK JPEG (PIL reads it Adobe-inverted and converts to RGB as transformers gets it) and a top-down BMP
+    (negative height, rows stored first to last; PIL cannot write one: the header and rows are flipped by hand)."""
+    h, w, _ = arr.shape
+    path = os.path.join(out, "fmt_cmyk.jpg")
+    Image.fromarray(arr, "RGB").convert("CMYK").save(path, quality=92)
+    composite_white(Image.open(path)).tofile(path + ".rgb.u8")
+    items.append(dict(file="fmt_cmyk.jpg", width=w, height=h, rgb="fmt_cmyk.jpg.rgb.u8"))
+    import io
+    import struct
+    b = io.BytesIO()
+    Image.fromarray(arr, "RGB").save(b, "BMP")
+    data = bytearray(b.getvalue())
+    off, stride = struct.unpack("<I", data[10:14])[0], (w * 3 + 3) // 4 * 4
+    rows = [data[off + y * stride:off + (y + 1) * stride] for y in range(h)]
+    data[22:26] = struct.pack("<i", -h)
+    data[off:off + h * stride] = b"".join(reversed(rows))
+    path = os.path.join(out, "fmt_topdown.bmp")
+    with open(path, "wb") as f:
+        f.write(bytes(data))
+    composite_white(Image.open(path)).tofile(path + ".rgb.u8")
+    items.append(dict(file="fmt_topdown.bmp", width=w, height=h, rgb="fmt_topdown.bmp.rgb.u8"))
 
 
 def write_png16(path, v16):
