@@ -232,7 +232,8 @@ omni_status media_encode_pcm_batched(media_encoder *e, const audio_pcm *pcm, con
     float *emb = malloc(sizeof(float) * (size_t)(n_tok > 0 ? n_tok : 1) * ac->out_dim);
     if (!mel || !emb) st = omni_fail(OMNI_ERR_NOMEM, "out of memory for %.0f s of audio", pcm->duration_s);
     double t0 = omni_time_ms();
-    if (!st) st = audio_log_mel_batched(pcm->samples, pcm->n, longest, mel); /* refuses too-short or non-finite audio first */
+    if (!st && (st = audio_log_mel_batched(pcm->samples, pcm->n, longest, mel))) /* too short, non-finite, overflow */
+        st = omni_fail(st, "audio '%s': %s", name, omni_last_error());
     if (!st)
         omni_log(1, "audio: '%s' %d Hz %d ch %.2f s -> 16000 Hz mono (%lld samples)\n", name, pcm->orig_rate,
                  pcm->orig_channels, pcm->duration_s, (long long)pcm->n);

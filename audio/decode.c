@@ -523,7 +523,9 @@ static omni_status load_source(src_t *src, const char *path, const audio_load_pa
     int rate = 0, ch = 0;
     audio_pcm info = {0};
     omni_status st = decode_any(src, path, p, &b, &rate, &ch, &info);
-    if (!st && b.n == 0) st = omni_fail(OMNI_ERR_INPUT, "audio '%s': zero-length audio (no samples)", path);
+    if (!st && b.n == 0)
+        st = omni_fail(OMNI_ERR_INPUT, "audio '%s': zero-length audio (no samples decoded: an empty, truncated or "
+                       "corrupt file)", path);
     float *y = NULL;
     int64_t ny = 0;
     if (!st) st = audio_resample(b.x, b.n, rate, &y, &ny);

@@ -127,6 +127,12 @@ static void stft_frame(mel_state *s, const float *x, int64_t n, int64_t N, int64
     for (int k = 0; k < N_FREQ; k++) s->power[k] = s->spec[k][0] * s->spec[k][0] + s->spec[k][1] * s->spec[k][1];
 }
 
+static double max_abs(const float *x, int64_t n) {
+    double m = 0;
+    for (int64_t i = 0; i < n; i++) m = fabs(x[i]) > m ? fabs(x[i]) : m;
+    return m;
+}
+
 /* log-mel of x [n] zero-extended to N samples: all N/160 frames count for the max - 8 floor, the first T are
  * stored (out [128, T]). */
 static omni_status log_mel(const float *wave, int64_t n, int64_t N, int64_t T, float *out) {
@@ -155,6 +161,11 @@ static omni_status log_mel(const float *wave, int64_t n, int64_t N, int64_t T, f
             if (f < T) out[(size_t)m * T + f] = v;
             mx = fmaxf(mx, v);
         }
+    }
+    if (!isfinite(mx)) { /* finite samples far outside [-1, 1] (1e30 in a float WAV): the power overflows f32 */
+        mel_state_free(&s);
+        return omni_fail(OMNI_ERR_INPUT, "log-mel: the spectrum overflows (sample values up to %g; audio samples are "
+                         "expected in [-1, 1])", max_abs(wave, n));
     }
     const float floor_v = mx - 8.0f;
     for (int64_t i = 0; i < (int64_t)AUDIO_N_MELS * T; i++) out[i] = (fmaxf(out[i], floor_v) + 4.0f) / 4.0f;

@@ -122,6 +122,34 @@ static void library_noise(void) {
     cli_free(&r);
 }
 
+/* Samples the log-mel cannot take name the file and exit 2: finite float samples of 1e30 overflowed the power
+ * spectrum (Inf mel, NaN logits: exit 4 blaming the weights), 100 samples were "log-mel: audio too short" with no
+ * file named. */
+static void audio_values(void) {
+    char p[4200], args[9000];
+    uint8_t h[44] = {0};
+    const uint32_t n = 16000;
+    memcpy(h, "RIFF", 4), le32(h + 4, 36 + 4 * n), memcpy(h + 8, "WAVEfmt ", 8), le32(h + 16, 16);
+    le16(h + 20, 3), le16(h + 22, 1), le32(h + 24, 16000), le32(h + 28, 64000), le16(h + 32, 4), le16(h + 34, 32);
+    memcpy(h + 36, "data", 4), le32(h + 40, 4 * n);
+    snprintf(p, sizeof p, "%s/loud.wav", g_tmp);
+    FILE *f = fopen(p, "wb");
+    CHECK(f != NULL, "write %s", p);
+    if (!f) return;
+    fwrite(h, 1, sizeof h, f);
+    for (uint32_t i = 0; i < n; i++) {
+        float v = (i % 2 ? 1e30f : -1e30f);
+        fwrite(&v, 4, 1, f);
+    }
+    fclose(f);
+    snprintf(args, sizeof args, "ask -m %s --audio %s hi", OMNI_MODEL, p);
+    expect_fail("float samples of 1e30", 2, "loud.wav': log-mel: the spectrum overflows (sample values up to 1e+30", args);
+    snprintf(p, sizeof p, "%s/short.wav", g_tmp);
+    wav_file(p, 16000, 200, 0); /* 100 samples */
+    snprintf(args, sizeof args, "ask -m %s --audio %s hi", OMNI_MODEL, p);
+    expect_fail("100 samples", 2, "short.wav': log-mel: audio too short (100 samples", args);
+}
+
 /* Sound and video files given as --image say what they are (the fixture MP4 was "unsupported format HEIF/AVIF", a
  * WAV "not a recognized image file"). */
 static void media_as_image(void) {
@@ -183,6 +211,7 @@ int main(void) {
     library_noise();
     multi_clip_context();
     media_as_image();
+    audio_values();
     char cmd[4300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_tmp);
     if (system(cmd)) {}
