@@ -342,7 +342,9 @@ def report(res, args, recipes):
             continue
         hist = r["history"]
         steps = sum(h["steps"] for h in hist)
-        secs = sum(h["seconds"] for h in hist)
+        secs = {}  # seconds per device, in the order of the rounds (a round may have run on the CPU)
+        for h in hist:
+            secs[h.get("device", "?")] = secs.get(h.get("device", "?"), 0.0) + h["seconds"]
         ev = hist[-1].get("eval", {})
         if name == "ocr":
             e = "; ".join("%s <= 40: exact %s, CER %s" % (OCR_SETS[k], pct(ev[k].get("exact_match")),
@@ -352,8 +354,9 @@ def report(res, args, recipes):
         else:
             e = "PPL %s" % ", ".join("%s: %.2f" % (k, v) for k, v in ev.get("perplexity_heldout", {}).items())
         lay = {"ocr": "Qwen3-VL", "speech": "Qwen3-Omni thinker (MoE)", "text": "Qwen3-VL text"}[name]
-        w("| %s | %s | %.2fM | %d steps, %.0f s on %s, %d round(s) | %s |" % (
-            name, lay, r.get("parameters", 0) / 1e6, steps, secs, hist[-1].get("device", "?"), len(hist), e))
+        where = " + ".join("%.0f s on %s" % (t, d) for d, t in secs.items())
+        w("| %s | %s | %.2fM | %d steps, %s, %d round(s) | %s |" % (
+            name, lay, r.get("parameters", 0) / 1e6, steps, where, len(hist), e))
     w("")
     if "ocr" in res:
         w("## OCR (`omni ocr`, greedy)\n")
