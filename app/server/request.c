@@ -463,6 +463,10 @@ omni_status srv_request_parse(const char *body, size_t len, srv_endpoint ep, con
     size_t valid = llm_utf8_valid_len(body, len); /* JSON is UTF-8; cJSON would pass other bytes through */
     if (valid < len)
         return srv_error_set(err, 400, INVALID, NULL, NULL, "the request body is not valid UTF-8 (at byte %zu)", valid);
+    const char *zero = memchr(body, 0, len); /* a raw NUL byte in a string cuts it short too (found by fuzzing) */
+    if (zero)
+        return srv_error_set(err, 400, INVALID, NULL, NULL, "the request body holds a NUL byte (at byte %zu), which "
+                             "is not accepted", (size_t)(zero - body));
     size_t nul = nul_escape(body, len);
     if (nul < len)
         return srv_error_set(err, 400, INVALID, NULL, NULL, "a string holds a NUL character (\\u0000 at byte %zu), "

@@ -12,11 +12,11 @@
  *   {"type":"image_url","image_url":{"url":"data:image/png;base64,..."}}   (or "url" as a plain string;
  *        a local path "/x.png" or "file:///x.png" only with allow_files; http(s) URLs are refused)
  *   {"type":"input_audio","input_audio":{"data":"<base64>","format":"wav"|"mp3"|"flac"|...}}
- * The body must be UTF-8 (JSON is). Sampling fields: temperature [0, 2], top_p (0, 1], top_k >= -1 (0 and -1: no
- * limit), seed, max_tokens / max_completion_tokens (1..limit), stop (a string or up to 4), stream,
- * stream_options.include_usage; n must be 1; unsupported features (tools, logprobs, penalties, min_p, best_of,
- * ignore_eos, logit_bias, guided decoding, audio output, response_format other than text) are refused, never
- * ignored, unless they ask for the default. */
+ * The body must be UTF-8 (JSON is) without NUL characters (a 0 byte or \u0000: cJSON would end the string there).
+ * Sampling fields: temperature [0, 2], top_p (0, 1], top_k >= -1 (0 and -1: no limit), seed, max_tokens /
+ * max_completion_tokens (1..limit), stop (a string or up to 4), stream, stream_options.include_usage; n must be 1;
+ * unsupported features (tools, logprobs, penalties, min_p, best_of, ignore_eos, logit_bias, guided decoding, audio
+ * output, response_format other than text) are refused, never ignored, unless they ask for the default. */
 #ifndef OMNI_SERVER_REQUEST_H
 #define OMNI_SERVER_REQUEST_H
 

@@ -1,9 +1,77 @@
-/* fuzz_server_request.c - the body of an OpenAI request (app/server/request.c): JSON, messages and content
- * parts, base64 media, sampling fields, stop strings, limits. Byte 0: bit 0 = /v1/completions, bit 1 = local
- * files allowed. A request that parses respects the limits it was parsed with. */
+/* fuzz_server_request.c - what `omni serve` makes of a request body and what it writes back (app/server/request.c,
+ * response.c): JSON, messages and content parts, base64 media, sampling fields, stop strings, limits, the UTF-8 and
+ * NUL checks; then the stop-sequence matcher on the rendered prompt as if it were the answer, and the response,
+ * chunk and error JSON of any bytes. Byte 0: bit 0 = /v1/completions, bit 1 = local files allowed.
+ * Invariants: a request that parses respects the limits it was parsed with and came from a UTF-8 body without NUL
+ * (a NUL would cut a string short without a word); every JSON written back is valid JSON and valid UTF-8 and
+ * carries the answer text unchanged when that text is UTF-8 without NUL; the stop matcher releases valid UTF-8 in
+ * order and ends exactly at the first stop sequence. */
 #include "fuzz_util.h"
 
+#include <cjson/cJSON.h>
+
 #include "app/server/request.h"
+#include "app/server/response.h"
+#include "llm/tokenizer.h"
+
+/* A JSON text written back: valid UTF-8, parses; its choices[0] text (when `text` is given) is `text`. */
+static void check_json(const char *json, size_t skip, const srv_resp_meta *m, int chunk, const char *text,
+                       size_t len) {
+    FUZZ_ASSERT(json != NULL);
+    size_t n = strlen(json);
+    FUZZ_ASSERT(n >= skip && fuzz_utf8_valid(json, n));
+    cJSON *root = cJSON_Parse(json + skip);
+    FUZZ_ASSERT(root != NULL);
+    if (m && text && fuzz_utf8_valid(text, len) && !memchr(text, 0, len)) {
+        const cJSON *c = cJSON_GetArrayItem(cJSON_GetObjectItem(root, "choices"), 0), *v;
+        if (m->endpoint == SRV_EP_CHAT) v = cJSON_GetObjectItem(cJSON_GetObjectItem(c, chunk ? "delta" : "message"), "content");
+        else v = cJSON_GetObjectItem(c, "text");
+        FUZZ_ASSERT(cJSON_IsString(v) && strlen(v->valuestring) == len && !memcmp(v->valuestring, text, len));
+    }
+    cJSON_Delete(root);
+}
+
+/* The answer `text` (valid UTF-8) fed to a stop matcher in pieces cut at character boundaries (sizes from `cuts`):
+ * what it releases, in order, is valid UTF-8 and ends right before the first stop sequence of the text (all of
+ * the text when none occurs). */
+static void check_stopper(const srv_request *r, const char *text, const uint8_t *cuts, size_t n_cuts) {
+    srv_stopper s;
+    srv_stopper_init(&s, (const char *const *)r->stop, r->n_stop);
+    size_t len = strlen(text), at = 0, got = 0, ci = 0;
+    char *all = malloc(len + 1);
+    FUZZ_ASSERT(all != NULL);
+    int matched = 0;
+    while (at < len && !matched) {
+        size_t k = n_cuts ? cuts[ci++ % n_cuts] % 13 + 1 : 7;
+        size_t end = at + k < len ? at + k : len;
+        while (end < len && ((unsigned char)text[end] & 0xC0) == 0x80) end++; /* the engine sends whole characters */
+        char *out = NULL;
+        size_t on = 0;
+        int rc = srv_stopper_feed(&s, text + at, end - at, &out, &on);
+        FUZZ_ASSERT(rc >= 0 && out != NULL && got + on <= len && fuzz_utf8_valid(out, on));
+        memcpy(all + got, out, on);
+        got += on;
+        free(out);
+        matched = rc == 1;
+        at = end;
+    }
+    if (!matched) {
+        size_t rn;
+        const char *rest = srv_stopper_rest(&s, &rn);
+        FUZZ_ASSERT(got + rn <= len && fuzz_utf8_valid(rest, rn));
+        memcpy(all + got, rest, rn);
+        got += rn;
+    }
+    /* the first stop sequence of the text: its earliest start over all of them */
+    size_t first = len;
+    for (int i = 0; i < r->n_stop; i++) {
+        const char *p = strstr(text, r->stop[i]);
+        if (p && (size_t)(p - text) < first) first = (size_t)(p - text);
+    }
+    FUZZ_ASSERT(matched == (first < len) && got == first && !memcmp(all, text, got));
+    free(all);
+    srv_stopper_free(&s);
+}
 
 int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n) {
     if (n < 1) return 0;
@@ -14,17 +82,43 @@ int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n) {
     srv_request r;
     srv_error e;
     memset(&r, 0, sizeof r);
-    omni_status st = srv_request_parse((const char *)d + 1, n - 1, d[0] & 1 ? SRV_EP_COMPLETIONS : SRV_EP_CHAT, &lim,
-                                       &r, &e);
+    const char *body = (const char *)d + 1;
+    size_t len = n - 1;
+    srv_endpoint ep = d[0] & 1 ? SRV_EP_COMPLETIONS : SRV_EP_CHAT;
+    omni_status st = srv_request_parse(body, len, ep, &lim, &r, &e);
+    /* llm_utf8_valid_len (the body check) and this file's own UTF-8 check agree */
+    FUZZ_ASSERT((llm_utf8_valid_len(body, len) == len) == fuzz_utf8_valid(body, len));
+    srv_resp_meta m = {ep, "chatcmpl-1", 1, "omni"};
     if (st == OMNI_OK) {
+        FUZZ_ASSERT(fuzz_utf8_valid(body, len) && !memchr(body, 0, len)); /* a NUL byte would cut a string */
         FUZZ_ASSERT(r.prompt && r.max_tokens >= 1 && r.max_tokens <= lim.max_tokens && r.n_stop <= SRV_MAX_STOP);
         FUZZ_ASSERT(r.n_media == r.n_images + r.n_audios && r.n_media <= lim.max_media);
-        FUZZ_ASSERT(r.temperature >= 0 && r.temperature <= 2 && r.top_p > 0 && r.top_p <= 1);
+        FUZZ_ASSERT(r.temperature >= 0 && r.temperature <= 2 && r.top_p > 0 && r.top_p <= 1 && r.top_k >= 0);
+        FUZZ_ASSERT(fuzz_utf8_valid(r.prompt, strlen(r.prompt)));
         for (int i = 0; i < r.n_media; i++) FUZZ_ASSERT(r.media[i].data || (r.media[i].path && lim.allow_files));
+        for (int i = 0; i < r.n_stop; i++)
+            FUZZ_ASSERT(r.stop[i][0] && strlen(r.stop[i]) <= SRV_MAX_STOP_LEN &&
+                        fuzz_utf8_valid(r.stop[i], strlen(r.stop[i])));
+        /* the prompt as an answer: stop sequences, then the whole response and a chunk of it */
+        check_stopper(&r, r.prompt, d, n);
+        size_t pl = strlen(r.prompt);
+        srv_usage u = {3, 4, 1.5, 2.5};
+        char *j = srv_completion_json(&m, r.prompt, pl, SRV_FINISH_STOP, &u);
+        check_json(j, 0, &m, 0, r.prompt, pl);
+        free(j);
     } else {
         FUZZ_ASSERT(e.status >= 400 && e.status < 600 && e.type != NULL);
+        char *j = srv_error_json(&e); /* the message may echo the client's strings, cut anywhere */
+        check_json(j, 0, NULL, 0, NULL, 0);
+        free(j);
     }
     srv_request_free(&r);
+    /* any bytes as an answer piece: a chunk (the engine's text may hold invalid UTF-8 or NUL) */
+    char *c = srv_chunk_sse(&m, body, len, d[0] & 4, SRV_FINISH_NONE);
+    FUZZ_ASSERT(c && !strncmp(c, "data: ", 6) && strlen(c) >= 8 && !strcmp(c + strlen(c) - 2, "\n\n"));
+    c[strlen(c) - 2] = 0;
+    check_json(c, 6, &m, 1, body, len);
+    free(c);
     uint8_t *b = NULL;
     size_t bn = 0;
     if (srv_base64_decode((const char *)d, n, &b, &bn) == 0) free(b);

@@ -48,6 +48,26 @@ static inline char *fuzz_str(const uint8_t *d, size_t n) {
     return s;
 }
 
+/* 1 when s[0..n) is well-formed UTF-8 (RFC 3629: no overlong forms, no surrogates, at most U+10FFFF), written
+ * here independently of llm/tokenizer.c's scanner, so that the two check each other. */
+static inline int fuzz_utf8_valid(const char *s, size_t n) {
+    const unsigned char *u = (const unsigned char *)s;
+    for (size_t i = 0; i < n;) {
+        unsigned c = u[i];
+        size_t k = c < 0x80 ? 1 : c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
+        if (!k || i + k > n) return 0;
+        unsigned long cp = k == 1 ? c : c & (0xFFu >> (k + 1));
+        for (size_t j = 1; j < k; j++) {
+            if ((u[i + j] & 0xC0) != 0x80) return 0;
+            cp = cp << 6 | (u[i + j] & 0x3F);
+        }
+        static const unsigned long min[5] = {0, 0, 0x80, 0x800, 0x10000};
+        if (cp < min[k] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
+        i += k;
+    }
+    return 1;
+}
+
 /* An invariant the code promises: abort (a crash for libFuzzer) when it does not hold. "ERROR:" makes libFuzzer's
  * fork mode copy the line into its own log (it keeps only such lines of a crashed job). */
 #define FUZZ_ASSERT(c)                                                                                             \

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""make_corpus.py - (re)writes the seed corpus of every fuzz target (tests/fuzz/corpus/TARGET/) from the committed
+"""make_corpus.py - (re)writes the seeds of every fuzz target (tests/fuzz/corpus/TARGET/) from the committed
 fixtures plus small synthetic files. Seeds stay small (<= 64 KiB, the fuzzers' -max_len) so that runs are fast.
-Run from anywhere: python3 tests/fuzz/make_corpus.py (only the standard library is needed)."""
+The inputs merged from fuzzing runs (named by their 40-hex SHA-1) are kept; seeds are named by what they are (or
+a 16-hex hash) and overwritten. Run from anywhere: python3 tests/fuzz/make_corpus.py (standard library only)."""
 import base64, hashlib, json, os, shutil, struct, sys, wave, io
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -70,6 +71,15 @@ def seeds_config():
         if os.path.isdir(p):
             for f in sorted(os.listdir(p)):
                 put("config", read(p, f), d + "_" + f)
+
+
+def seeds_generation_config():
+    """generation_config.json forms (fuzz_config applies them to a fixed config when they are not a config)."""
+    for name, g in (("gen_list", {"bos_token_id": 3000, "eos_token_id": [3002, 3001], "do_sample": True}),
+                    ("gen_int", {"eos_token_id": 3002, "pad_token_id": 3001, "temperature": 0.7}),
+                    ("gen_bad_id", {"eos_token_id": [3002, 99999]}), ("gen_empty", {}),
+                    ("gen_bos_null", {"bos_token_id": None, "eos_token_id": [0]})):
+        put("config", json.dumps(g), name + ".json")
 
 
 def tiny_tokenizer(merges_as_pairs=False, normalizer=None, pre=None, added=True):
@@ -157,7 +167,7 @@ def seeds_chat_line():
 
 
 def seeds_args():
-    cmds = ["generate", "chat", "tokenize", "logits", "ocr", "ask", "eval", "bench", "serve", "unknown"]
+    cmds = ["generate", "chat", "tokenize", "logits", "ocr", "ask", "eval", "bench", "serve", "unknown", "demo"]
     sets = [(0, ["-m", "M", "-p", "hello", "world", "-n", "4", "--temp=0", "--kv", "int2", "--kv-window", "64"]),
             (0, ["-m", "M", "--raw", "--system", "s", "-f", "-", "--image", "a.png", "--", "-x"]),
             (1, ["-m", "M", "--system", "be brief", "-c", "8192", "--kv-layers", "0-3:int4"]),
@@ -168,7 +178,14 @@ def seeds_args():
             (6, ["kl", "-m", "M", "--kv", "int2", "--text", "t.txt", "--ctx", "512", "--chunk", "4", "--json"]),
             (7, ["--random", "cfg.json", "--kv", "bf16,int2", "--batch", "1,8", "--ctx", "4K,32K", "--png-size", "800x600"]),
             (8, ["-m", "M", "--port", "0", "--max-seqs", "4", "--allow-files", "--max-image-mpixels", "2"]),
-            (9, ["-h"])]
+            (9, ["-h"]),
+            (10, ["-m", "M", "--kv-a", "int2", "--kv-b", "bf16", "--size", "1280x720", "--script", "s.txt",
+                  "--screenshot", "a.png", "--font", "f.ttf:1"]),
+            (0, ["--help"]), (4, ["-h"]), (10, ["--help"]),
+            (7, ["-m", "M", "--temp", "0.5"]),  # options a command would ignore are refused (2327e11)
+            (8, ["-m", "M", "--api-key", "k", "--alias", "a", "--max-body", "1.5", "--timeout", "30",
+                 "--max-queue", "2", "--max-tokens", "16", "--host", "::1"]),
+            (1, ["-m", "M", "-p", "x", "--image", "a.png", "--audio", "b.wav", "--kv-sink", "4", "--kv-rotate", "1"])]
     for i, (c, argv) in enumerate(sets):
         put("args", bytes([c]) + b"\0".join(a.encode() for a in argv), "argv%02d_%s" % (i, cmds[c]))
 
@@ -192,13 +209,37 @@ def seeds_server_request():
     put("server_request", b"\x01" + json.dumps({"prompt": "Once upon", "max_tokens": 16, "stop": "."}).encode(), "completion")
     put("server_request", b"\x00" + json.dumps({"messages": [{"role": "user", "content": "x"}], "tools": [], "n": 2,
                                                 "logprobs": True}).encode(), "refused")
+    # session 6 (e5ca17f, ac49f82): refused unless neutral, top_k -1, UTF-8 and NUL checks
+    user = [{"role": "developer", "content": "s"}, {"role": "user", "content": "é ünï 日本"}]
+    put("server_request", b"\x00" + json.dumps({"messages": user, "repetition_penalty": 1, "min_p": 0, "best_of": 1,
+        "top_logprobs": 0, "presence_penalty": 0, "ignore_eos": False, "modalities": ["text"], "top_k": -1,
+        "response_format": {"type": "text"}, "tool_choice": "none", "logit_bias": {}, "max_completion_tokens": 8,
+        "stop": ["ün", "日"]}, ensure_ascii=False).encode(), "neutral_values")
+    put("server_request", b"\x00" + json.dumps({"messages": user, "min_p": 0.1, "guided_json": {"a": 1}}).encode(),
+        "refused_min_p")
+    put("server_request", b"\x00" + json.dumps({"messages": user, "audio": {"voice": "x"},
+                                                "modalities": ["text", "audio"]}).encode(), "refused_audio_out")
+    put("server_request", b'\x00{"messages":[{"role":"user","content":"a\\u0000b"}]}', "nul_escape")
+    put("server_request", b'\x00{"messages":[{"role":"user","content":"a\\\\u0000b"}]}', "escaped_backslash")
+    put("server_request", b'\x00{"messages":[{"role":"user","content":"a\xc3\x28b \xed\xa0\x80"}]}', "bad_utf8")
+    put("server_request", b'\x01{"prompt":["the end. then more"],"stop":[". t","the end.",". "],"echo":false}',
+        "completion_stops")
+
+
+def seeds_model_path():
+    put("model_path", b"\x01abc123\n\n#\nabc123\nold\n", "refs_main")
+    put("model_path", b"\x09main\n#\nsnap1\nsnap2", "refs_missing_snapshot")
+    put("model_path", b"\x02\n#\nonly", "refs_dir")
+    put("model_path", b"\x04\n#\nonly", "refs_fifo")
+    put("model_path", b"\x11../..\n#\nx", "refs_dotdot_cachedir")
+    put("model_path", b"\x00\n#\n\n#\nOrg/Name", "arg_org_name")
+    put("model_path", b"\x00\n#\n\n#\na/" + b"b" * 1500, "arg_long_name")
+    put("model_path", b"\x00\n#\n\n#\n./relative/dir", "arg_relative")
 
 
 if __name__ == "__main__":
-    if os.path.isdir(OUT):
-        shutil.rmtree(OUT)
     for f in (seeds_safetensors, seeds_config, seeds_tokenizer_load, seeds_tokenizer_encode, seeds_image, seeds_audio,
-              seeds_chat_line, seeds_args, seeds_server_request):
+              seeds_chat_line, seeds_args, seeds_server_request, seeds_model_path, seeds_generation_config):
         f()
     for t in sorted(os.listdir(OUT)):
         print(t, len(os.listdir(os.path.join(OUT, t))), "seeds", file=sys.stderr)

@@ -23,15 +23,18 @@
 # anything was found: copy those files into tests/fuzz/regress/TARGET/ (fix first) so CTest replays them.
 set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
-TARGETS="safetensors config tokenizer_load tokenizer_encode image audio chat_line args server_request"
+TARGETS="safetensors config tokenizer_load tokenizer_encode image audio chat_line args server_request model_path"
 # relative cost per execution (measured on the seeds): slower targets get more of the workers
 weight() { case $1 in audio|image|tokenizer_encode) echo 3 ;; tokenizer_load|safetensors|config) echo 2 ;; *) echo 1 ;; esac; }
 # -max_len per target. tokenizer_encode: 256 bytes. Its cost grows with the length (~1.6 us a byte under
 # ASan), and the BPE state spans one pre-tokenizer piece (a letter run, a digit, a whitespace or
 # punctuation run), one normalization run or one added token: 256 bytes hold dozens of them, pieces longer than
 # the 64-symbol BPE scratch, and every UTF-8 form (the per-call piece cache starts at 4096 bytes: not reached
-# at 1024 either). Media and tokenizer.json: 16 KiB (headers, chunks, small frames).
-maxlen() { case $1 in tokenizer_encode) echo 256 ;; image|audio|tokenizer_load) echo 16384 ;; *) echo 65536 ;; esac; }
+# at 1024 either). Media and tokenizer.json: 16 KiB (headers, chunks, small frames). model_path: 4 KiB (paths).
+maxlen() {
+    case $1 in tokenizer_encode) echo 256 ;; image|audio|tokenizer_load) echo 16384 ;; model_path) echo 4096 ;;
+    *) echo 65536 ;; esac
+}
 mode=${1:-}
 
 case "$mode" in
@@ -76,7 +79,10 @@ run)
     mkdir -p "$out" && out=$(cd "$out" && pwd)
     # the work (corpus, logs, artifacts) stays outside $OUT: only three files go there (a device returns few)
     work=$(mktemp -d "${TMPDIR:-/tmp}/omni_fuzz.XXXXXX")
-    mkdir -p "$work/tmp" && export TMPDIR=$work/tmp # the targets' scratch files go with the rest
+    # the targets' scratch files (safetensors, audio, model_path write files on every input): in memory when the
+    # host has /dev/shm (a disk file system's journal makes each input several times slower), else with the rest
+    scratch=$(mktemp -d /dev/shm/omni_fuzz_tmp.XXXXXX 2>/dev/null) || { scratch=$work/tmp && mkdir -p "$scratch"; }
+    export TMPDIR=$scratch
     if [ -f "$bin/lib.tar.xz" ]; then # a pack: its libraries, its tokenizer, its seeds
         tar -C "$work" -xJf "$bin/lib.tar.xz"
         export LD_LIBRARY_PATH=$work/lib:${LD_LIBRARY_PATH:-}
@@ -167,7 +173,7 @@ run)
     tar -C "$work/pack" -cJf "$out/fuzz-found.tar.xz" found
     echo "files: summary.txt, fuzz-corpus.tar.xz (new inputs per target), fuzz-found.tar.xz (artifacts," \
         "reports, log tails); $el s wall" | tee -a "$out/summary.txt"
-    rm -rf "$work"
+    rm -rf "$work" "$scratch"
     exit $found
     ;;
 *)
