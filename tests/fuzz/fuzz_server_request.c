@@ -113,6 +113,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n) {
         free(j);
     }
     srv_request_free(&r);
+    /* the HTTP layer's 404/405 echo the client's path cut at 200 bytes (app/server/http.c admit) */
+    char *url = fuzz_str(d + 1, len);
+    srv_error_set(&e, 404, "not_found_error", "not_found", NULL, "no such endpoint: %s %.200s", "POST", url);
+    char *j = srv_error_json(&e);
+    check_json(j, 0, NULL, 0, NULL, 0);
+    free(j);
+    free(url);
     /* any bytes as an answer piece: a chunk (the engine's text may hold invalid UTF-8 or NUL) */
     char *c = srv_chunk_sse(&m, body, len, d[0] & 4, SRV_FINISH_NONE);
     FUZZ_ASSERT(c && !strncmp(c, "data: ", 6) && strlen(c) >= 8 && !strcmp(c + strlen(c) - 2, "\n\n"));
