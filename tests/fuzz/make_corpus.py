@@ -73,6 +73,15 @@ def seeds_config():
                 put("config", read(p, f), d + "_" + f)
 
 
+def seeds_demo_script():
+    put("demo_script", "# the README picture\nsize 1280 800\nmodel /m\nkv-a bf16\nkv-b int2\nwait model\n"
+        "open a.png\ndrop b.wav\nwait media 300\nprompt Describe\\nthe picture\ntype héllo 中文\ncompose にほん\n"
+        "clipboard x\\\\y\nkey ctrl+v\nclick kv-b\nrun\nwait tokens 4 300\nstop\npreset read\nwait done\n"
+        "sleep 500\nscreenshot s.png\nprint\nexpect cannot open\nstate\nwait idle 0.5\nclose\n", "all_commands")
+    put("demo_script", "wait model\n\n# fine so far\njump 3\n", "unknown_command")
+    put("demo_script", "size 63 10000\r\nwait tokens\nclick nothing\n", "bad_values")
+
+
 def seeds_generation_config():
     """generation_config.json forms (fuzz_config applies them to a fixed config when they are not a config)."""
     for name, g in (("gen_list", {"bos_token_id": 3000, "eos_token_id": [3002, 3001], "do_sample": True}),
@@ -239,7 +248,8 @@ def seeds_model_path():
 
 if __name__ == "__main__":
     for f in (seeds_safetensors, seeds_config, seeds_tokenizer_load, seeds_tokenizer_encode, seeds_image, seeds_audio,
-              seeds_chat_line, seeds_args, seeds_server_request, seeds_model_path, seeds_generation_config):
+              seeds_chat_line, seeds_args, seeds_server_request, seeds_model_path, seeds_generation_config,
+              seeds_demo_script):
         f()
     for t in sorted(os.listdir(OUT)):
         print(t, len(os.listdir(os.path.join(OUT, t))), "seeds", file=sys.stderr)

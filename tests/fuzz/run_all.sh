@@ -23,7 +23,7 @@
 # anything was found: copy those files into tests/fuzz/regress/TARGET/ (fix first) so CTest replays them.
 set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
-TARGETS="safetensors config tokenizer_load tokenizer_encode image audio chat_line args server_request model_path"
+TARGETS="safetensors config tokenizer_load tokenizer_encode image audio chat_line args server_request model_path demo_script"
 # relative cost per execution (measured on the seeds): slower targets get more of the workers
 weight() { case $1 in audio|image|tokenizer_encode) echo 3 ;; tokenizer_load|safetensors|config) echo 2 ;; *) echo 1 ;; esac; }
 # -max_len per target. tokenizer_encode: 256 bytes. Its cost grows with the length (~1.6 us a byte under
