@@ -54,7 +54,7 @@ static int same_layout(const uint8_t *d, size_t len) {
 int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n) {
     if (n < 1) return 0;
     omni_log_set_level(0);
-    char root[600], hub[700], cache[800], snaps[900], p[2048], first[1200] = "", named[1200] = "";
+    char root[600], hub[700], cache[800], snaps[900], p[2048], first[2100] = "", named[2100] = "";
     snprintf(root, sizeof root, "%s/m", fuzz_dir());
     snprintf(hub, sizeof hub, "%s/hub", root);
     snprintf(cache, sizeof cache, "%s/models--Org--Name", hub);

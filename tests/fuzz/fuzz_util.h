@@ -25,7 +25,7 @@ static inline const char *fuzz_dir(void) {
 
 /* Write n bytes to dir/name (replacing it); 0 on success. */
 static inline int fuzz_write(const char *dir, const char *name, const uint8_t *d, size_t n) {
-    char path[1024];
+    char path[4200];
     snprintf(path, sizeof path, "%s/%s", dir, name);
     FILE *f = fopen(path, "wb");
     if (!f) return -1;
@@ -34,7 +34,7 @@ static inline int fuzz_write(const char *dir, const char *name, const uint8_t *d
 }
 
 static inline void fuzz_unlink(const char *dir, const char *name) {
-    char path[1024];
+    char path[4200];
     snprintf(path, sizeof path, "%s/%s", dir, name);
     unlink(path);
 }

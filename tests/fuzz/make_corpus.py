@@ -244,6 +244,8 @@ def seeds_model_path():
     put("model_path", b"\x00\n#\n\n#\nOrg/Name", "arg_org_name")
     put("model_path", b"\x00\n#\n\n#\na/" + b"b" * 1500, "arg_long_name")
     put("model_path", b"\x00\n#\n\n#\n./relative/dir", "arg_relative")
+    put("model_path", b"\x09abc\n#\nabc\n#\nOrg/Name@main", "arg_revision")
+    put("model_path", b"\x08\n#\ns1\ns2\n#\nhttps://huggingface.co/Org/Name/tree/main", "arg_url")
 
 
 if __name__ == "__main__":
