@@ -256,6 +256,14 @@ static void chat_lines(void) {
     CHECK(r.code == 0 && count(r.err, "error:") == 1 && strstr(r.err, "over the limit"), "2 MB line:\n%.1000s", r.err);
     cli_free(&r);
     free(in);
+    /* a NUL byte in a line: refused whole, not cut at the NUL (found by review of the chat_line fuzz target) */
+    char path[4200];
+    snprintf(path, sizeof path, "%s/chat_nul.txt", g_tmp);
+    write_all(path, "hi\0there\n/quit\n", 16);
+    r = cli_run_prefix(GUARD, "chat -m %s -n 2 --temp 0 < %s", TEXT_MODEL, path);
+    CHECK(r.code == 0 && count(r.err, "error:") == 1 && strstr(r.err, "holds a NUL byte at byte 2"),
+          "NUL in a line:\n%.1000s", r.err);
+    cli_free(&r);
     /* --system survives a first turn that fails (too long): the next turn's prompt has it */
     const char *sys = "--system 'You are a terse assistant who answers in one word.'";
     char longline[12000];
