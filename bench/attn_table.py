@@ -43,7 +43,7 @@ def geomean_vs(ours, fmt, cfg, ref):
     return math.exp(sum(logs) / len(logs)) if logs else float("nan")
 
 
-def matrix(ours, cfgs):
+def matrix(ours, cfgs, sdpa):
     print("kernel configurations (us, median of 200; * = fastest of the row; FAIL = outside the accuracy policy)")
     w = max(9, max(len(c) for c in cfgs) + 1)
     print(f"{'format':>6} {'shape':>9} |" + "".join(f"{c:>{w}}" for c in cfgs))
@@ -62,14 +62,22 @@ def matrix(ours, cfgs):
                 mark = "!" if not x["ok"] else "*" if x["us"] == best else " "
                 cells += f"{x['us']:{w - 1}.1f}{mark}"
             print(f"{f:>6} {shape_name(bs, ctx):>9} |" + cells)
-        if "base" in cfgs:
-            g = {c: geomean_vs(ours, f, c, "base") for c in cfgs}
+        ref = "base" if "base" in cfgs else cfgs[0] # the reference: base, else the first configuration
+        g = {c: geomean_vs(ours, f, c, ref) for c in cfgs}
+        if any(not math.isnan(x) for x in g.values()):
             ok = [c for c in cfgs if all(ours[k]["ok"] for k in ours if k[0] == f and k[3] == c)]
-            print(f"{f:>6} {'vs base':>9} |" + "".join(f"{g[c]:{w - 1}.3f} " for c in cfgs))
+            print(f"{f:>6} {'vs ' + ref:>9} |" + "".join(f"{g[c]:{w - 1}.3f} " for c in cfgs))
             cand = [c for c in ok if not math.isnan(g[c])]
             if cand:
                 winners[f] = min(cand, key=lambda c: g[c])
-    print("winners (geometric mean of the five shapes against base): " +
+        if f == "bf16" and sdpa: # time / SDPA's time per configuration (issue 9: <= 1.10 at every shape)
+            for bs, ctx in SHAPES:
+                sd = sdpa.get((bs, ctx))
+                row = [ours.get((f, bs, ctx, c)) for c in cfgs]
+                if sd and any(row):
+                    print(f"{'/ SDPA':>6} {shape_name(bs, ctx):>9} |" +
+                          "".join(f"{x['us'] / sd['us']:{w - 1}.3f} " if x else " " * w for x in row))
+    print(f"winners (geometric mean of the five shapes against {'base' if 'base' in cfgs else cfgs[0]}): " +
           ", ".join(f"{f} {c}" for f, c in winners.items()))
     return winners
 
@@ -127,7 +135,7 @@ def targets(res):
     for bs, ctx in SHAPES:
         x = get("bf16", bs, ctx)
         if x and not math.isnan(x[2]):
-            lines.append((f"bf16 {shape_name(bs, ctx)} within 10% of SDPA", f"time {1 / x[2]:.2f}x SDPA",
+            lines.append((f"bf16 {shape_name(bs, ctx)} within 10% of SDPA", f"time {1 / x[2]:.3f}x SDPA",
                           1 / x[2] <= 1.10))
     for name, val, ok in lines:
         print(f"  {name:<34} {val:>16}  {'PASS' if ok else 'FAIL'}")
@@ -138,7 +146,7 @@ def main():
     if not ours:
         print("no decode-attention rows")
         return
-    winners = matrix(ours, cfgs) if len(cfgs) > 1 else {}
+    winners = matrix(ours, cfgs, sdpa) if len(cfgs) > 1 else {}
     pick = sys.argv[3] if len(sys.argv) > 3 else winners.get("int2", cfgs[0])
     for cfg in dict.fromkeys([pick, "base"] if "base" in cfgs else [pick]):
         res = table(ours, sdpa, cfg)
