@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "llm/prompt.h"
 #include "llm/tokenizer.h"
@@ -91,6 +92,88 @@ fail:
     return -1;
 }
 
+/* ---- the shape of a JSON text ------------------------------------------------------------------------------ */
+
+srv_json_shape srv_json_measure(const char *s, size_t len) {
+    srv_json_shape sh = {1, 0, len};
+    int depth = 0;
+    for (size_t i = 0; i < len; i++) {
+        char c = s[i];
+        if (c == '"') { /* skip the string, escapes included */
+            for (i++; i < len && s[i] != '"'; i++) {
+                if ((unsigned char)s[i] < 0x20 && sh.ctrl == len) sh.ctrl = i;
+                if (s[i] == '\\') i++;
+            }
+        } else if (c == '[' || c == '{') {
+            sh.values++;
+            if (++depth > sh.depth) sh.depth = depth;
+        } else if (c == ']' || c == '}') {
+            depth -= depth > 0;
+        } else if (c == ',') {
+            sh.values++;
+        }
+    }
+    return sh;
+}
+
+size_t srv_json_parse_bytes(const srv_json_shape *sh, size_t len) {
+    /* a cJSON node (64 bytes) + malloc's overhead + a key string per value; the strings' bytes, and the copies
+     * the request keeps of them (the prompt, decoded media), are at most twice the body */
+    return sh->values * 112 + 2 * len;
+}
+
+/* The shape check before parsing (the fuzz target and every endpoint go through it). */
+static omni_status check_shape(const char *body, size_t len, srv_error *err) {
+    srv_json_shape sh = srv_json_measure(body, len);
+    if (sh.values > SRV_MAX_JSON_VALUES)
+        return srv_error_set(err, 400, INVALID, NULL, NULL, "the request body holds more than %d JSON values",
+                             SRV_MAX_JSON_VALUES);
+    if (sh.depth > SRV_MAX_JSON_DEPTH)
+        return srv_error_set(err, 400, INVALID, NULL, NULL, "the request body nests arrays and objects %d deep "
+                             "(at most %d)", sh.depth, SRV_MAX_JSON_DEPTH);
+    if (sh.ctrl < len)
+        return srv_error_set(err, 400, INVALID, NULL, NULL, "invalid JSON: a control character (0x%02x) inside a "
+                             "string at byte %zu (write it as an escape, e.g. \\n)", (unsigned char)body[sh.ctrl],
+                             sh.ctrl);
+    return OMNI_OK;
+}
+
+/* Names of an object's members, for the duplicate check. */
+static int cmp_name(const void *a, const void *b) {
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* The first member name that appears twice in an object of the tree (NULL: none; *oom on allocation failure).
+ * JSON leaves duplicates undefined: cJSON would use the first, Python and most clients the last, so a request
+ * could mean two things; it is refused. */
+static const char *duplicate_key(const cJSON *v, int *oom) {
+    if (!v || !(cJSON_IsArray(v) || cJSON_IsObject(v))) return NULL;
+    if (cJSON_IsObject(v)) {
+        int n = cJSON_GetArraySize(v), k = 0;
+        const char **names = n > 1 ? malloc(sizeof *names * (size_t)n) : NULL;
+        if (n > 1 && !names) {
+            *oom = 1;
+            return NULL;
+        }
+        const cJSON *c;
+        cJSON_ArrayForEach(c, v) if (names) names[k++] = c->string;
+        const char *dup = NULL;
+        if (names) {
+            qsort(names, (size_t)n, sizeof *names, cmp_name);
+            for (int i = 1; i < n && !dup; i++)
+                if (!strcmp(names[i - 1], names[i])) dup = names[i];
+            free(names);
+        }
+        if (dup) return dup;
+    }
+    const cJSON *c;
+    cJSON_ArrayForEach(c, v) {
+        const char *d = duplicate_key(c, oom);
+        if (d || *oom) return d;
+    }
+    return NULL;
+}
+
 /* ---- small JSON helpers ------------------------------------------------------------------------------------ */
 
 /* A JSON number that is an integer in [lo, hi] (hi < 2^64; one at or above 2^63, a seed, keeps its 64 bits). */
@@ -126,7 +209,7 @@ static omni_status add_media(srv_request *r, const srv_parse_limits *lim, srv_me
 static omni_status image_url(srv_request *r, const srv_parse_limits *lim, const char *url, const char *param,
                              srv_error *e) {
     srv_media *m;
-    if (!strncmp(url, "http://", 7) || !strncmp(url, "https://", 8))
+    if (!strncasecmp(url, "http://", 7) || !strncasecmp(url, "https://", 8))
         return bad(e, param, "%s", "remote image URLs are not fetched: send the image as a base64 data URL "
                    "(data:image/png;base64,...)");
     if (!strncmp(url, "data:", 5)) {
@@ -403,7 +486,8 @@ static omni_status options(srv_request *r, const srv_parse_limits *lim, const cJ
         return bad(e, "top_k", "%s", "\"top_k\" must be an integer >= 0 (0 or -1: no limit)");
     if (k) r->top_k = v < 0 ? 0 : (int)v; /* vLLM's -1 and llama.cpp's 0 both mean no top-k */
     const cJSON *seed = field(root, "seed");
-    if (seed && !get_int(seed, -9.2e18, 1.8e19, &v)) return bad(e, "seed", "%s", "\"seed\" must be an integer");
+    if (seed && !get_int(seed, -9223372036854775808.0, 18446744073709549568.0 /* the last double < 2^64 */, &v))
+        return bad(e, "seed", "%s", "\"seed\" must be an integer in [-2^63, 2^64)");
     if (seed) {
         r->seed = seed->valuedouble < 0 ? (uint64_t)(long long)seed->valuedouble : (uint64_t)seed->valuedouble;
         r->seed_set = 1;
@@ -455,11 +539,10 @@ void srv_request_free(srv_request *r) {
     memset(r, 0, sizeof *r);
 }
 
-omni_status srv_request_parse(const char *body, size_t len, srv_endpoint ep, const srv_parse_limits *lim,
-                              srv_request *out, srv_error *err) {
-    memset(out, 0, sizeof *out);
-    memset(err, 0, sizeof *err);
-    out->endpoint = ep;
+/* The common checks of a request body -> its root object: UTF-8, no \u0000, its shape, valid JSON with nothing
+ * after the value, an object. */
+static omni_status parse_object(const char *body, size_t len, cJSON **root, srv_error *err) {
+    *root = NULL;
     size_t valid = llm_utf8_valid_len(body, len); /* JSON is UTF-8; cJSON would pass other bytes through */
     if (valid < len)
         return srv_error_set(err, 400, INVALID, NULL, NULL, "the request body is not valid UTF-8 (at byte %zu)", valid);
@@ -471,22 +554,115 @@ omni_status srv_request_parse(const char *body, size_t len, srv_endpoint ep, con
     if (nul < len)
         return srv_error_set(err, 400, INVALID, NULL, NULL, "a string holds a NUL character (\\u0000 at byte %zu), "
                              "which is not accepted", nul);
+    omni_status st = check_shape(body, len, err);
+    if (st) return st;
+    size_t ws = 0;
+    while (ws < len && strchr(" \t\r\n", body[ws])) ws++;
+    if (ws == len) return srv_error_set(err, 400, INVALID, NULL, NULL, "the request body is empty (a JSON object "
+                                        "is expected)");
     const char *end = NULL;
-    cJSON *root = cJSON_ParseWithLengthOpts(body, len, &end, 0);
-    if (!root) {
+    cJSON *r = cJSON_ParseWithLengthOpts(body, len, &end, 0);
+    if (!r) {
         size_t at = end && end >= body ? (size_t)(end - body) : 0;
         return srv_error_set(err, 400, INVALID, NULL, NULL, "invalid JSON in the request body (near byte %zu)", at);
     }
-    omni_status st = OMNI_OK;
     for (const char *p = end; p && p < body + len && !st; p++) /* only whitespace may follow the value */
         if (*p != ' ' && *p != '\t' && *p != '\r' && *p != '\n')
             st = srv_error_set(err, 400, INVALID, NULL, NULL, "invalid JSON: data after the end of the value");
-    if (!st && !cJSON_IsObject(root)) st = bad(err, NULL, "%s", "the request body must be a JSON object");
-    if (!st) st = check_model(root, lim, err);
+    if (!st && !cJSON_IsObject(r)) st = bad(err, NULL, "%s", "the request body must be a JSON object");
+    int no_mem = 0;
+    const char *dup = st ? NULL : duplicate_key(r, &no_mem);
+    if (no_mem) st = oom(err);
+    else if (dup)
+        st = srv_error_set(err, 400, INVALID, NULL, NULL, "invalid JSON: the key \"%.64s\" appears twice in one "
+                           "object", dup);
+    if (st) cJSON_Delete(r);
+    else *root = r;
+    return st;
+}
+
+omni_status srv_request_parse(const char *body, size_t len, srv_endpoint ep, const srv_parse_limits *lim,
+                              srv_request *out, srv_error *err) {
+    memset(out, 0, sizeof *out);
+    memset(err, 0, sizeof *err);
+    out->endpoint = ep;
+    cJSON *root;
+    omni_status st = parse_object(body, len, &root, err);
+    if (st) return st;
+    st = check_model(root, lim, err);
     if (!st) st = options(out, lim, root, err);
     if (!st) st = ep == SRV_EP_CHAT ? chat_prompt(out, lim, root, err) : completion_prompt(out, root, err);
     cJSON_Delete(root);
     if (st) srv_request_free(out);
     out->endpoint = ep;
     return st;
+}
+
+/* ---- /tokenize, /detokenize ----------------------------------------------------------------------------------- */
+
+/* An optional boolean field (absent or null: def). */
+static omni_status flag(const cJSON *root, const char *name, int def, int *out, srv_error *e) {
+    const cJSON *v = field(root, name);
+    if (v && !cJSON_IsBool(v))
+        return srv_error_set(e, 400, INVALID, NULL, name, "\"%s\" must be a boolean", name);
+    *out = v ? cJSON_IsTrue(v) : def;
+    return OMNI_OK;
+}
+
+omni_status srv_tokenize_parse(const char *body, size_t len, srv_tokenize_req *out, srv_error *err) {
+    memset(out, 0, sizeof *out);
+    memset(err, 0, sizeof *err);
+    cJSON *root;
+    omni_status st = parse_object(body, len, &root, err);
+    if (st) return st;
+    const cJSON *c = field(root, "content");
+    int add_special = 0;
+    if (!cJSON_IsString(c)) st = bad(err, "content", "%s", "\"content\" must be a string");
+    if (!st) st = flag(root, "add_special", 0, &add_special, err);
+    if (!st) st = flag(root, "parse_special", 1, &out->parse_special, err);
+    if (!st) st = flag(root, "with_pieces", 0, &out->with_pieces, err);
+    if (!st && !(out->text = strdup(c->valuestring))) st = oom(err);
+    if (!st) out->text_len = strlen(out->text);
+    cJSON_Delete(root);
+    if (st) srv_tokenize_req_free(out);
+    return st;
+}
+
+void srv_tokenize_req_free(srv_tokenize_req *r) {
+    if (!r) return;
+    free(r->text);
+    memset(r, 0, sizeof *r);
+}
+
+omni_status srv_detokenize_parse(const char *body, size_t len, int vocab, int32_t **ids, int *n, srv_error *err) {
+    *ids = NULL;
+    *n = 0;
+    memset(err, 0, sizeof *err);
+    cJSON *root;
+    omni_status st = parse_object(body, len, &root, err);
+    if (st) return st;
+    const cJSON *t = field(root, "tokens");
+    int k = cJSON_IsArray(t) ? cJSON_GetArraySize(t) : -1;
+    if (k < 0) st = bad(err, "tokens", "%s", "\"tokens\" must be an array of token ids");
+    int32_t *v = st ? NULL : malloc(sizeof *v * (size_t)(k ? k : 1));
+    if (!st && !v) st = oom(err);
+    int i = 0;
+    const cJSON *e;
+    if (!st) cJSON_ArrayForEach(e, t) {
+        long long id;
+        if (!get_int(e, 0, vocab - 1, &id)) {
+            st = srv_error_set(err, 400, INVALID, NULL, "tokens", "tokens[%d] is not a token id in [0, %d)", i,
+                               vocab);
+            break;
+        }
+        v[i++] = (int32_t)id;
+    }
+    cJSON_Delete(root);
+    if (st) {
+        free(v);
+        return st;
+    }
+    *ids = v;
+    *n = k;
+    return OMNI_OK;
 }

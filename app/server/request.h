@@ -91,6 +91,44 @@ omni_status srv_error_set(srv_error *e, int status, const char *type, const char
 #endif
     ;
 
+/* ---- the shape of a JSON text, before parsing it ---------------------------------------------------------- */
+
+#define SRV_MAX_JSON_VALUES (1 << 20) /* most values in one body: cJSON spends ~64 bytes on each */
+#define SRV_MAX_JSON_DEPTH 64         /* deepest nesting of arrays and objects (a request needs 5) */
+
+typedef struct {
+    size_t values; /* an upper bound of the values (1 + commas + '[' + '{' outside strings) */
+    int depth;     /* the deepest nesting of arrays and objects */
+    size_t ctrl;   /* offset of the first control character (< 0x20) inside a string, which JSON forbids (cJSON
+                    * takes it); the length when none */
+} srv_json_shape;
+
+/* One pass over `len` bytes, strings skipped (escapes honoured): what parsing them would build. A body of
+ * "[0,0,0,..." holds a value per 2 bytes (64 MiB -> 33M values, ~2.5 GB as cJSON nodes), so srv_request_parse
+ * refuses a body over SRV_MAX_JSON_VALUES or SRV_MAX_JSON_DEPTH before parsing it, and the server reserves the
+ * parse's memory from this bound. */
+srv_json_shape srv_json_measure(const char *s, size_t len);
+
+/* Host memory parsing a body of `len` bytes with this shape may take (cJSON nodes, their strings, the copies
+ * the request keeps: decoded media, the rendered prompt). */
+size_t srv_json_parse_bytes(const srv_json_shape *sh, size_t len);
+
+/* ---- /tokenize and /detokenize (llama-server's shapes) ------------------------------------------------------ */
+
+/* POST /tokenize {"content": "text", "add_special": bool, "parse_special": bool (default true),
+ * "with_pieces": bool}: *text (malloc'ed, NUL-terminated, *text_len bytes). add_special adds nothing here (these
+ * tokenizers have no BOS). Errors as srv_request_parse (400 with param). */
+typedef struct {
+    char *text;
+    size_t text_len;
+    int parse_special, with_pieces;
+} srv_tokenize_req;
+omni_status srv_tokenize_parse(const char *body, size_t len, srv_tokenize_req *out, srv_error *err);
+void srv_tokenize_req_free(srv_tokenize_req *r); /* NULL and an empty one are no-ops */
+
+/* POST /detokenize {"tokens": [ids]}: ids in [0, vocab) -> *ids (malloc'ed; non-NULL even when *n is 0). */
+omni_status srv_detokenize_parse(const char *body, size_t len, int vocab, int32_t **ids, int *n, srv_error *err);
+
 /* Standard base64 (RFC 4648, '=' padding optional, CR/LF ignored) -> malloc'ed bytes. -1 on any other byte, a
  * misplaced '=' or a dangling 6-bit group; -2 on allocation failure. */
 int srv_base64_decode(const char *s, size_t len, uint8_t **out, size_t *out_len);

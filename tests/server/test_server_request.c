@@ -449,6 +449,117 @@ static void test_stopper(void) {
     free(got);
 }
 
+/* An error whose message contains `words`. */
+static void expect_message(const char *body, srv_endpoint ep, const char *words) {
+    srv_request r;
+    srv_error e;
+    int st = parse(body, ep, &r, &e);
+    CHECK(st && e.status == 400 && strstr(e.message, words), "%.80s: %d '%s', want '%s'", body, e.status, e.message,
+          words);
+    srv_request_free(&r);
+}
+
+static int parses(const char *body, srv_endpoint ep, srv_request *r) {
+    srv_error e;
+    int st = parse(body, ep, r, &e);
+    CHECK(st == 0, "%.80s: refused: %s", body, e.message);
+    return st == 0;
+}
+
+/* What a body would cost is decided before it is parsed: values (a "[0,0,..." body is a cJSON node per 2 bytes),
+ * nesting, raw control characters in strings; duplicate keys are ambiguous; the seed takes [-2^63, 2^64). */
+static void test_json_edges(void) {
+    srv_json_shape sh = srv_json_measure("[1,2,[3]]", 9);
+    CHECK(sh.values == 5 && sh.depth == 2 && sh.ctrl == 9, "shape: %zu values, depth %d", sh.values, sh.depth);
+    const char *str = "{\"a\":\"[,{\\\"\\\\\",\"b\":{}}";
+    sh = srv_json_measure(str, strlen(str));
+    CHECK(sh.values == 4 && sh.depth == 2 && sh.ctrl == strlen(str), "shape with strings: %zu values, depth %d",
+          sh.values, sh.depth);
+    sh = srv_json_measure("{\"a\":\"x\ty\"}", 11);
+    CHECK(sh.ctrl == 7, "control character at %zu", sh.ctrl);
+    /* nesting: 64 levels (the root included) pass, 65 do not (cJSON alone would take 1000) */
+    for (int depth = 64; depth <= 65; depth++) {
+        char *b = malloc(4096);
+        int n = sprintf(b, "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"x\":");
+        for (int i = 0; i < depth - 1; i++) b[n++] = '[';
+        for (int i = 0; i < depth - 1; i++) b[n++] = ']';
+        strcpy(b + n, "}");
+        srv_request r;
+        if (depth == 64 && parses(b, SRV_EP_CHAT, &r)) srv_request_free(&r);
+        if (depth == 65) expect_message(b, SRV_EP_CHAT, "nests arrays and objects 65 deep");
+        free(b);
+    }
+    /* more values than SRV_MAX_JSON_VALUES: refused before parsing (2 bytes each: ~2 MiB) */
+    size_t nv = SRV_MAX_JSON_VALUES + 10;
+    char *big = malloc(2 * nv + 128);
+    int n = sprintf(big, "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"x\":[");
+    for (size_t i = 0; i < nv; i++) big[n++] = '0', big[n++] = ',';
+    strcpy(big + n - 1, "]}");
+    expect_message(big, SRV_EP_CHAT, "JSON values");
+    free(big);
+    expect_message("{\"prompt\":\"a\tb\"}", SRV_EP_COMPLETIONS, "control character (0x09)");
+    expect_message("{\"prompt\":\"a\nb\"}", SRV_EP_COMPLETIONS, "control character (0x0a)");
+    expect_message("{\"prompt\":\"a\",\"max_tokens\":2,\"max_tokens\":9999999}", SRV_EP_COMPLETIONS,
+                   "\"max_tokens\" appears twice");
+    expect_message("{\"model\":\"a\",\"messages\":[{\"role\":\"user\",\"content\":\"x\",\"role\":\"system\"}]}",
+                   SRV_EP_CHAT, "\"role\" appears twice");
+    expect_message("", SRV_EP_CHAT, "empty");
+    expect_message(" \r\n", SRV_EP_CHAT, "empty");
+    srv_request r;
+    if (parses("{\"prompt\":\"a\",\"stream_options\":{\"include_usage\":false},\"x\":{\"include_usage\":1}}",
+               SRV_EP_COMPLETIONS, &r)) /* the same key in two objects */
+        srv_request_free(&r);
+    if (parses("{\"prompt\":\"a\",\"seed\":-9223372036854775808}", SRV_EP_COMPLETIONS, &r)) {
+        CHECK(r.seed_set && r.seed == 0x8000000000000000ull, "seed -2^63: %llu", (unsigned long long)r.seed);
+        srv_request_free(&r);
+    }
+    if (parses("{\"prompt\":\"a\",\"seed\":18446744073709549568}", SRV_EP_COMPLETIONS, &r)) {
+        CHECK(r.seed == 18446744073709549568ull, "seed 2^64 - 2048: %llu", (unsigned long long)r.seed);
+        srv_request_free(&r);
+    }
+    expect_message("{\"prompt\":\"a\",\"seed\":18446744073709551616}", SRV_EP_COMPLETIONS, "[-2^63, 2^64)");
+    expect_message("{\"prompt\":\"a\",\"seed\":-9223372036854777856}", SRV_EP_COMPLETIONS, "[-2^63, 2^64)");
+    expect_message("{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\",\"image_url\":"
+                   "{\"url\":\"HTTPS://example.com/a.png\"}}]}]}", SRV_EP_CHAT, "remote image URLs are not fetched");
+}
+
+/* /tokenize and /detokenize bodies (llama-server's fields). */
+static void test_tokenize_bodies(void) {
+    srv_tokenize_req t;
+    srv_error e;
+    const char *b = "{\"content\":\"Hi <|im_end|>\",\"add_special\":true,\"with_pieces\":true,\"parse_special\":false}";
+    CHECK(srv_tokenize_parse(b, strlen(b), &t, &e) == 0 && !strcmp(t.text, "Hi <|im_end|>") && t.text_len == 13 &&
+              t.with_pieces == 1 && t.parse_special == 0, "tokenize body: %s", e.message);
+    srv_tokenize_req_free(&t);
+    b = "{\"content\":\"x\"}";
+    CHECK(srv_tokenize_parse(b, strlen(b), &t, &e) == 0 && t.parse_special == 1 && t.with_pieces == 0,
+          "tokenize defaults");
+    srv_tokenize_req_free(&t);
+    srv_tokenize_req_free(NULL);
+    const char *bad[] = {"{}", "{\"content\":1}", "{\"content\":\"x\",\"with_pieces\":\"yes\"}", "[]", "",
+                         "{\"content\":\"a\\u0000b\"}", "{\"content\":\"x\",\"content\":\"y\"}"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        CHECK(srv_tokenize_parse(bad[i], strlen(bad[i]), &t, &e) && e.status == 400 && !t.text, "tokenize '%s'",
+              bad[i]);
+        srv_tokenize_req_free(&t);
+    }
+    int32_t *ids;
+    int n;
+    b = "{\"tokens\":[0,5,99]}";
+    CHECK(srv_detokenize_parse(b, strlen(b), 100, &ids, &n, &e) == 0 && n == 3 && ids[0] == 0 && ids[2] == 99,
+          "detokenize body: %s", e.message);
+    free(ids);
+    b = "{\"tokens\":[]}";
+    CHECK(srv_detokenize_parse(b, strlen(b), 100, &ids, &n, &e) == 0 && n == 0 && ids, "detokenize []");
+    free(ids);
+    const char *badd[] = {"{\"tokens\":[100]}", "{\"tokens\":[-1]}", "{\"tokens\":[1.5]}", "{\"tokens\":[\"1\"]}",
+                          "{\"tokens\":5}", "{}", "{\"tokens\":[1e30]}", "{\"tokens\":[null]}"};
+    for (size_t i = 0; i < sizeof badd / sizeof *badd; i++) {
+        CHECK(srv_detokenize_parse(badd[i], strlen(badd[i]), 100, &ids, &n, &e) && e.status == 400 && !ids,
+              "detokenize '%s'", badd[i]);
+    }
+}
+
 int main(void) {
     g_lim = srv_parse_default_limits();
     test_base64();
@@ -458,5 +569,7 @@ int main(void) {
     test_errors();
     test_responses();
     test_stopper();
+    test_json_edges();
+    test_tokenize_bodies();
     return check_exit();
 }
