@@ -7,6 +7,8 @@
 #define _GNU_SOURCE
 #include "app/server/server.h"
 
+#include "app/server/guard.h"
+
 #include <arpa/inet.h>
 #include <errno.h>
 #include <microhttpd.h>
@@ -24,6 +26,7 @@
 #define WAIT_SLICE_MS 100   /* how often a waiting connection checks its client and its deadline */
 #define DRAIN_S 10          /* at shutdown, how long the requests in flight get to send their last bytes */
 #define TPS_WINDOW 10       /* seconds of the tokens/s gauge */
+#define CONN_SPARE 16       /* connections libmicrohttpd takes past max_connections (answered 503 or making room) */
 
 typedef struct {
     char *s;
@@ -56,6 +59,7 @@ struct srv_server {
     srv_params p;
     srv_backend be;
     struct MHD_Daemon *d;
+    srv_guard *guard;   /* connections, slow clients, bytes of bodies held */
     int port;
     const char *names[2];
     volatile int stopping;
@@ -94,6 +98,7 @@ struct srv_job {
     double prompt_ms, predicted_ms, deadline_ms, t_start;
     double t_first, t_last; /* arrival of the first and the last token (timings of an answer cut by a stop) */
     int fd;             /* the client's socket, to notice a disconnect */
+    struct MHD_Connection *conn; /* a stream's connection (its idle clock, see touch) */
 };
 
 static double now_ms(void) {
@@ -163,6 +168,12 @@ static char *metrics_now(srv_server *s) {
     c.n_kv = m.n_kv;
     memcpy(c.kv, m.kv, sizeof c.kv);
     c.tokens_per_second = (double)n / TPS_WINDOW;
+    srv_guard_stats g;
+    srv_guard_get_stats(s->guard, &g);
+    c.connections = g.open;
+    c.held_bytes = (int64_t)g.held;
+    c.closed_slow = g.slow;
+    c.closed_evicted = g.evicted;
     return srv_metrics_text(&c);
 }
 
@@ -320,7 +331,27 @@ static wait_result wait_job(srv_job *j, int (*ready)(const srv_job *)) {
 static int is_finished(const srv_job *j) { return j->finished; }
 static int has_output(const srv_job *j) { return j->finished || j->out.n > j->sent; }
 
+/* libmicrohttpd closes a connection unanswered when control comes back to it more than the idle timeout after its
+ * last read or write: time spent waiting for the engine (a whole answer, a stream's next token, media encoding)
+ * is not the client's idleness. This restarts the clock (a timeout of 0 first is what makes it restart). Called on
+ * the connection's thread. */
+static void touch(const srv_server *s, struct MHD_Connection *c) {
+    unsigned idle = s->p.idle_timeout_s > 0 ? (unsigned)(s->p.idle_timeout_s + 0.999) : 0;
+    if (!c || !idle) return;
+    MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
+    MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, idle);
+}
+
 /* ---- responses -------------------------------------------------------------------------------------------------- */
+
+/* Headers of every answer: CORS, a 405's or a preflight's Allow, a 401's challenge, a 503's Retry-After. */
+static void add_headers(const srv_server *s, struct MHD_Response *r, int status, const char *allow) {
+    if (s->p.cors_origin && s->p.cors_origin[0])
+        MHD_add_response_header(r, MHD_HTTP_HEADER_ACCESS_CONTROL_ALLOW_ORIGIN, s->p.cors_origin);
+    if ((status == 405 || status == 204) && allow) MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, allow);
+    if (status == 401) MHD_add_response_header(r, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
+    if (status == 503) MHD_add_response_header(r, MHD_HTTP_HEADER_RETRY_AFTER, "1");
+}
 
 /* Queue `body` (malloc'ed, taken; NULL: allocation failed upstream -> 500); `allow`: a 405's Allow header. */
 static enum MHD_Result respond(srv_server *s, struct MHD_Connection *c, int status, const char *ctype, char *body,
@@ -337,8 +368,7 @@ static enum MHD_Result respond(srv_server *s, struct MHD_Connection *c, int stat
         return MHD_NO;
     }
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
-    if (status == 405 && allow) MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, allow);
-    if (status == 401) MHD_add_response_header(r, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
+    add_headers(s, r, status, allow);
     enum MHD_Result rc = MHD_queue_response(c, (unsigned)status, r);
     MHD_destroy_response(r);
     count_status(s, status);
@@ -384,6 +414,7 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *out, size_t max) {
     pthread_mutex_lock(&j->mu);
     ssize_t rc;
     int tail_now = 0;
+    double t0 = now_ms();
     for (;;) {
         if (wait_job(j, has_output) == WAIT_GONE) {
             rc = MHD_CONTENT_READER_END_WITH_ERROR;
@@ -393,6 +424,11 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *out, size_t max) {
             size_t n = j->out.n - j->sent < max ? j->out.n - j->sent : max;
             memcpy(out, j->out.s + j->sent, n);
             j->sent += n;
+            if (j->sent >= 65536 && 2 * j->sent >= j->out.n) { /* drop what was sent: memory is what is unsent */
+                memmove(j->out.s, j->out.s + j->sent, j->out.n - j->sent + 1);
+                j->out.n -= j->sent;
+                j->sent = 0;
+            }
             rc = (ssize_t)n;
             break;
         }
@@ -408,6 +444,7 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *out, size_t max) {
     }
     pthread_mutex_unlock(&j->mu);
     if (tail_now) count_end(j->srv, j);
+    if (now_ms() - t0 > 100) touch(j->srv, j->conn);
     return rc;
 }
 
@@ -428,8 +465,10 @@ static enum MHD_Result send_stream(srv_server *s, struct MHD_Connection *c, srv_
         stream_free(j);
         return MHD_NO;
     }
+    j->conn = c;
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
     MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+    add_headers(s, r, 200, NULL);
     enum MHD_Result rc = MHD_queue_response(c, MHD_HTTP_OK, r);
     MHD_destroy_response(r);
     count_status(s, 200);
@@ -491,11 +530,68 @@ static srv_job *job_new(srv_server *s, const srv_request *req, int fd) {
     return j;
 }
 
-static enum MHD_Result generate(srv_server *s, struct MHD_Connection *c, srv_endpoint ep, const char *body,
-                                size_t len) {
+/* ---- per-request state ------------------------------------------------------------------------------------------------ */
+
+typedef enum { R_NONE = 0, R_HEALTH, R_MODELS, R_METRICS, R_PROPS, R_CHAT, R_COMPLETIONS, R_TOKENIZE, R_DETOKENIZE,
+               R_PREFLIGHT } route;
+
+/* Per-request state kept between the calls of the access handler. */
+typedef struct {
+    route r;
+    int error;          /* an error decided before the body was read (sent once the body is consumed) */
+    srv_error err;
+    const char *allow;  /* the methods of a known path (a 405's and a preflight's Allow) */
+    buf body;
+    size_t seen;        /* body bytes received (kept or not) */
+    size_t held;        /* bytes reserved with the guard (the body, then its parsing) */
+    int framing;        /* the body cannot be delimited: answered at once, then closed */
+    srv_conn *conn;     /* the connection's guard entry (NULL: not watched) */
+} conn_state;
+
+/* Reserve `want` bytes in all for this request (from what it holds already); on failure the request gets a 503
+ * (busy now) or a 413 (more than the server ever holds) and its body is dropped. Returns 0 when held. */
+static int hold_total(srv_server *s, conn_state *cs, size_t want) {
+    if (want <= cs->held) return 0;
+    int rc = srv_guard_hold(s->guard, want - cs->held);
+    if (!rc) {
+        cs->held = want;
+        return 0;
+    }
+    cs->error = 1;
+    if (rc == 2)
+        srv_error_set(&cs->err, 413, "invalid_request_error", "request_too_large", NULL, "the request needs %zu bytes "
+                      "of memory to parse; this server holds at most %zu for all requests", want, s->p.max_held);
+    else
+        srv_error_set(&cs->err, 503, "server_error", "server_busy", NULL, "the server holds too many request bodies "
+                      "at once (%zu bytes); retry later", s->p.max_held);
+    free(cs->body.s);
+    cs->body = (buf){0};
+    srv_guard_release(s->guard, cs->held);
+    cs->held = 0;
+    return -1;
+}
+
+static void release_all(srv_server *s, conn_state *cs) {
+    free(cs->body.s);
+    cs->body = (buf){0};
+    srv_guard_release(s->guard, cs->held);
+    cs->held = 0;
+}
+
+/* The body's parse memory reserved (400 for a body of too many values, before any is spent): 0 to go on. */
+static int hold_parse(srv_server *s, conn_state *cs) {
+    srv_json_shape sh = srv_json_measure(cs->body.s ? cs->body.s : "", cs->body.n);
+    if (sh.values > SRV_MAX_JSON_VALUES) return 0; /* the parser refuses it at once */
+    return hold_total(s, cs, cs->body.n + srv_json_parse_bytes(&sh, cs->body.n));
+}
+
+static enum MHD_Result generate(srv_server *s, struct MHD_Connection *c, srv_endpoint ep, conn_state *cs) {
     srv_request req;
     srv_error err;
-    if (srv_request_parse(body, len, ep, &s->p.parse, &req, &err)) return send_error(s, c, &err);
+    omni_status st = srv_request_parse(cs->body.s ? cs->body.s : "", cs->body.n, ep, &s->p.parse, &req, &err);
+    free(cs->body.s); /* the request holds what it needs (the reservation stays until it is submitted) */
+    cs->body = (buf){0};
+    if (st) return send_error(s, c, &err);
     srv_metrics m;
     memset(&m, 0, sizeof m);
     if (s->be.stats) s->be.stats(s->be.ctx, &m);
@@ -513,8 +609,9 @@ static enum MHD_Result generate(srv_server *s, struct MHD_Connection *c, srv_end
         return send_error(s, c, &err);
     }
     int prompt_tokens = 0;
-    omni_status st = s->be.submit(s->be.ctx, &req, j, &prompt_tokens, &err);
+    st = s->be.submit(s->be.ctx, &req, j, &prompt_tokens, &err);
     srv_request_free(&req);
+    release_all(s, cs); /* the engine has its own copy of what it needs */
     if (st) {
         j->refs = 1; /* the backend keeps no reference on failure */
         job_unref(j);
@@ -529,33 +626,108 @@ static enum MHD_Result generate(srv_server *s, struct MHD_Connection *c, srv_end
     return j->stream ? send_stream(s, c, j) : send_whole(s, c, j);
 }
 
+/* ---- llama-server's /tokenize, /detokenize, /props ------------------------------------------------------------------ */
+
+static enum MHD_Result tokenize(srv_server *s, struct MHD_Connection *c, conn_state *cs) {
+    srv_tokenize_req tr;
+    srv_error err;
+    omni_status st = srv_tokenize_parse(cs->body.s ? cs->body.s : "", cs->body.n, &tr, &err);
+    free(cs->body.s);
+    cs->body = (buf){0};
+    if (st) return send_error(s, c, &err);
+    /* ids (at most one per byte) and the answer (at most SRV_MAX_JSON_VALUES tokens, ~40 bytes each with pieces) */
+    size_t nmax = tr.text_len < SRV_MAX_JSON_VALUES ? tr.text_len : SRV_MAX_JSON_VALUES;
+    if (hold_total(s, cs, cs->held + 4 * tr.text_len + (tr.with_pieces ? 48 : 12) * nmax)) {
+        srv_tokenize_req_free(&tr);
+        return send_error(s, c, &cs->err);
+    }
+    int32_t *ids = NULL;
+    int n = 0;
+    st = llm_tokenizer_encode(s->p.tok, tr.text, tr.text_len, tr.parse_special, &ids, &n, NULL);
+    char *body = NULL;
+    if (st) srv_error_set(&err, 500, "server_error", NULL, NULL, "%s", omni_last_error());
+    else if (n > SRV_MAX_JSON_VALUES)
+        st = srv_error_set(&err, 400, "invalid_request_error", NULL, "content", "the content has %d tokens (at most "
+                           "%d per request)", n, SRV_MAX_JSON_VALUES);
+    else body = srv_tokens_json(s->p.tok, ids, n, tr.with_pieces);
+    free(ids);
+    srv_tokenize_req_free(&tr);
+    release_all(s, cs);
+    if (st) return send_error(s, c, &err);
+    return send_text(s, c, 200, "application/json", body);
+}
+
+static enum MHD_Result detokenize(srv_server *s, struct MHD_Connection *c, conn_state *cs) {
+    int32_t *ids = NULL;
+    int n = 0;
+    srv_error err;
+    omni_status st = srv_detokenize_parse(cs->body.s ? cs->body.s : "", cs->body.n,
+                                          llm_tokenizer_vocab_size(s->p.tok), &ids, &n, &err);
+    free(cs->body.s);
+    cs->body = (buf){0};
+    if (st) return send_error(s, c, &err);
+    size_t bytes = 0, len; /* the text, and its JSON (escaped: up to 6 bytes per byte) */
+    for (int i = 0; i < n; i++) bytes += llm_tokenizer_token_bytes(s->p.tok, ids[i], &len) ? len : 0;
+    if (hold_total(s, cs, cs->held + 8 * bytes)) {
+        free(ids);
+        return send_error(s, c, &cs->err);
+    }
+    char *text = llm_tokenizer_decode(s->p.tok, ids, n, 0);
+    char *body = text ? srv_content_json(text, strlen(text)) : NULL;
+    free(text);
+    free(ids);
+    release_all(s, cs);
+    return send_text(s, c, 200, "application/json", body);
+}
+
+static enum MHD_Result props(srv_server *s, struct MHD_Connection *c) {
+    srv_props p = s->p.props;
+    p.model = s->p.model_id;
+    p.temperature = s->p.parse.temperature;
+    p.top_p = s->p.parse.top_p;
+    p.top_k = s->p.parse.top_k;
+    p.max_tokens = s->p.parse.max_tokens;
+    return send_text(s, c, 200, "application/json", srv_props_json(&p));
+}
+
+/* A CORS preflight: 204 with what may be sent (no API key: browsers never send one with a preflight). */
+static enum MHD_Result preflight(srv_server *s, struct MHD_Connection *c, const conn_state *cs) {
+    struct MHD_Response *r = MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
+    if (!r) return MHD_NO;
+    add_headers(s, r, 204, cs->allow);
+    MHD_add_response_header(r, MHD_HTTP_HEADER_ACCESS_CONTROL_ALLOW_METHODS, "GET, HEAD, POST, OPTIONS");
+    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Access-Control-Request-Headers");
+    int plain = h && h[0] && strlen(h) < 1024;
+    for (const char *p = h; plain && *p; p++) /* echo a list of header names, nothing else */
+        plain = (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+                strchr("-_, ", *p);
+    MHD_add_response_header(r, "Access-Control-Allow-Headers", plain ? h : "Authorization, Content-Type");
+    MHD_add_response_header(r, "Access-Control-Max-Age", "86400");
+    enum MHD_Result rc = MHD_queue_response(c, 204, r);
+    MHD_destroy_response(r);
+    count_status(s, 204);
+    return rc;
+}
+
 /* ---- routing -------------------------------------------------------------------------------------------------------- */
 
-typedef enum { R_NONE = 0, R_HEALTH, R_MODELS, R_METRICS, R_CHAT, R_COMPLETIONS } route;
-
-/* Per-request state kept between the calls of the access handler. */
-typedef struct {
-    route r;
-    int error;          /* an error decided before the body was read (sent once the body is consumed) */
-    srv_error err;
-    const char *allow;  /* the methods of a known path asked with another (405) */
-    buf body;
-    size_t seen;        /* body bytes received (kept or not) */
-} conn_state;
-
-/* The route of (url, method); R_NONE with *allow set when the path exists but takes other methods. */
-static route find_route(const char *url, const char *method, const char **allow) {
+/* The route of (url, method); R_NONE with *allow set when the path exists but takes other methods. OPTIONS on a
+ * known path is a CORS preflight. */
+static route find_route(const srv_server *s, const char *url, const char *method, const char **allow) {
     static const struct { const char *path; route r; int post; } t[] = {
         {"/health", R_HEALTH, 0},      {"/v1/health", R_HEALTH, 0}, {"/v1/models", R_MODELS, 0},
-        {"/models", R_MODELS, 0},      {"/metrics", R_METRICS, 0},  {"/v1/chat/completions", R_CHAT, 1},
-        {"/chat/completions", R_CHAT, 1}, {"/v1/completions", R_COMPLETIONS, 1}, {"/completions", R_COMPLETIONS, 1},
+        {"/models", R_MODELS, 0},      {"/metrics", R_METRICS, 0},  {"/props", R_PROPS, 0},
+        {"/v1/chat/completions", R_CHAT, 1}, {"/chat/completions", R_CHAT, 1}, {"/v1/completions", R_COMPLETIONS, 1},
+        {"/completions", R_COMPLETIONS, 1}, {"/tokenize", R_TOKENIZE, 1}, {"/detokenize", R_DETOKENIZE, 1},
     };
     *allow = NULL;
     for (size_t i = 0; i < sizeof t / sizeof *t; i++) {
         if (strcmp(url, t[i].path)) continue;
+        if ((t[i].r == R_TOKENIZE || t[i].r == R_DETOKENIZE) && !s->p.tok) return R_NONE;
         int is_post = !strcmp(method, "POST"), is_get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
+        *allow = t[i].post ? "POST, OPTIONS" : "GET, HEAD, OPTIONS";
+        if (!strcmp(method, "OPTIONS")) return R_PREFLIGHT;
         if ((t[i].post && is_post) || (!t[i].post && is_get)) return t[i].r;
-        *allow = t[i].post ? "POST" : "GET, HEAD";
         return R_NONE;
     }
     return R_NONE;
@@ -573,15 +745,62 @@ static int key_ok(const srv_server *s, struct MHD_Connection *c) {
     return diff == 0;
 }
 
-/* First call of a request: route, authenticate, check the declared size. */
+/* The headers that frame a body (request smuggling, RFC 9112 6.3): Content-Length given twice with different
+ * values, or together with Transfer-Encoding, makes the body's end ambiguous (400); a transfer coding other than
+ * chunked cannot be read (501). */
+typedef struct {
+    int n_cl, cl_differ, n_te;
+    const char *cl, *te;
+} framing;
+
+static enum MHD_Result framing_header(void *cls, enum MHD_ValueKind kind, const char *key, const char *value) {
+    framing *f = cls;
+    (void)kind;
+    if (!key || !value) return MHD_YES;
+    if (!strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH)) {
+        if (f->n_cl++ && strcmp(f->cl, value)) f->cl_differ = 1;
+        f->cl = value;
+    } else if (!strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING)) {
+        f->n_te++;
+        f->te = value;
+    }
+    return MHD_YES;
+}
+
+/* 0, or the framing error filled in cs (answered before the body, which cannot be delimited). */
+static int bad_framing(struct MHD_Connection *c, conn_state *cs) {
+    framing f = {0};
+    MHD_get_connection_values(c, MHD_HEADER_KIND, framing_header, &f);
+    if (f.cl_differ)
+        srv_error_set(&cs->err, 400, "invalid_request_error", "bad_request", NULL, "conflicting Content-Length headers");
+    else if (f.n_cl && f.n_te)
+        srv_error_set(&cs->err, 400, "invalid_request_error", "bad_request", NULL, "both Content-Length and "
+                      "Transfer-Encoding are given: the body's length is ambiguous");
+    else if (f.n_te > 1 || (f.te && strcasecmp(f.te, "chunked")))
+        srv_error_set(&cs->err, 501, "invalid_request_error", "bad_request", NULL, "Transfer-Encoding '%.64s' is not "
+                      "supported (only chunked)", f.te);
+    else
+        return 0;
+    cs->error = cs->framing = 1;
+    return 1;
+}
+
+/* First call of a request: route, authenticate, check the declared size and reserve it. */
 static void admit(srv_server *s, struct MHD_Connection *c, const char *url, const char *method, conn_state *cs) {
-    cs->r = find_route(url, method, &cs->allow);
+    cs->r = find_route(s, url, method, &cs->allow);
     if (cs->r == R_NONE) {
         cs->error = 1;
         if (cs->allow) srv_error_set(&cs->err, 405, "invalid_request_error", "method_not_allowed", NULL,
-                                      "%s is not allowed on %.200s", method, url);
-        else srv_error_set(&cs->err, 404, "not_found_error", "not_found", NULL, "no such endpoint: %s %.200s",
+                                      "%.32s is not allowed on %.200s", method, url);
+        else srv_error_set(&cs->err, 404, "not_found_error", "not_found", NULL, "no such endpoint: %.32s %.200s",
                            method, url);
+        return;
+    }
+    if (cs->r == R_PREFLIGHT || bad_framing(c, cs)) return;
+    if (srv_guard_crowded(s->guard)) {
+        cs->error = 1;
+        srv_error_set(&cs->err, 503, "server_error", "too_many_connections", NULL, "the server has too many open "
+                      "connections (at most %d); retry later", s->p.max_connections);
         return;
     }
     if (cs->r != R_HEALTH && !key_ok(s, c)) {
@@ -592,38 +811,47 @@ static void admit(srv_server *s, struct MHD_Connection *c, const char *url, cons
         return;
     }
     const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
-    if (cl && strtoull(cl, NULL, 10) > s->p.max_body) {
+    unsigned long long n = cl ? strtoull(cl, NULL, 10) : 0;
+    if (n > s->p.max_body) {
         cs->error = 1;
         srv_error_set(&cs->err, 413, "invalid_request_error", "request_too_large", NULL,
-                      "the request body (%s bytes) is over this server's limit of %zu bytes", cl, s->p.max_body);
+                      "the request body (%.32s bytes) is over this server's limit of %zu bytes", cl, s->p.max_body);
+        return;
     }
+    hold_total(s, cs, (size_t)n); /* the declared body: held now, or refused before it is read */
 }
 
 /* Body bytes past which a refused body is no longer read: the connection is closed. */
 static size_t body_cap(const srv_server *s) { return 4 * s->p.max_body + (1u << 20); }
 
-/* A request refused before its body (401, 404, 405, 413 by its Content-Length) is answered at once, without
+/* A request refused before its body (401, 404, 405, 413 by its Content-Length, 503) is answered at once, without
  * reading the body, when the client waits for "100 Continue" before sending it (curl does for bodies over 1 MiB;
  * it would otherwise send it all) or when the declared body is past body_cap (it would be closed unanswered). */
-static int refuse_now(const srv_server *s, struct MHD_Connection *c) {
+static int refuse_now(const srv_server *s, struct MHD_Connection *c, const conn_state *cs) {
+    if (cs->framing) return 1;
     const char *ex = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_EXPECT);
     const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
     return (ex && strcasestr(ex, "100-continue")) || (cl && strtoull(cl, NULL, 10) > body_cap(s));
 }
 
-/* Body bytes: kept up to the limit, then only counted (413 at the end); a body far over the limit closes the
- * connection, and so does a body still arriving at shutdown. Returns 0 to go on, -1 to close. */
+/* Body bytes: kept up to the limit (each chunk reserved with the guard), then only counted (413 at the end); a body
+ * far over the limit closes the connection, and so does a body still arriving at shutdown. Returns 0 to go on, -1
+ * to close. */
 static int take_body(srv_server *s, conn_state *cs, const char *data, size_t n) {
     cs->seen += n;
+    srv_guard_body(s->guard, cs->conn, n);
     if (cs->seen > body_cap(s) || s->stopping) return -1;
     if (cs->error) return 0;
     if (cs->seen > s->p.max_body) {
         cs->error = 1;
         srv_error_set(&cs->err, 413, "invalid_request_error", "request_too_large", NULL,
                       "the request body is over this server's limit of %zu bytes", s->p.max_body);
-        free(cs->body.s);
-        cs->body = (buf){0};
+        release_all(s, cs);
         return 0;
+    }
+    if (cs->body.n + n > cs->held) { /* a body of no declared length (chunked): reserve as it comes, 64 KiB at once */
+        size_t want = cs->body.n + n + 65536;
+        if (hold_total(s, cs, want < s->p.max_body ? want : s->p.max_body)) return 0;
     }
     if (buf_add(&cs->body, data, n)) {
         cs->error = 1;
@@ -637,8 +865,11 @@ static enum MHD_Result send_refusal(srv_server *s, struct MHD_Connection *c, con
     return respond(s, c, cs->err.status, "application/json", srv_error_json(&cs->err), cs->allow);
 }
 
-static enum MHD_Result dispatch(srv_server *s, struct MHD_Connection *c, conn_state *cs) {
+static enum MHD_Result answer(srv_server *s, struct MHD_Connection *c, conn_state *cs) {
     if (cs->error) return send_refusal(s, c, cs);
+    if (cs->r == R_CHAT || cs->r == R_COMPLETIONS || cs->r == R_TOKENIZE || cs->r == R_DETOKENIZE) {
+        if (hold_parse(s, cs)) return send_refusal(s, c, cs);
+    }
     switch (cs->r) {
     case R_HEALTH:
         return send_text(s, c, 200, "application/json", strdup("{\"status\":\"ok\"}"));
@@ -646,13 +877,40 @@ static enum MHD_Result dispatch(srv_server *s, struct MHD_Connection *c, conn_st
         return send_text(s, c, 200, "application/json", srv_models_json(s->p.model_id, (long long)time(NULL)));
     case R_METRICS:
         return send_text(s, c, 200, "text/plain; version=0.0.4", metrics_now(s));
+    case R_PROPS:
+        return props(s, c);
     case R_CHAT:
     case R_COMPLETIONS:
-        return generate(s, c, cs->r == R_CHAT ? SRV_EP_CHAT : SRV_EP_COMPLETIONS, cs->body.s ? cs->body.s : "",
-                        cs->body.n);
+        return generate(s, c, cs->r == R_CHAT ? SRV_EP_CHAT : SRV_EP_COMPLETIONS, cs);
+    case R_TOKENIZE:
+        return tokenize(s, c, cs);
+    case R_DETOKENIZE:
+        return detokenize(s, c, cs);
+    case R_PREFLIGHT:
+        return preflight(s, c, cs);
     default:
         return MHD_NO;
     }
+}
+
+static enum MHD_Result dispatch(srv_server *s, struct MHD_Connection *c, conn_state *cs) {
+    srv_guard_busy(s->guard, cs->conn);
+    enum MHD_Result rc = answer(s, c, cs);
+    touch(s, c);
+    return rc;
+}
+
+/* An absolute-form request target ("http://host:port/v1/models", which servers must accept) -> its path. */
+static const char *origin_form(const char *url) {
+    const char *p = !strncasecmp(url, "http://", 7) ? url + 7 : !strncasecmp(url, "https://", 8) ? url + 8 : NULL;
+    if (!p) return url;
+    p = strchr(p, '/');
+    return p ? p : "/";
+}
+
+static srv_conn *conn_of(struct MHD_Connection *c) {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return ci ? ci->socket_context : NULL;
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
@@ -666,8 +924,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         pthread_mutex_lock(&s->mu);
         s->in_flight++;
         pthread_mutex_unlock(&s->mu);
-        admit(s, c, url, method, cs);
-        if (cs->error && refuse_now(s, c)) return send_refusal(s, c, cs);
+        cs->conn = conn_of(c);
+        srv_guard_head_done(s->guard, cs->conn);
+        admit(s, c, origin_form(url), method, cs);
+        if (cs->error && refuse_now(s, c, cs)) {
+            srv_guard_busy(s->guard, cs->conn);
+            return send_refusal(s, c, cs);
+        }
         return MHD_YES;
     }
     if (*data_size) {
@@ -680,16 +943,29 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
     srv_server *s = cls;
-    (void)c;
     (void)toe;
     conn_state *cs = *con_cls;
     if (!cs) return;
-    free(cs->body.s);
+    srv_guard_idle(s->guard, cs->conn);
+    release_all(s, cs);
     free(cs);
     *con_cls = NULL;
+    (void)c;
     pthread_mutex_lock(&s->mu);
     if (--s->in_flight == 0) pthread_cond_broadcast(&s->jobs_cv);
     pthread_mutex_unlock(&s->mu);
+}
+
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+                          enum MHD_ConnectionNotificationCode code) {
+    srv_server *s = cls;
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+        *socket_context = ci ? srv_guard_open(s->guard, ci->connect_fd) : NULL;
+    } else {
+        srv_guard_close(s->guard, *socket_context);
+        *socket_context = NULL;
+    }
 }
 
 static void mhd_log(void *cls, const char *fmt, va_list ap) {
@@ -708,8 +984,12 @@ srv_params srv_default_params(void) {
     p.port = 8080;
     p.model_id = "omni";
     p.parse = srv_parse_default_limits();
+    p.cors_origin = "*";
     p.max_body = 64u << 20;
     p.timeout_s = 600;
+    p.head_timeout_s = 30;
+    p.body_min_rate = 16384;
+    p.idle_timeout_s = 30;
     p.max_queue = 64;
     p.max_connections = 256;
     return p;
@@ -746,17 +1026,27 @@ omni_status srv_start(const srv_params *p, const srv_backend *backend, srv_serve
     s->names[1] = p->model_alias;
     s->p.parse.model_names = s->names;
     s->p.parse.n_model_names = p->model_alias ? 2 : 1;
+    if (!s->p.max_held) s->p.max_held = 4 * p->max_body + (128u << 20);
+    srv_guard_params gp = {p->head_timeout_s, p->body_min_rate, p->max_connections, s->p.max_held};
+    if ((st = srv_guard_start(&gp, &s->guard))) {
+        free(s);
+        return st;
+    }
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->jobs_cv, NULL);
+    unsigned idle = p->idle_timeout_s > 0 ? (unsigned)(p->idle_timeout_s + 0.999) : 0;
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL |
                      MHD_USE_ITC /* for MHD_quiesce_daemon */ | MHD_USE_ERROR_LOG | (sa.ss_family == AF_INET6 ? MHD_USE_IPv6 : 0);
     s->d = MHD_start_daemon(flags, (uint16_t)p->port, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR,
                             (struct sockaddr *)&sa, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
-                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)p->max_connections,
-                            MHD_OPTION_CONNECTION_TIMEOUT, 30u /* idle seconds (slow or silent clients) */,
+                            MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
+                            /* past max_connections the guard closes waiting ones or answers 503: a few more */
+                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)(p->max_connections + CONN_SPARE),
+                            MHD_OPTION_CONNECTION_TIMEOUT, idle,
                             MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_END);
     if (!s->d) {
         int e = errno;
+        srv_guard_free(s->guard);
         pthread_cond_destroy(&s->jobs_cv);
         pthread_mutex_destroy(&s->mu);
         free(s);
@@ -792,6 +1082,7 @@ void srv_stop(srv_server *s) {
     pthread_mutex_unlock(&s->mu);
     MHD_stop_daemon(s->d);
     if (lfd != MHD_INVALID_SOCKET) close(lfd);
+    srv_guard_free(s->guard); /* every connection is closed */
     /* The backend still owns the jobs it has not ended (their srv_job_done comes at its next step): wait, so
      * that no callback reaches a freed server. */
     pthread_mutex_lock(&s->mu);

@@ -161,6 +161,27 @@ char *srv_models_json(const char *model, long long created) {
     return finish_json(root, ok);
 }
 
+/* ---- /tokenize, /detokenize, /props ---------------------------------------------------------------------------- */
+
+char *srv_content_json(const char *text, size_t len) {
+    cJSON *root = cJSON_CreateObject();
+    return finish_json(root, root && add_text(root, "content", text, len));
+}
+
+char *srv_props_json(const srv_props *p) {
+    cJSON *root = cJSON_CreateObject(), *d = root ? cJSON_AddObjectToObject(root, "default_generation_settings") : NULL;
+    cJSON *par = d ? cJSON_AddObjectToObject(d, "params") : NULL, *mod = NULL;
+    int ok = par && cJSON_AddNumberToObject(d, "n_ctx", p->n_ctx) &&
+             cJSON_AddNumberToObject(par, "n_predict", p->max_tokens) &&
+             cJSON_AddNumberToObject(par, "temperature", p->temperature) &&
+             cJSON_AddNumberToObject(par, "top_k", p->top_k) && cJSON_AddNumberToObject(par, "top_p", p->top_p) &&
+             cJSON_AddNumberToObject(root, "total_slots", p->total_slots) &&
+             add_str(root, "model_path", p->model) && (mod = cJSON_AddObjectToObject(root, "modalities")) &&
+             cJSON_AddBoolToObject(mod, "vision", p->vision) && cJSON_AddBoolToObject(mod, "audio", p->audio) &&
+             add_str(root, "build_info", p->build);
+    return finish_json(root, ok);
+}
+
 /* ---- metrics ------------------------------------------------------------------------------------------------ */
 
 typedef struct {
@@ -213,6 +234,14 @@ char *srv_metrics_text(const srv_metrics *m) {
     tb_printf(&b, "omni_requests_running %d\n", m->running);
     metric(&b, "requests_queued", "gauge", "Requests waiting for KV cache pages.");
     tb_printf(&b, "omni_requests_queued %d\n", m->queued);
+    metric(&b, "connections_open", "gauge", "Open HTTP connections.");
+    tb_printf(&b, "omni_connections_open %d\n", m->connections);
+    metric(&b, "connections_closed_total", "counter", "Connections the server closed: a request too slow to "
+           "arrive, or the oldest waiting one to make room past the connection limit.");
+    tb_printf(&b, "omni_connections_closed_total{reason=\"slow\"} %lld\n", (long long)m->closed_slow);
+    tb_printf(&b, "omni_connections_closed_total{reason=\"evicted\"} %lld\n", (long long)m->closed_evicted);
+    metric(&b, "request_bytes_held", "gauge", "Bytes of request bodies (and their parsing) held in memory now.");
+    tb_printf(&b, "omni_request_bytes_held %lld\n", (long long)m->held_bytes);
     metric(&b, "tokens_per_second", "gauge", "Generated tokens per second over the last 10 seconds.");
     tb_printf(&b, "omni_tokens_per_second %.3f\n", m->tokens_per_second);
     metric(&b, "kv_pages_used", "gauge", "KV cache pages in use, per cache format.");
@@ -224,6 +253,71 @@ char *srv_metrics_text(const srv_metrics *m) {
     metric(&b, "kv_bytes_used", "gauge", "Bytes of KV cache pages in use, per cache format.");
     for (int i = 0; i < m->n_kv; i++)
         tb_printf(&b, "omni_kv_bytes_used{format=\"%s\"} %lld\n", m->kv[i].name, (long long)m->kv[i].bytes_used);
+    if (b.oom) {
+        free(b.s);
+        return NULL;
+    }
+    return b.s;
+}
+
+/* ---- /tokenize's answer (written directly: a cJSON tree of a million tokens with pieces would take ~250 MB) ---- */
+
+static void tb_add(textbuf *b, const char *s, size_t n) {
+    if (b->oom) return;
+    if (b->n + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap * 2 : 1024;
+        while (cap < b->n + n + 1) cap *= 2;
+        char *t = realloc(b->s, cap);
+        if (!t) {
+            b->oom = 1;
+            return;
+        }
+        b->s = t;
+        b->cap = cap;
+    }
+    memcpy(b->s + b->n, s, n);
+    b->n += n;
+    b->s[b->n] = 0;
+}
+
+/* A piece: a JSON string when it is valid UTF-8 without NUL, else its byte values. */
+static void tb_piece(textbuf *b, const char *s, size_t n) {
+    if (llm_utf8_valid_len(s, n) != n || memchr(s, 0, n)) {
+        tb_add(b, "[", 1);
+        for (size_t i = 0; i < n; i++) tb_printf(b, i ? ",%u" : "%u", (unsigned char)s[i]);
+        tb_add(b, "]", 1);
+        return;
+    }
+    tb_add(b, "\"", 1);
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c == '"' || c == '\\') {
+            char e[2] = {'\\', (char)c};
+            tb_add(b, e, 2);
+        } else if (c < 0x20) {
+            tb_printf(b, "\\u%04x", c);
+        } else {
+            tb_add(b, s + i, 1);
+        }
+    }
+    tb_add(b, "\"", 1);
+}
+
+char *srv_tokens_json(const llm_tokenizer *t, const int32_t *ids, int n, int with_pieces) {
+    textbuf b = {0};
+    tb_add(&b, "{\"tokens\":[", 11);
+    for (int i = 0; i < n && !b.oom; i++) {
+        if (!with_pieces) {
+            tb_printf(&b, i ? ",%d" : "%d", (int)ids[i]);
+            continue;
+        }
+        size_t len = 0;
+        const char *p = llm_tokenizer_token_bytes(t, ids[i], &len);
+        tb_printf(&b, "%s{\"id\":%d,\"piece\":", i ? "," : "", (int)ids[i]);
+        tb_piece(&b, p ? p : "", p ? len : 0);
+        tb_add(&b, "}", 1);
+    }
+    tb_add(&b, "]}", 2);
     if (b.oom) {
         free(b.s);
         return NULL;

@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "app/server/request.h"
+#include "llm/tokenizer.h"
 
 typedef enum { SRV_FINISH_NONE = 0, SRV_FINISH_STOP, SRV_FINISH_LENGTH } srv_finish;
 
@@ -43,6 +44,25 @@ char *srv_error_sse(const srv_error *e);
 /* GET /v1/models: {"object":"list","data":[{"id":..,"object":"model","created":..,"owned_by":"omni"}]}. */
 char *srv_models_json(const char *model, long long created);
 
+/* ---- /tokenize, /detokenize, /props (llama-server's shapes) ------------------------------------------------------ */
+
+/* {"tokens": [ids]}, or with pieces {"tokens": [{"id": 9707, "piece": "Hello"}, ...]} where a piece that is not
+ * valid UTF-8 alone (part of a character) is its byte values [229, 165]. */
+char *srv_tokens_json(const llm_tokenizer *t, const int32_t *ids, int n, int with_pieces);
+/* {"content": text} (len bytes; invalid UTF-8 becomes U+FFFD). */
+char *srv_content_json(const char *text, size_t len);
+
+/* GET /props: what llama-server's web UI and clients read (the context, slots, modalities, defaults). */
+typedef struct {
+    const char *model;        /* the served name (model_path: no file paths are given out) */
+    const char *build;        /* "omni 0.7" */
+    int n_ctx, total_slots;   /* tokens per request (-c), sequences generated at once */
+    int vision, audio;        /* the model takes images / audio */
+    float temperature, top_p; /* the defaults of requests that give none */
+    int top_k, max_tokens;
+} srv_props;
+char *srv_props_json(const srv_props *p);
+
 /* ---- metrics ---------------------------------------------------------------------------------------------- */
 
 #define SRV_MAX_KV_FORMATS 4
@@ -58,6 +78,9 @@ typedef struct {
     int64_t http_other;        /* any other status */
     int64_t prompt_tokens, completion_tokens;
     int running, queued;       /* engine requests now running / waiting for KV pages */
+    int connections;           /* open HTTP connections */
+    int64_t held_bytes;        /* bytes of request bodies (and their parsing) held now */
+    int64_t closed_slow, closed_evicted; /* connections closed: request too slow / to make room */
     double tokens_per_second;  /* generated tokens per second over the last seconds */
     int n_kv;
     srv_kv_stats kv[SRV_MAX_KV_FORMATS];

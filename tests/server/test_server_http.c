@@ -15,6 +15,7 @@
 #include <arpa/inet.h>
 #include <cjson/cJSON.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,6 +39,7 @@
 typedef struct {
     srv_job *job;
     int max_tokens, emitted, cancelled, used;
+    int big; /* the prompt asked for BIGTOKENS: 4000 bytes per token (to fill a socket that is not read) */
 } fake_job;
 
 typedef struct {
@@ -74,8 +76,14 @@ static void *fake_worker(void *arg) {
                 srv_job_done(j, &end);
                 continue;
             }
-            char t[32];
-            snprintf(t, sizeof t, "t%d ", f->emitted++);
+            char t[4096];
+            if (f->big) {
+                memset(t, 'x', 4000);
+                t[4000] = 0;
+                f->emitted++;
+            } else {
+                snprintf(t, sizeof t, "t%d ", f->emitted++);
+            }
             srv_job_token(j, t, strlen(t));
         }
         while (b->n > 0 && !b->jobs[b->n - 1].job) b->n--; /* compact the tail */
@@ -101,7 +109,7 @@ static omni_status fake_submit(void *ctx, const srv_request *req, srv_job *job, 
         return srv_error_set(err, 503, "server_error", NULL, NULL, "full");
     }
     int k = b->n++;
-    b->jobs[k] = (fake_job){job, req->max_tokens, 0, 0, 1};
+    b->jobs[k] = (fake_job){job, req->max_tokens, 0, 0, 1, strstr(req->prompt, "BIGTOKENS") != NULL};
     srv_job_set_backend_data(job, &b->jobs[k]);
     *prompt_tokens = (int)strlen(req->prompt);
     pthread_cond_broadcast(&b->cv);
@@ -338,9 +346,9 @@ static void test_routes(void) {
     expect_error("unknown path", request("GET", "/v2/nothing", KEY, NULL), 404, NULL);
     expect_error("wrong method", request("GET", "/v1/chat/completions", KEY, NULL), 405, NULL);
     /* a 405 names the methods of that path */
-    const char *allow[][3] = {{"GET", "/v1/chat/completions", "Allow: POST\r\n"},
-                              {"POST", "/v1/models", "Allow: GET, HEAD\r\n"},
-                              {"OPTIONS", "/health", "Allow: GET, HEAD\r\n"}};
+    const char *allow[][3] = {{"GET", "/v1/chat/completions", "Allow: POST, OPTIONS\r\n"},
+                              {"POST", "/v1/models", "Allow: GET, HEAD, OPTIONS\r\n"},
+                              {"PUT", "/health", "Allow: GET, HEAD, OPTIONS\r\n"}};
     for (int i = 0; i < 3; i++) {
         int fd = connect_server();
         char raw[2048] = "";
@@ -629,13 +637,453 @@ static void test_shutdown(srv_server *s, fake_backend *fb) {
     CHECK(c == c0 + 2, "shutdown: %d jobs cancelled, want 2", c - c0);
 }
 
+/* ---- CORS, llama-server's endpoints ------------------------------------------------------------------------------ */
+
+/* `req` sent on a new connection; what comes back until the server closes (or the 20 s read timeout). */
+static size_t exchange(const char *req, char *out, size_t cap) {
+    out[0] = 0;
+    int fd = connect_server();
+    if (fd < 0) return 0;
+    size_t n = strlen(req);
+    size_t got = write(fd, req, n) == (ssize_t)n ? read_all(fd, out, cap) : 0;
+    close(fd);
+    return got;
+}
+
+/* Every answer carries Access-Control-Allow-Origin (errors and streams too, or a browser cannot read them); an
+ * OPTIONS preflight is answered 204 without the API key, with the methods and the headers asked for. */
+static void test_cors(void) {
+    char raw[8192];
+    exchange("GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", raw, sizeof raw);
+    CHECK(!strncmp(raw, "HTTP/1.1 200", 12) && strstr(raw, "Access-Control-Allow-Origin: *\r\n"), "CORS on /health: %.300s",
+          raw);
+    exchange("GET /v1/models HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", raw, sizeof raw);
+    CHECK(!strncmp(raw, "HTTP/1.1 401", 12) && strstr(raw, "Access-Control-Allow-Origin: *\r\n"), "CORS on a 401: %.300s",
+          raw);
+    exchange("OPTIONS /v1/chat/completions HTTP/1.1\r\nHost: x\r\nOrigin: http://example.com\r\n"
+             "Access-Control-Request-Method: POST\r\nAccess-Control-Request-Headers: authorization, content-type\r\n"
+             "Connection: close\r\n\r\n", raw, sizeof raw);
+    CHECK(!strncmp(raw, "HTTP/1.1 204", 12) && strstr(raw, "Access-Control-Allow-Origin: *\r\n") &&
+              strstr(raw, "Access-Control-Allow-Headers: authorization, content-type\r\n") &&
+              strstr(raw, "Access-Control-Allow-Methods: GET, HEAD, POST, OPTIONS\r\n") &&
+              strstr(raw, "Allow: POST, OPTIONS\r\n") && strstr(raw, "Access-Control-Max-Age: "),
+          "preflight: %.600s", raw);
+    /* a header list that is not one is not echoed */
+    exchange("OPTIONS /v1/models HTTP/1.1\r\nHost: x\r\nOrigin: http://example.com\r\n"
+             "Access-Control-Request-Method: GET\r\nAccess-Control-Request-Headers: x\"<y>\r\nConnection: close\r\n\r\n",
+             raw, sizeof raw);
+    CHECK(!strncmp(raw, "HTTP/1.1 204", 12) && strstr(raw, "Access-Control-Allow-Headers: Authorization, Content-Type\r\n"),
+          "preflight with odd headers: %.600s", raw);
+    exchange("OPTIONS /v2/nothing HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", raw, sizeof raw);
+    CHECK(!strncmp(raw, "HTTP/1.1 404", 12), "preflight of an unknown path: %.300s", raw);
+    char *b = chat_body(3, 1, NULL);
+    int fd = connect_server();
+    raw[0] = 0;
+    if (fd >= 0 && !send_request(fd, "POST", "/v1/chat/completions", KEY, b, strlen(b))) read_all(fd, raw, sizeof raw);
+    if (fd >= 0) close(fd);
+    free(b);
+    CHECK(!strncmp(raw, "HTTP/1.1 200", 12) && strstr(raw, "text/event-stream") &&
+              strstr(raw, "Access-Control-Allow-Origin: *\r\n"), "CORS on a stream: %.300s", raw);
+}
+
+/* Bodies whose length is ambiguous (request smuggling) are refused before they are read: Content-Length twice
+ * with different values or beside Transfer-Encoding (400), a transfer coding other than chunked (501); an
+ * absolute-form target ("GET http://host/health", which HTTP/1.1 servers must accept) is served. */
+static void test_framing(void) {
+    const char *b = "{\"prompt\":\"x\",\"max_tokens\":2}";
+    char req[1024], raw[4096];
+    const char *bad[][2] = {{"Content-Length: 30\r\nContent-Length: 5\r\n", "HTTP/1.1 400"},
+                            {"Content-Length: 30\r\nTransfer-Encoding: chunked\r\n", "HTTP/1.1 400"},
+                            {"Transfer-Encoding: gzip\r\n", "HTTP/1.1 501"},
+                            {"Transfer-Encoding: gzip, chunked\r\n", "HTTP/1.1 501"}};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        snprintf(req, sizeof req, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " KEY "\r\n%s"
+                 "Connection: close\r\n\r\n%s", bad[i][0], b);
+        exchange(req, raw, sizeof raw);
+        CHECK(!strncmp(raw, bad[i][1], 12) && strstr(raw, "\"code\":\"bad_request\""), "%s: %.300s", bad[i][0], raw);
+    }
+    snprintf(req, sizeof req, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " KEY "\r\n"
+             "Content-Length: %zu\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n%s", strlen(b), strlen(b), b);
+    exchange(req, raw, sizeof raw);
+    CHECK(!strncmp(raw, "HTTP/1.1 200", 12), "the same Content-Length twice: %.300s", raw);
+    exchange("GET http://127.0.0.1:9/health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", raw, sizeof raw);
+    CHECK(!strncmp(raw, "HTTP/1.1 200", 12) && strstr(raw, "\"ok\""), "absolute-form target: %.300s", raw);
+    exchange("GET HTTPS://h/v1/models?x=1 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " KEY "\r\nConnection: close"
+             "\r\n\r\n", raw, sizeof raw);
+    CHECK(!strncmp(raw, "HTTP/1.1 200", 12) && strstr(raw, "\"fake\""), "absolute-form https target: %.300s", raw);
+    expect_health("framing errors");
+}
+
+static cJSON *json_of(http_resp r, int status, const char *what) {
+    cJSON *j = cJSON_Parse(r.body);
+    CHECK(r.status == status && j, "%s: %d %s", what, r.status, r.body);
+    free(r.body);
+    return j;
+}
+
+/* /tokenize and /detokenize (llama-server's shapes) give the tokenizer's ids and text; /props the context, slots
+ * and modalities. */
+static void test_tokenize(const llm_tokenizer *tok) {
+    const char *text = "Hello world, ünïcödé <|im_start|>";
+    int32_t *want;
+    int nw;
+    CHECK(llm_tokenizer_encode(tok, text, strlen(text), 1, &want, &nw, NULL) == 0 && nw > 3, "encode");
+    char body[512];
+    snprintf(body, sizeof body, "{\"content\":\"%s\"}", text);
+    cJSON *j = json_of(request("POST", "/tokenize", KEY, body), 200, "tokenize");
+    cJSON *t = cJSON_GetObjectItem(j, "tokens");
+    int same = cJSON_GetArraySize(t) == nw;
+    for (int i = 0; same && i < nw; i++) same = cJSON_GetArrayItem(t, i)->valueint == want[i];
+    CHECK(same, "tokenize: not the tokenizer's %d ids", nw);
+    /* detokenize them back */
+    char ids[2048] = "{\"tokens\":[";
+    for (int i = 0; i < nw; i++) snprintf(ids + strlen(ids), sizeof ids - strlen(ids), "%s%d", i ? "," : "", want[i]);
+    strcat(ids, "]}");
+    cJSON_Delete(j);
+    j = json_of(request("POST", "/detokenize", KEY, ids), 200, "detokenize");
+    CHECK(!strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(j, "content")) ?: "", text), "detokenize round trip: %s",
+          cJSON_GetStringValue(cJSON_GetObjectItem(j, "content")));
+    cJSON_Delete(j);
+    /* pieces: their bytes (strings, or byte arrays for part of a character) concatenate to the text */
+    snprintf(body, sizeof body, "{\"content\":\"%s\",\"with_pieces\":true,\"add_special\":false}", text);
+    j = json_of(request("POST", "/tokenize", KEY, body), 200, "tokenize with pieces");
+    char cat[512] = "";
+    size_t o = 0;
+    cJSON *it;
+    int k = 0, ids_ok = 1;
+    cJSON_ArrayForEach(it, cJSON_GetObjectItem(j, "tokens")) {
+        cJSON *pc = cJSON_GetObjectItem(it, "piece");
+        ids_ok &= k < nw && cJSON_GetObjectItem(it, "id")->valueint == want[k++];
+        if (cJSON_IsString(pc)) o += (size_t)snprintf(cat + o, sizeof cat - o, "%s", pc->valuestring);
+        cJSON *bv;
+        if (cJSON_IsArray(pc)) cJSON_ArrayForEach(bv, pc) cat[o++] = (char)bv->valueint;
+        cat[o] = 0;
+    }
+    CHECK(ids_ok && k == nw && !strcmp(cat, text), "pieces: '%s'", cat);
+    cJSON_Delete(j);
+    /* parse_special false: <|im_start|> is text */
+    j = json_of(request("POST", "/tokenize", KEY, "{\"content\":\"<|im_start|>\",\"parse_special\":false}"), 200,
+                "tokenize parse_special false");
+    CHECK(cJSON_GetArraySize(cJSON_GetObjectItem(j, "tokens")) > 1, "parse_special false kept the special token");
+    cJSON_Delete(j);
+    free(want);
+    const char *bad[][2] = {{"/tokenize", "{}"}, {"/tokenize", "{\"content\":5}"},
+                            {"/tokenize", "{\"content\":\"x\",\"with_pieces\":1}"}, {"/tokenize", "[\"x\"]"},
+                            {"/detokenize", "{\"tokens\":[-1]}"}, {"/detokenize", "{\"tokens\":[1.5]}"},
+                            {"/detokenize", "{\"tokens\":[99999999]}"}, {"/detokenize", "{\"tokens\":\"1 2\"}"},
+                            {"/detokenize", "{\"tokens\":[\"1\"]}"}, {"/detokenize", "{}"}};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        char what[128];
+        snprintf(what, sizeof what, "%s %s", bad[i][0], bad[i][1]);
+        expect_error(what, request("POST", bad[i][0], KEY, bad[i][1]), 400, NULL);
+    }
+    expect_error("tokenize without key", request("POST", "/tokenize", NULL, "{\"content\":\"x\"}"), 401, NULL);
+    expect_error("GET /tokenize", request("GET", "/tokenize", KEY, NULL), 405, NULL);
+    j = json_of(request("POST", "/detokenize", KEY, "{\"tokens\":[]}"), 200, "detokenize []");
+    CHECK(!strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(j, "content")) ?: "x", ""), "detokenize []");
+    cJSON_Delete(j);
+    j = json_of(request("GET", "/props", KEY, NULL), 200, "props");
+    cJSON *d = cJSON_GetObjectItem(j, "default_generation_settings"), *m = cJSON_GetObjectItem(j, "modalities");
+    CHECK(cJSON_GetObjectItem(d, "n_ctx") && cJSON_GetObjectItem(d, "n_ctx")->valueint == 1234 &&
+              cJSON_GetObjectItem(j, "total_slots")->valueint == 7 &&
+              cJSON_IsTrue(cJSON_GetObjectItem(m, "vision")) && cJSON_IsFalse(cJSON_GetObjectItem(m, "audio")) &&
+              !strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(j, "model_path")) ?: "", "fake") &&
+              cJSON_GetObjectItem(cJSON_GetObjectItem(d, "params"), "temperature"),
+          "props: %s", cJSON_PrintUnformatted(j));
+    cJSON_Delete(j);
+}
+
+/* ---- what clients may hold --------------------------------------------------------------------------------------- */
+
+static srv_server *restart(srv_server *old, const srv_params *p, fake_backend *fb) {
+    if (old) srv_stop(old);
+    srv_backend be = {fb, fake_submit, fake_cancel, fake_stats};
+    srv_server *s = NULL;
+    CHECK(srv_start(p, &be, &s) == 0, "restart: %s", omni_last_error());
+    g_port = s ? srv_port(s) : 0;
+    return s;
+}
+
+/* A whole answer and a stream's first token that take longer than idle_timeout_s (1 s) to come are still sent:
+ * waiting for the engine is not a client's idleness (libmicrohttpd closed such connections unanswered). */
+static void test_long_whole(fake_backend *fb, srv_params p) {
+    p.idle_timeout_s = 1;
+    srv_server *s = restart(NULL, &p, fb);
+    char *b = chat_body(2500, 0, NULL); /* 2500 tokens 1 ms apart: > 2.5 s */
+    http_resp r = request("POST", "/v1/chat/completions", KEY, b);
+    CHECK(r.status == 200 && strstr(r.body, "t2499 "), "a whole answer slower than the idle timeout: %d %.200s",
+          r.status, r.body);
+    free(r.body);
+    free(b);
+    /* a stream held by the backend for 2 s before its first token */
+    pthread_mutex_lock(&fb->mu);
+    fb->hold = 1;
+    pthread_mutex_unlock(&fb->mu);
+    b = chat_body(3, 1, NULL);
+    int fd = connect_server();
+    int sent = fd >= 0 && !send_request(fd, "POST", "/v1/chat/completions", KEY, b, strlen(b));
+    free(b);
+    usleep(2000000);
+    pthread_mutex_lock(&fb->mu);
+    fb->hold = 0;
+    pthread_cond_broadcast(&fb->cv);
+    pthread_mutex_unlock(&fb->mu);
+    r = sent ? read_response(fd) : (http_resp){-1, strdup(""), 0};
+    CHECK(r.status == 200 && strstr(r.body, "t2 ") && strstr(r.body, "[DONE]"), "a stream whose first token came "
+          "after the idle timeout: %d %.300s", r.status, r.body);
+    free(r.body);
+    srv_stop(s);
+}
+
+/* A connection that has sent headers and part of a body of `cl` bytes (the rest never comes). */
+static int partial_body(int cl) {
+    int fd = connect_server();
+    char head[512];
+    int n = snprintf(head, sizeof head, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " KEY
+                     "\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n{\"messages\":", cl);
+    if (fd >= 0 && write(fd, head, (size_t)n) != n) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* A body of exactly n bytes: a chat request padded with spaces. */
+static char *padded_body(size_t n) {
+    char *b = chat_body(2, 0, NULL);
+    size_t k = strlen(b);
+    b = realloc(b, n + 1);
+    memset(b + k, ' ', n - k);
+    b[n] = 0;
+    return b;
+}
+
+/* Many clients each sending a body under the per-request limit cannot make the server hold more than max_held:
+ * the request that would go past it gets 503 server_busy (declared length or chunked), the others go on, and
+ * every byte is given back when their clients leave. */
+static void test_held(fake_backend *fb, srv_params p) {
+    p.max_body = 8192;
+    p.max_held = 30000;
+    srv_server *s = restart(NULL, &p, fb);
+    int fd[4];
+    for (int i = 0; i < 4; i++) fd[i] = partial_body(7000);
+    long held = 0;
+    for (int w = 0; w < 500 && held != 28000; w++) { /* 4 x 7000 */
+        held = metric("omni_request_bytes_held ");
+        if (held != 28000) usleep(10000);
+    }
+    CHECK(held == 28000, "bytes held with 4 bodies of 7000 on the way: %ld", held);
+    char *b = padded_body(7000);
+    expect_error("a body past the memory cap", request("POST", "/v1/chat/completions", KEY, b), 503, "server_busy");
+    char raw[4096];
+    exchange("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " KEY "\r\n"
+             "Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n10\r\n{\"messages\":[   \r\n0\r\n\r\n", raw, sizeof raw);
+    CHECK(!strncmp(raw, "HTTP/1.1 503", 12) && strstr(raw, "server_busy") && strstr(raw, "Retry-After: 1"),
+          "a chunked body past the memory cap: %.300s", raw);
+    expect_health("the memory cap");
+    for (int i = 0; i < 4; i++)
+        if (fd[i] >= 0) close(fd[i]);
+    for (int w = 0; w < 500 && (held = metric("omni_request_bytes_held ")) != 0; w++) usleep(10000);
+    CHECK(held == 0, "bytes held after the clients left: %ld", held);
+    http_resp r = request("POST", "/v1/chat/completions", KEY, b);
+    CHECK(r.status == 200, "a body of 7000 after the others left: %d %s", r.status, r.body);
+    free(r.body);
+    free(b);
+    CHECK(metric("omni_request_bytes_held ") == 0, "bytes held after an answer");
+    srv_stop(s);
+}
+
+typedef struct {
+    const char *first;  /* sent at once */
+    const char *drip;   /* then one byte of it every 100 ms (cycled) */
+    double seconds;     /* until the server closes */
+    char reply[1024];
+} slow_arg;
+
+static void *slow_client(void *p) {
+    slow_arg *a = p;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    a->seconds = -1;
+    a->reply[0] = 0;
+    int fd = connect_server();
+    if (fd < 0) return NULL;
+    if (a->first[0] && write(fd, a->first, strlen(a->first)) < 0) {
+        close(fd);
+        return NULL;
+    }
+    size_t k = 0, n = strlen(a->drip);
+    for (int i = 0; i < 150; i++) { /* <= 15 s */
+        struct pollfd pf = {fd, POLLIN, 0};
+        if (poll(&pf, 1, 100) > 0) break; /* an answer, or the close */
+        if (n && send(fd, a->drip + k++ % n, 1, MSG_NOSIGNAL) < 0) break;
+    }
+    read_all(fd, a->reply, sizeof a->reply);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    a->seconds = (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9;
+    close(fd);
+    return NULL;
+}
+
+/* Slow clients (head_timeout_s 1, body_min_rate 1000): a silent connection, a head trickled byte by byte and a body
+ * trickled at 10 bytes/s are closed after ~1 s (the body with a 408), while other clients are answered at once;
+ * a body that keeps a good rate, and a keep-alive connection used twice, are not cut. */
+static void test_slow(fake_backend *fb, srv_params p) {
+    p.head_timeout_s = 1;
+    p.body_min_rate = 1000;
+    srv_server *s = restart(NULL, &p, fb);
+    slow_arg a[3] = {{"", "", 0, ""},
+                     {"GET /health HTTP/1.1\r\nHost: x\r\n", "X-Slow: aaaaaaaaaaaaaaaaaaaa\r\n", 0, ""},
+                     {"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " KEY "\r\n"
+                      "Content-Length: 5000\r\n\r\n", "{", 0, ""}};
+    pthread_t th[3];
+    for (int i = 0; i < 3; i++) pthread_create(&th[i], NULL, slow_client, &a[i]);
+    for (int i = 0; i < 5; i++) { /* the others meanwhile */
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        expect_health("slow clients");
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        double dt = (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9;
+        CHECK(dt < 5, "a request beside slow clients took %.2f s", dt);
+        usleep(100000);
+    }
+    for (int i = 0; i < 3; i++) pthread_join(th[i], NULL);
+    const char *what[3] = {"silent connection", "trickled head", "trickled body"};
+    for (int i = 0; i < 3; i++)
+        CHECK(a[i].seconds >= 0.8 && a[i].seconds < 8, "%s closed after %.2f s", what[i], a[i].seconds);
+    CHECK(a[0].reply[0] == 0 && a[1].reply[0] == 0, "a slow head got an answer: '%.100s' '%.100s'", a[0].reply,
+          a[1].reply);
+    CHECK(!strncmp(a[2].reply, "HTTP/1.1 408", 12) && strstr(a[2].reply, "request_timeout"), "trickled body: %.300s",
+          a[2].reply);
+    CHECK(metric("omni_connections_closed_total{reason=\"slow\"} ") == 3, "slow closes in /metrics");
+    /* a body at a good rate (3 pieces 0.4 s apart: 1.2 s in all, over head_timeout_s) is not cut */
+    char *b = padded_body(3000);
+    int fd = connect_server();
+    char head[256];
+    int n = snprintf(head, sizeof head, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " KEY
+                     "\r\nConnection: close\r\nContent-Length: 3000\r\n\r\n");
+    int ok = fd >= 0 && write(fd, head, (size_t)n) == n;
+    for (int i = 0; ok && i < 3; i++) {
+        usleep(400000);
+        ok = write(fd, b + i * 1000, 1000) == 1000;
+    }
+    char raw[4096] = "";
+    if (ok) read_all(fd, raw, sizeof raw);
+    if (fd >= 0) close(fd);
+    CHECK(!strncmp(raw, "HTTP/1.1 200", 12), "a body at 2500 bytes/s: %.300s", raw);
+    free(b);
+    /* keep-alive: two requests 0.6 s apart on one connection (the head timer restarts after each answer) */
+    fd = connect_server();
+    const char *get = "GET /health HTTP/1.1\r\nHost: x\r\n\r\n";
+    int got = 0;
+    for (int i = 0; fd >= 0 && i < 2; i++) {
+        if (i) usleep(600000);
+        if (write(fd, get, strlen(get)) != (ssize_t)strlen(get)) break;
+        ssize_t k = read(fd, raw, sizeof raw - 1);
+        raw[k > 0 ? k : 0] = 0;
+        got += !strncmp(raw, "HTTP/1.1 200", 12);
+    }
+    if (fd >= 0) close(fd);
+    CHECK(got == 2, "keep-alive requests answered: %d of 2", got);
+    srv_stop(s);
+}
+
+/* max_connections 4: a fifth connection closes the oldest idle one; when every connection is busy, the new
+ * request gets 503 too_many_connections; once they end, requests are served again. */
+static void test_connections(fake_backend *fb, srv_params p) {
+    p.max_connections = 4;
+    p.max_queue = 64;
+    srv_server *s = restart(NULL, &p, fb);
+    int idle[4];
+    for (int i = 0; i < 4; i++) idle[i] = connect_server();
+    usleep(200000);
+    expect_health("4 idle connections"); /* closes the oldest idle one */
+    char c;
+    struct timeval tv = {5, 0};
+    setsockopt(idle[0], SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    CHECK(read(idle[0], &c, 1) == 0, "the oldest idle connection was not closed to make room");
+    for (int i = 0; i < 4; i++) close(idle[i]);
+    /* 4 streams held by the backend: nothing to close */
+    pthread_mutex_lock(&fb->mu);
+    fb->hold = 1;
+    pthread_mutex_unlock(&fb->mu);
+    int fd[4];
+    char *b = chat_body(3, 1, NULL);
+    for (int i = 0; i < 4; i++) {
+        fd[i] = connect_server();
+        if (fd[i] >= 0) send_request(fd[i], "POST", "/v1/chat/completions", KEY, b, strlen(b));
+    }
+    free(b);
+    int live = 0; /* (not through /metrics: a fifth connection now gets 503) */
+    for (int w = 0; w < 1000 && live < 4; w++) {
+        pthread_mutex_lock(&fb->mu);
+        live = 0;
+        for (int i = 0; i < fb->n; i++) live += fb->jobs[i].job != NULL;
+        pthread_mutex_unlock(&fb->mu);
+        if (live < 4) usleep(10000);
+    }
+    CHECK(live == 4, "held streams: %d of 4", live);
+    expect_error("a fifth connection", request("GET", "/health", NULL, NULL), 503, "too_many_connections");
+    pthread_mutex_lock(&fb->mu);
+    fb->hold = 0;
+    pthread_cond_broadcast(&fb->cv);
+    pthread_mutex_unlock(&fb->mu);
+    int ok = 0;
+    for (int i = 0; i < 4; i++) {
+        http_resp r = fd[i] >= 0 ? read_response(fd[i]) : (http_resp){-1, strdup(""), 0};
+        ok += r.status == 200 && strstr(r.body, "[DONE]") != NULL;
+        free(r.body);
+    }
+    CHECK(ok == 4, "%d of 4 held streams answered", ok);
+    expect_health("the connection limit");
+    srv_stop(s);
+}
+
+/* A client that never reads its stream: once the socket is full, the connection is closed after idle_timeout_s and
+ * the job cancelled (its pages back), while others are served. */
+static void test_unread(fake_backend *fb, srv_params p) {
+    p.idle_timeout_s = 1;
+    srv_server *s = restart(NULL, &p, fb);
+    int c0 = cancels_now(fb);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    int small = 4096;
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+    struct sockaddr_in a = {0};
+    a.sin_family = AF_INET;
+    a.sin_port = htons((uint16_t)g_port);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    const char *body = "{\"messages\":[{\"role\":\"user\",\"content\":\"BIGTOKENS\"}],\"max_tokens\":100000,"
+                       "\"stream\":true}";
+    int ok = !connect(fd, (struct sockaddr *)&a, sizeof a) &&
+             !send_request(fd, "POST", "/v1/chat/completions", KEY, body, strlen(body));
+    CHECK(ok, "unread stream: send");
+    int c = wait_cancels(fb, c0 + 1); /* <= 10 s */
+    for (int w = 0; w < 2000 && c < c0 + 1; w++) { /* a slow machine: up to 20 s more */
+        usleep(10000);
+        c = cancels_now(fb);
+    }
+    CHECK(c == c0 + 1, "the job of an unread stream was not cancelled");
+    expect_health("an unread stream");
+    long used = -1;
+    for (int w = 0; w < 500 && used != 0; w++) {
+        used = metric("omni_kv_pages_used{format=\"int2\"} ");
+        if (used) usleep(10000);
+    }
+    CHECK(used == 0, "pages in use after an unread stream: %ld", used);
+    close(fd);
+    srv_stop(s);
+}
+
 int main(void) {
+    if (getenv("OMNI_TEST_VERBOSE")) omni_log_set_level(2); /* libmicrohttpd's messages too */
     fake_backend fb;
     memset(&fb, 0, sizeof fb);
     pthread_mutex_init(&fb.mu, NULL);
     pthread_cond_init(&fb.cv, NULL);
     pthread_create(&fb.th, NULL, fake_worker, &fb);
     srv_backend be = {&fb, fake_submit, fake_cancel, fake_stats};
+    llm_tokenizer *tok = NULL;
+    CHECK(llm_tokenizer_load(OMNI_FIXTURES "/tok-small/tokenizer.json", &tok) == 0, "tokenizer: %s", omni_last_error());
     srv_params p = srv_default_params();
     p.port = 0;
     p.api_key = KEY;
@@ -643,6 +1091,9 @@ int main(void) {
     p.max_body = 8192;
     p.max_queue = 2;
     p.parse.max_tokens = 100000;
+    p.tok = tok;
+    p.props = (srv_props){NULL, "omni test", 1234, 7, 1, 0, 0, 0, 0, 0};
+    srv_params base = p;
     srv_server *s = NULL;
     omni_status st = srv_start(&p, &be, &s);
     CHECK(st == 0 && s, "start: %s", omni_last_error());
@@ -656,6 +1107,9 @@ int main(void) {
     test_queue(&fb);
     test_stop_cancels(&fb);
     test_expect_continue();
+    test_cors();
+    test_framing();
+    test_tokenize(tok);
     test_shutdown(s, &fb);
 
     /* a request timeout: a 0.3 s limit on a 100000-token job gives 408 and cancels it */
@@ -677,6 +1131,12 @@ int main(void) {
     expect_health("a timeout");
     srv_stop(s);
     srv_stop(NULL);
+    test_long_whole(&fb, base);
+    test_held(&fb, base);
+    test_slow(&fb, base);
+    test_connections(&fb, base);
+    test_unread(&fb, base);
+    llm_tokenizer_free(tok);
 
     /* every job the server handed over is ended by the backend (cancelled ones too) before the worker stops */
     int live = 1;
