@@ -2,7 +2,8 @@
  *
  * The engine steps on a worker thread; libmicrohttpd's connection threads submit requests and receive tokens
  * through the engine's callbacks (app/server/backend.c). Ctrl+C or SIGTERM stops the server: connections in
- * flight are answered 503 / their streams end, the engine stops, everything is freed. */
+ * flight are answered 503 / their streams end, the engine stops, everything is freed (exit 130 / 0). While the
+ * model loads, either stops the start after the step under way, before anything listens (same exit codes). */
 #define _POSIX_C_SOURCE 200809L
 #include <pthread.h>
 #include <signal.h>
@@ -13,6 +14,7 @@
 #include <time.h>
 
 #include "app/commands.h"
+#include "app/media.h"
 #include "app/model_path.h"
 #include "app/server/backend.h"
 #include "app/server/server.h"
@@ -85,21 +87,26 @@ typedef struct {
     int cache;
 } serve_state;
 
-static omni_status open_engine(const omni_args *a, serve_state *s) {
+/* SIGTERM or Ctrl+C: the server stops (while it starts: after the step under way, before it listens). */
+static int stop_asked(volatile int *intr) { return *intr || g_term; }
+
+/* Load the model, its tokenizer, the engine and its cache; a stop asked in between leaves OMNI_OK with what was
+ * loaded (the caller frees it and does not serve). */
+static omni_status open_engine(const omni_args *a, serve_state *s, volatile int *intr) {
     omni_status st = omni_resolve_model(a->model, s->dir, sizeof s->dir);
-    if (!st) st = llm_model_load(s->dir, &s->model);
+    if (!st && !stop_asked(intr)) st = llm_model_load(s->dir, &s->model);
     char path[4200];
     snprintf(path, sizeof path, "%s/tokenizer.json", s->dir);
-    if (!st) st = llm_tokenizer_load(path, &s->tok);
+    if (!st && !stop_asked(intr)) st = llm_tokenizer_load(path, &s->tok);
     llm_engine_params ep = llm_engine_default_params();
     ep.runner.max_seqs = a->max_seqs;
     if (a->threads > 0) ep.runner.n_threads = a->threads;
     ep.tok = s->tok;
-    if (!st) st = llm_engine_init(s->model, &ep, &s->engine);
+    if (!st && !stop_asked(intr)) st = llm_engine_init(s->model, &ep, &s->engine);
     llm_cache_params cp = llm_cache_default_params();
     kv_format *layers = NULL;
-    if (!st) st = cache_params(a, s->model, &cp, &layers);
-    if (!st) st = llm_engine_add_cache(s->engine, &cp, &s->cache);
+    if (!st && !stop_asked(intr)) st = cache_params(a, s->model, &cp, &layers);
+    if (!st && !stop_asked(intr)) st = llm_engine_add_cache(s->engine, &cp, &s->cache);
     free(layers);
     return st;
 }
@@ -131,6 +138,12 @@ static omni_status serve(const omni_args *a, serve_state *s, srv_engine_backend 
     p.max_body = (size_t)(a->max_body_mib * 1048576.0);
     p.timeout_s = a->timeout_s;
     p.max_queue = a->max_queue;
+    p.tok = s->tok;
+    p.props.n_ctx = a->ctx;
+    p.props.total_slots = a->max_seqs;
+    p.props.vision = media_check_support(s->model, 1, 0) == OMNI_OK;
+    p.props.audio = media_check_support(s->model, 0, 1) == OMNI_OK;
+    p.props.build = "omni " OMNI_VERSION;
     srv_backend api = srv_engine_backend_api(be);
     srv_server *srv = NULL;
     omni_status st = srv_start(&p, &api, &srv);
@@ -152,15 +165,18 @@ omni_status cmd_serve(const omni_args *a, volatile int *intr) {
     serve_state s;
     memset(&s, 0, sizeof s);
     model_name(a->model, s.name, sizeof s.name);
-    omni_status st = open_engine(a, &s);
+    omni_log(1, "serve: loading %s\n", a->model);
+    omni_status st = open_engine(a, &s, intr);
     srv_engine_backend *be = NULL;
     srv_engine_params bp = {s.dir, s.model, s.tok, s.engine, s.cache, a->ctx, (int64_t)(a->max_image_mpix * 1e6),
                             a->max_audio_s, a->image_min_tokens, a->image_max_tokens};
-    if (!st) st = srv_engine_backend_init(&bp, &be);
+    if (!st && !stop_asked(intr)) st = srv_engine_backend_init(&bp, &be);
+    int stopped = !st && stop_asked(intr); /* before serving: nothing to answer */
+    if (stopped) omni_log(0, "serve: stopped while loading the model (%s)\n", g_term ? "SIGTERM" : "Ctrl+C");
     pthread_t th;
-    int running = !st && pthread_create(&th, NULL, engine_thread, s.engine) == 0;
-    if (!st && !running) st = omni_fail(OMNI_ERR_RUNTIME, "cannot start the engine thread");
-    if (!st) st = serve(a, &s, be, intr);
+    int running = !st && !stopped && pthread_create(&th, NULL, engine_thread, s.engine) == 0;
+    if (!st && !stopped && !running) st = omni_fail(OMNI_ERR_RUNTIME, "cannot start the engine thread");
+    if (!st && !stopped) st = serve(a, &s, be, intr);
     if (running) {
         llm_engine_stop(s.engine);
         pthread_join(th, NULL);

@@ -15,6 +15,7 @@ struct srv_engine_backend {
     srv_engine_params p;
     srv_encoders *enc;
     uint64_t seed_state; /* seeds of requests that give none */
+    size_t max_token_bytes; /* the longest token: a prompt of n bytes has at least n / this tokens */
     pthread_mutex_t mu;
 };
 
@@ -65,12 +66,17 @@ static uint64_t next_seed(srv_engine_backend *b) {
 
 static omni_status submit(void *ctx, const srv_request *req, srv_job *job, int *prompt_tokens, srv_error *err) {
     srv_engine_backend *b = ctx;
+    size_t least = strlen(req->prompt) / b->max_token_bytes; /* before tokenizing megabytes for nothing */
+    if (least >= (size_t)b->p.ctx) {
+        srv_context_error(err, req, least > INT32_MAX ? INT32_MAX : (int)least, 1, b->p.ctx);
+        return OMNI_ERR_USAGE;
+    }
     srv_inputs in;
     omni_status st = srv_inputs_build(b->enc, b->p.tok, req, &in, err);
     if (st) return st;
     int n = in.prompt.n_tokens;
     if (n >= b->p.ctx) { /* (with media, inputs refused it before encoding) */
-        srv_context_error(err, req, n, b->p.ctx);
+        srv_context_error(err, req, n, 0, b->p.ctx);
         srv_inputs_free(&in);
         return OMNI_ERR_USAGE;
     }
@@ -128,6 +134,11 @@ omni_status srv_engine_backend_init(const srv_engine_params *p, srv_engine_backe
         return st;
     }
     b->seed_state = (uint64_t)time(NULL) * 0x2545F4914F6CDD1Dull;
+    b->max_token_bytes = 1;
+    for (int32_t id = 0; id < llm_tokenizer_vocab_size(p->tok); id++) {
+        size_t n = 0;
+        if (llm_tokenizer_token_bytes(p->tok, id, &n) && n > b->max_token_bytes) b->max_token_bytes = n;
+    }
     pthread_mutex_init(&b->mu, NULL);
     *out = b;
     return OMNI_OK;

@@ -101,10 +101,11 @@ static omni_status encode_audios(srv_encoders *e, const srv_request *req, const 
 
 /* ---- the whole prompt ----------------------------------------------------------------------------------------- */
 
-omni_status srv_context_error(srv_error *err, const srv_request *req, int n_tokens, int ctx) {
+omni_status srv_context_error(srv_error *err, const srv_request *req, int n_tokens, int at_least, int ctx) {
     return srv_error_set(err, 400, "invalid_request_error", "context_length_exceeded",
-                         req->endpoint == SRV_EP_CHAT ? "messages" : "prompt", "the prompt has %d tokens (media "
-                         "included); this server's context is %d tokens per request (-c)", n_tokens, ctx);
+                         req->endpoint == SRV_EP_CHAT ? "messages" : "prompt", "the prompt has %s%d tokens (media "
+                         "included); this server's context is %d tokens per request (-c)", at_least ? "at least " : "",
+                         n_tokens, ctx);
 }
 
 /* A failed step as the client sees it: bad input or an unsupported request is the client's fault (400). */
@@ -126,14 +127,23 @@ static omni_status fail_item(srv_error *err, omni_status st, const srv_request *
 static omni_status count_and_encode(srv_encoders *e, const int32_t *ids, int n, const srv_request *req,
                                     audio_pcm *pcm, srv_inputs *out, srv_error *err) {
     omni_status st = OMNI_OK;
-    int64_t total = n;
+    /* total: the text and the images (the clips are counted together below); low: + each clip counted alone, which
+     * is at most its count in the batch. Refused at the first item that takes low past the context: the others are
+     * not decoded (16 long clips would be GBs of samples). */
+    int64_t total = n, low = n;
     for (int i = 0; i < req->n_media && !st; i++) {
         int k = 0;
-        if ((st = count_one(e, &req->media[i], &pcm[i], &k))) fail_item(err, st, req, i);
-        total += k - 1;
+        int img = req->media[i].kind == SRV_MEDIA_IMAGE;
+        if ((st = count_one(e, &req->media[i], &pcm[i], &k)) || (!img && (st = media_count_pcm(e->enc, &pcm[i], &k))))
+            fail_item(err, st, req, i);
+        total += img ? k - 1 : 0;
+        low += k - 1;
+        if (!st && e->p.ctx > 0 && low >= e->p.ctx)
+            st = srv_context_error(err, req, low > INT32_MAX ? INT32_MAX : (int)low, 1, e->p.ctx);
     }
     if (!st && (st = count_audios(e, req, pcm, &total))) fail(err, st, NULL);
-    if (!st && e->p.ctx > 0 && total >= e->p.ctx) st = srv_context_error(err, req, total > INT32_MAX ? INT32_MAX : (int)total, e->p.ctx);
+    if (!st && e->p.ctx > 0 && total >= e->p.ctx)
+        st = srv_context_error(err, req, total > INT32_MAX ? INT32_MAX : (int)total, 0, e->p.ctx);
     double t0 = omni_time_ms();
     for (int i = 0; i < req->n_media && !st; i++)
         if (req->media[i].kind == SRV_MEDIA_IMAGE && (st = encode_image(e, &req->media[i], &out->items[i])))

@@ -44,7 +44,8 @@ omni_status srv_inputs_build(srv_encoders *e, const llm_tokenizer *tok, const sr
                              srv_error *err);
 void srv_inputs_free(srv_inputs *in); /* zeroes *in; an empty one is a no-op */
 
-/* The 400 context_length_exceeded of a prompt of n_tokens against a context of ctx. */
-omni_status srv_context_error(srv_error *err, const srv_request *req, int n_tokens, int ctx);
+/* The 400 context_length_exceeded of a prompt of n_tokens (at_least: a lower bound, counting stopped there) against
+ * a context of ctx. */
+omni_status srv_context_error(srv_error *err, const srv_request *req, int n_tokens, int at_least, int ctx);
 
 #endif

@@ -16,12 +16,15 @@ import http.client
 import json
 import os
 import re
+import signal
+import subprocess
+import tempfile
 import threading
 import time
 
 import openai
 
-from serve_util import (FIXTURES, KEY, Server, b64, check, data_url, finish, generate, model_with_tokenizer)
+from serve_util import (FIXTURES, KEY, OMNI, Server, b64, check, data_url, finish, generate, model_with_tokenizer)
 
 TEXT = os.path.join(FIXTURES, "text", "qvl-h64-hd128-gqa2-tied")
 N = 16
@@ -423,6 +426,76 @@ def test_shutdown_inflight(s):
     check(code == 0, f"exit code after SIGTERM with requests in flight: {code}")
 
 
+def test_llama_endpoints(s):
+    """llama-server's /tokenize, /detokenize and /props, and CORS (a browser's preflight needs no key)."""
+    text = "Hello world, <|im_start|> ünïcödé"
+    want = [int(t) for t in subprocess.run([OMNI, "tokenize", "-m", TEXT, "-p", text], capture_output=True,
+                                           timeout=60, check=True).stdout.split()]
+    status, data = s.request("POST", "/tokenize", {"content": text})
+    check(status == 200 and json.loads(data)["tokens"] == want, f"/tokenize: {data[:300]!r} != {want}")
+    status, data = s.request("POST", "/tokenize", {"content": text, "with_pieces": True})
+    pieces = json.loads(data)["tokens"] if status == 200 else []
+    joined = b"".join(p["piece"].encode() if isinstance(p["piece"], str) else bytes(p["piece"]) for p in pieces)
+    check([p["id"] for p in pieces] == want and joined == text.encode(), f"/tokenize with_pieces: {data[:300]!r}")
+    status, data = s.request("POST", "/detokenize", {"tokens": want})
+    check(status == 200 and json.loads(data)["content"] == text, f"/detokenize: {data[:300]!r}")
+    for what, path, body in [("detokenize an id past the vocabulary", "/detokenize", {"tokens": [10 ** 9]}),
+                             ("tokenize without content", "/tokenize", {"text": "x"})]:
+        status, data = s.request("POST", path, body)
+        error_shape(status, data, 400, what)
+    status, data = s.request("GET", "/props")
+    p = json.loads(data) if status == 200 else {}
+    check(status == 200 and p["default_generation_settings"]["n_ctx"] == 32768 and p["total_slots"] == 16
+          and p["modalities"] == {"vision": True, "audio": False} and p["model_path"] == MODEL,
+          f"/props: {data[:400]!r}")
+    c = http.client.HTTPConnection("127.0.0.1", s.port, timeout=30)
+    c.request("OPTIONS", "/v1/chat/completions", headers={"Origin": "http://localhost:3000",
+              "Access-Control-Request-Method": "POST", "Access-Control-Request-Headers": "authorization, content-type"})
+    r = c.getresponse()
+    r.read()
+    c.close()
+    check(r.status == 204 and r.getheader("Access-Control-Allow-Origin") == "*"
+          and "POST" in (r.getheader("Access-Control-Allow-Methods") or "")
+          and r.getheader("Access-Control-Allow-Headers") == "authorization, content-type", f"preflight: {r.status} "
+          f"{r.getheaders()}")
+    status, data = s.request("GET", "/v1/models", headers={"Origin": "http://localhost:3000"})
+    check(status == 200, "a request with an Origin header")
+
+
+def test_signal_while_loading():
+    """SIGTERM (exit 0) or Ctrl+C (exit 130) while the model loads: the start stops after the step under way, without
+    listening; the signal is sent the moment "serve: loading" is logged, 10 times each (the load of a fixture is short:
+    at least one run must land in it)."""
+    vdir = os.path.join(FIXTURES, "audio", "omni-b")
+    for sig, want in ((signal.SIGTERM, 0), (signal.SIGINT, 130)):
+        in_load = 0
+        for _ in range(10):
+            log = tempfile.NamedTemporaryFile(prefix="omni-serve-load-", suffix=".log", delete=False)
+            p = subprocess.Popen([OMNI, "serve", "-m", vdir, "--port", "0"], stdout=subprocess.DEVNULL, stderr=log,
+                                 stdin=subprocess.DEVNULL)
+            deadline = time.time() + 60
+            text = ""
+            while time.time() < deadline and p.poll() is None and "serve: loading" not in text:
+                with open(log.name, errors="replace") as f:
+                    text = f.read()
+                time.sleep(0.0005)
+            p.send_signal(sig)
+            try:
+                code = p.wait(60)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                code = p.wait(10)
+            with open(log.name, errors="replace") as f:
+                text = f.read()
+            os.unlink(log.name)
+            loading = "stopped while loading the model" in text
+            in_load += loading
+            check(code == want and (loading or "serve: stopping" in text) and ("listening" in text) != loading,
+                  f"{sig.name} at 'loading': exit {code} (want {want}):\n{text}")
+        check(in_load > 0, f"{sig.name}: no run stopped while loading (the test did not exercise it)")
+        print(f"{sig.name} while loading: {in_load} of 10 runs stopped before listening", flush=True)
+
+
 def main():
     refs = {p: generate(TEXT, p, N) for p in PROMPTS}
     s = Server(TEXT, "--max-seqs", "16", "-c", "32768", "--max-tokens", str(LONG), "--max-body", "0.0625")
@@ -431,12 +504,14 @@ def main():
         test_concurrent(s, refs)
         test_disconnect(s)
         test_bad(s, refs)
+        test_llama_endpoints(s)
         test_shutdown_inflight(s)
     finally:
         check(s.stop() == 0, "text server exit code after SIGTERM")
     test_queue(refs)
     test_vision()
     test_audio()
+    test_signal_while_loading()
     finish()
 
 
