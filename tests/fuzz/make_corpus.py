@@ -166,6 +166,11 @@ def seeds_audio():
     put("audio", wav(44100, 2, 2, 4000), "stereo16.wav")
     put("audio", wav(8000, 1, 1, 4000), "u8.wav")
     put("audio", wav(48000, 3, 3, 2000), "s24_3ch.wav")
+    # float samples near FLT_MAX at 44.1 kHz: the resampler's overshoot gives Inf, which the log-mel refuses
+    data = struct.pack("<4000f", *([3.4e38] * 2000 + [-3.4e38] * 2000))
+    fmt = struct.pack("<HHIIHH", 3, 1, 44100, 44100 * 4, 4, 32)
+    riff = b"WAVE" + b"fmt " + struct.pack("<I", len(fmt)) + fmt + b"data" + struct.pack("<I", len(data)) + data
+    put("audio", b"RIFF" + struct.pack("<I", len(riff)) + riff, "float_near_max_44k.wav")
 
 
 def seeds_chat_line():
