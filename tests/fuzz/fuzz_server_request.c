@@ -5,7 +5,10 @@
  * Invariants: a request that parses respects the limits it was parsed with and came from a UTF-8 body without NUL
  * (a NUL would cut a string short without a word); every JSON written back is valid JSON and valid UTF-8 and
  * carries the answer text unchanged when that text is UTF-8 without NUL; the stop matcher releases valid UTF-8 in
- * order and ends exactly at the first stop sequence. */
+ * order and ends exactly at the first stop sequence. Byte 0 bits 3-4 = 1: the body is a /tokenize request (then
+ * tokenized, its {"tokens"} JSON with pieces checked), 2: a /detokenize request (ids in the vocabulary, the text's
+ * {"content"} JSON checked). Every body: srv_json_measure bounds what cJSON builds (values, depth). The tokenizer:
+ * as fuzz_tokenizer_encode finds it ($OMNI_FUZZ_TOKENIZER, data/tokenizer.json beside the binary, the fixture). */
 #include "fuzz_util.h"
 
 #include <cjson/cJSON.h>
@@ -13,6 +16,103 @@
 #include "app/server/request.h"
 #include "app/server/response.h"
 #include "llm/tokenizer.h"
+
+#include <libgen.h>
+
+static llm_tokenizer *g_tok;
+
+int LLVMFuzzerInitialize(int *argc, char ***argv) {
+    char beside[4096], exe[4096];
+    const char *env = getenv("OMNI_FUZZ_TOKENIZER");
+    snprintf(exe, sizeof exe, "%s", (*argv)[0]);
+    snprintf(beside, sizeof beside, "%s/data/tokenizer.json", dirname(exe));
+    const char *paths[] = {env, beside, OMNI_FIXTURES "/tok-small/tokenizer.json"};
+    for (int i = 0; i < 3 && !g_tok; i++)
+        if (paths[i] && access(paths[i], R_OK) == 0 && llm_tokenizer_load(paths[i], &g_tok) != OMNI_OK) g_tok = NULL;
+    if (!g_tok) {
+        fprintf(stderr, "fuzz_server_request: no tokenizer.json (set OMNI_FUZZ_TOKENIZER)\n");
+        abort();
+    }
+    (void)argc;
+    return 0;
+}
+
+/* Values and nesting depth of a parsed JSON tree. */
+static void tree_size(const cJSON *v, int level, size_t *values, int *depth) {
+    for (; v; v = v->next) {
+        (*values)++;
+        if (cJSON_IsArray(v) || cJSON_IsObject(v)) {
+            if (level + 1 > *depth) *depth = level + 1;
+            tree_size(v->child, level + 1, values, depth);
+        }
+    }
+}
+
+/* srv_json_measure is an upper bound of what cJSON builds from the body (the server reserves memory by it). */
+static void check_measure(const char *body, size_t len) {
+    srv_json_shape sh = srv_json_measure(body, len);
+    FUZZ_ASSERT(sh.ctrl <= len && (sh.ctrl == len || (unsigned char)body[sh.ctrl] < 0x20));
+    if (sh.depth > 200) return; /* (cJSON refuses past 1000; its recursion is not what is checked here) */
+    cJSON *root = cJSON_ParseWithLength(body, len);
+    if (!root) return;
+    size_t values = 0;
+    int depth = 0;
+    tree_size(root, 0, &values, &depth);
+    FUZZ_ASSERT(values <= sh.values && depth <= sh.depth);
+    cJSON_Delete(root);
+}
+
+/* POST /tokenize and /detokenize bodies, and the JSON answered. */
+static void check_tokenize(const char *body, size_t len, int detok) {
+    srv_error e;
+    int V = llm_tokenizer_vocab_size(g_tok);
+    if (!detok) {
+        srv_tokenize_req r;
+        if (srv_tokenize_parse(body, len, &r, &e) != OMNI_OK) {
+            FUZZ_ASSERT(e.status == 400 || e.status == 500);
+            return;
+        }
+        FUZZ_ASSERT(r.text && r.text_len == strlen(r.text) && fuzz_utf8_valid(r.text, r.text_len));
+        int32_t *ids = NULL;
+        int n = 0, bad = 0;
+        if (llm_tokenizer_encode(g_tok, r.text, r.text_len, r.parse_special, &ids, &n, &bad) == OMNI_OK) {
+            char *j = srv_tokens_json(g_tok, ids, n, r.with_pieces);
+            FUZZ_ASSERT(j && fuzz_utf8_valid(j, strlen(j)));
+            cJSON *root = cJSON_Parse(j), *t = cJSON_GetObjectItem(root, "tokens");
+            FUZZ_ASSERT(cJSON_IsArray(t) && cJSON_GetArraySize(t) == n);
+            for (int i = 0; i < n; i++) {
+                const cJSON *it = cJSON_GetArrayItem(t, i), *id = r.with_pieces ? cJSON_GetObjectItem(it, "id") : it;
+                FUZZ_ASSERT(cJSON_IsNumber(id) && id->valueint == ids[i]);
+            }
+            cJSON_Delete(root);
+            free(j);
+        }
+        free(ids);
+        srv_tokenize_req_free(&r);
+        return;
+    }
+    int32_t *ids = NULL;
+    int n = 0;
+    if (srv_detokenize_parse(body, len, V, &ids, &n, &e) != OMNI_OK) {
+        FUZZ_ASSERT(ids == NULL && (e.status == 400 || e.status == 500));
+        return;
+    }
+    FUZZ_ASSERT(ids != NULL && n >= 0);
+    for (int i = 0; i < n; i++) FUZZ_ASSERT(ids[i] >= 0 && ids[i] < V);
+    char *text = llm_tokenizer_decode(g_tok, ids, n, 0);
+    if (text) {
+        char *j = srv_content_json(text, strlen(text));
+        FUZZ_ASSERT(j && fuzz_utf8_valid(j, strlen(j)));
+        cJSON *root = cJSON_Parse(j);
+        FUZZ_ASSERT(cJSON_IsString(cJSON_GetObjectItem(root, "content")));
+        if (fuzz_utf8_valid(text, strlen(text)))
+            FUZZ_ASSERT(!strcmp(cJSON_GetObjectItem(root, "content")->valuestring, text));
+        cJSON_Delete(root);
+        free(j);
+    }
+    free(text);
+    free(ids);
+}
 
 /* A JSON text written back: valid UTF-8, parses; its choices[0] text (when `text` is given) is `text`. */
 static void check_json(const char *json, size_t skip, const srv_resp_meta *m, int chunk, const char *text,
@@ -85,6 +185,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n) {
     const char *body = (const char *)d + 1;
     size_t len = n - 1;
     srv_endpoint ep = d[0] & 1 ? SRV_EP_COMPLETIONS : SRV_EP_CHAT;
+    check_measure(body, len);
+    int mode = (d[0] >> 3) & 3;
+    if (mode == 1 || mode == 2) {
+        check_tokenize(body, len, mode == 2);
+        return 0;
+    }
     omni_status st = srv_request_parse(body, len, ep, &lim, &r, &e);
     /* llm_utf8_valid_len (the body check) and this file's own UTF-8 check agree */
     FUZZ_ASSERT((llm_utf8_valid_len(body, len) == len) == fuzz_utf8_valid(body, len));

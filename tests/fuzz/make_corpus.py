@@ -238,6 +238,16 @@ def seeds_server_request():
     put("server_request", b'\x00{"messages":[{"role":"user","content":"a\xc3\x28b \xed\xa0\x80"}]}', "bad_utf8")
     put("server_request", b'\x01{"prompt":["the end. then more"],"stop":[". t","the end.",". "],"echo":false}',
         "completion_stops")
+    # session 7 (342a229): /tokenize (byte 0 bits 3-4 = 1) and /detokenize (2) bodies, shapes, duplicates
+    put("server_request", b"\x08" + json.dumps({"content": "Hello <|im_start|>wörld\n", "with_pieces": True,
+                                                "parse_special": True, "add_special": False}).encode(), "tokenize")
+    put("server_request", b"\x08" + json.dumps({"content": "日本 \u00e9", "with_pieces": False}).encode(),
+        "tokenize_plain")
+    put("server_request", b"\x10" + json.dumps({"tokens": [0, 1, 2, 100, 3000, 3071]}).encode(), "detokenize")
+    put("server_request", b"\x10" + json.dumps({"tokens": [1, -1, 99999999]}).encode(), "detokenize_bad")
+    put("server_request", b'\x00{"messages":[{"role":"user","content":"a"}],"messages":[]}', "duplicate_key")
+    put("server_request", b'\x00{"messages":[{"role":"user","content":"tab\there"}]}', "raw_control")
+    put("server_request", b"\x00" + b"[" * 70 + b"]" * 70, "deep_nesting")
 
 
 def seeds_model_path():
