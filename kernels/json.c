@@ -33,8 +33,26 @@ void omni_json_watch_memory(void) {
 
 int omni_json_out_of_memory(void) { return t_json_nomem; }
 
+int64_t omni_json_count_values(const char *text, size_t len) {
+    int64_t n = 1;
+    int in_str = 0;
+    for (size_t i = 0; i < len; i++) {
+        char c = text[i];
+        if (in_str) {
+            if (c == '\\') i++;
+            else if (c == '"') in_str = 0;
+        } else if (c == '"') in_str = 1;
+        else n += c == ',' || c == '[' || c == '{';
+    }
+    return n;
+}
+
 omni_status omni_json_parse(const char *text, size_t len, const char *name, omni_status kind, cJSON **out) {
     *out = NULL;
+    int64_t nv = omni_json_count_values(text, len);
+    if (nv > OMNI_JSON_MAX_VALUES)
+        return omni_fail(kind, "%s: about %lld JSON values, over the limit of %lld (not a model file?)", name,
+                         (long long)nv, (long long)OMNI_JSON_MAX_VALUES);
     const char *end = NULL;
     omni_json_watch_memory();
     cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, 0);

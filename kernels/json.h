@@ -20,6 +20,15 @@ extern "C" {
 /* Largest JSON file read (real tokenizer.json files are ~10 MB, configs a few KB). */
 #define OMNI_JSON_MAX_BYTES ((size_t)256 << 20)
 
+/* Most values one document may hold (cJSON spends ~64 bytes on each: "[0,0,0,...]" is 32x its size in memory, a
+ * 120 MB config.json took 4.8 GB and two minutes). Real model files: tokenizer.json ~1M values, a checkpoint
+ * header ~200k. */
+#define OMNI_JSON_MAX_VALUES ((int64_t)8 << 20)
+
+/* An upper bound of the values in `len` bytes of JSON text (openers and commas outside strings, + 1), read without
+ * parsing: checked against OMNI_JSON_MAX_VALUES before cJSON allocates them. */
+int64_t omni_json_count_values(const char *text, size_t len);
+
 /* Read and parse `path` (regular file, at most OMNI_JSON_MAX_BYTES). Failures have status `kind` (the caller's:
  * OMNI_ERR_MODEL for model files), or OMNI_ERR_NOMEM. *out is the parsed document (cJSON_Delete) or NULL. */
 omni_status omni_json_load(const char *path, omni_status kind, cJSON **out);

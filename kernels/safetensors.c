@@ -216,8 +216,12 @@ static omni_status load_shard(omni_ckpt *c, int s) {
     if (hlen > sh->size - 8 || hlen > MAX_HEADER)
         return omni_fail(OMNI_ERR_MODEL, "%s: header length %llu beyond the file (%zu bytes): truncated or corrupt",
                          sh->path, (unsigned long long)hlen, sh->size);
-    omni_json_watch_memory();
     const char *text = (const char *)p + 8, *end = NULL;
+    int64_t nv = omni_json_count_values(text, (size_t)hlen);
+    if (nv > OMNI_JSON_MAX_VALUES)
+        return omni_fail(OMNI_ERR_MODEL, "%s: header of about %lld JSON values, over the limit of %lld: corrupt",
+                         sh->path, (long long)nv, (long long)OMNI_JSON_MAX_VALUES);
+    omni_json_watch_memory();
     cJSON *root = cJSON_ParseWithLengthOpts(text, (size_t)hlen, &end, 0);
     if (!root && omni_json_out_of_memory())
         return omni_fail(OMNI_ERR_NOMEM, "%s: out of memory parsing the %llu-byte header", sh->path,

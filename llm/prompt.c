@@ -74,6 +74,14 @@ char *llm_prompt_simple(const char *system, const char *user_text, int n_images,
 }
 
 omni_status llm_prompt_check_tokens(const llm_config *c, const llm_tokenizer *t) {
+    if (llm_tokenizer_vocab_size(t) > c->vocab) /* ids the embedding has no row for */
+        return omni_fail(OMNI_ERR_MODEL, "tokenizer.json has token ids up to %d but config.json's vocab_size is %d "
+                         "(tokenizer and config disagree)", llm_tokenizer_vocab_size(t) - 1, c->vocab);
+    static const char *markers[] = {"<|im_start|>", "<|im_end|>"};
+    for (int i = 0; i < 2; i++)
+        if (llm_tokenizer_token_id(t, markers[i]) < 0)
+            return omni_fail(OMNI_ERR_MODEL, "tokenizer.json has no %s token: the chat template's turns would be "
+                             "read as plain text", markers[i]);
     const struct { const char *key, *str; int id; } ids[] = {
         {"image_token_id", "<|image_pad|>", c->image_token_id},
         {"video_token_id", "<|video_pad|>", c->video_token_id},

@@ -36,7 +36,8 @@ char *llm_prompt_render(const llm_message *msgs, int n, int add_generation_promp
  * before the text (the order the official examples use), plus the generation prompt. */
 char *llm_prompt_simple(const char *system, const char *user_text, int n_images, int n_audio);
 
-/* The config's placeholder and marker ids (image_token_id, vision_start_token_id, audio_token_id, ...) must be the
+/* The tokenizer must fit the model: no token id at or above config.json's vocab_size, <|im_start|> and <|im_end|>
+ * present (the template's turn markers). The config's placeholder and marker ids (image_token_id, vision_start_token_id, audio_token_id, ...) must be the
  * ids the tokenizer gives the strings the template writes (<|image_pad|>, <|vision_start|>, <|audio_pad|>, ...):
  * otherwise a prompt's placeholders are not found (or an ordinary token is taken for one). OMNI_ERR_MODEL naming
  * both when they disagree; a string the tokenizer lacks is not checked here. */

@@ -814,7 +814,13 @@ static void split_stage(enc_ctx *c, int k, const uint8_t *s, size_t n) {
     while (pos < n && c->st == OMNI_OK) {
         int rc = pcre2_match(c->t->regex[c->extra][k], s, n, pos, PCRE2_NO_UTF_CHECK, c->md[k], NULL);
         if (rc == PCRE2_ERROR_NOMATCH) break;
-        if (rc < 0) { c->st = omni_fail(OMNI_ERR_RUNTIME, "tokenizer: pre-tokenizer regex failed (PCRE2 error %d)", rc); return; }
+        if (rc < 0) { /* a pathological pattern of the model's tokenizer.json (PCRE2's match or depth limit) */
+            PCRE2_UCHAR msg[120];
+            if (pcre2_get_error_message(rc, msg, sizeof msg) < 0) snprintf((char *)msg, sizeof msg, "error %d", rc);
+            c->st = omni_fail(OMNI_ERR_MODEL, "tokenizer.json: the pre-tokenizer regex failed on this text (PCRE2: %s)",
+                              (const char *)msg);
+            return;
+        }
         PCRE2_SIZE *ov = pcre2_get_ovector_pointer(c->md[k]);
         size_t ms = ov[0], me = ov[1];
         if (me == ms) { /* empty match: step one character */

@@ -203,6 +203,77 @@ static void omni_config_cases(void) {
     cli_free(&r);
 }
 
+/* Fresh copy of the text fixture with its tokenizer.json edited by `edit`. */
+static void with_tokenizer(void (*edit)(cJSON *)) {
+    char file[4200];
+    copy_dir(MODEL, g_dir);
+    snprintf(file, sizeof file, "%s/tokenizer.json", g_dir);
+    char *txt = omni_read_file(file, NULL);
+    cJSON *root = cJSON_Parse(txt);
+    free(txt);
+    edit(root);
+    char *out = cJSON_PrintUnformatted(root);
+    write_all(file, out, strlen(out));
+    free(out);
+    cJSON_Delete(root);
+}
+
+static void add_token_5000(cJSON *t) {
+    cJSON *a = cJSON_CreateObject();
+    cJSON_AddNumberToObject(a, "id", 5000);
+    cJSON_AddStringToObject(a, "content", "<zz>");
+    cJSON_AddBoolToObject(a, "special", 1);
+    cJSON_AddItemToArray(cJSON_GetObjectItem(t, "added_tokens"), a);
+}
+
+static void drop_im_start(cJSON *t) {
+    cJSON *added = cJSON_GetObjectItem(t, "added_tokens");
+    for (int i = cJSON_GetArraySize(added) - 1; i >= 0; i--)
+        if (!strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetArrayItem(added, i), "content")), "<|im_start|>"))
+            cJSON_DeleteItemFromArray(added, i);
+}
+
+static void backtracking_regex(cJSON *t) {
+    cJSON *pt = cJSON_Parse("{\"type\": \"Split\", \"pattern\": {\"Regex\": \"(a+)+$\"}, \"behavior\": \"Isolated\","
+                            " \"invert\": false}");
+    cJSON_ReplaceItemInObject(t, "pre_tokenizer", pt);
+}
+
+/* Session 7's hostile tokenizer files and an oversized config.json: a token id the embedding has no row for was a
+ * usage error (exit 1) blaming the prompt, a tokenizer without <|im_start|> answered from the template read as
+ * plain text (exit 0), a backtracking pre-tokenizer regex was "PCRE2 error -47" (exit 4), and 60M JSON values in
+ * config.json took 4.8 GB and two minutes before it was parsed. */
+static void tokenizer_cases(void) {
+    char args[8400];
+    snprintf(args, sizeof args, "generate -m %s -p 'hi <zz>' -n 1 --temp 0", g_dir);
+    with_tokenizer(add_token_5000);
+    expect_fail("tokenizer id 5000, vocab 3072", 3, "tokenizer.json has token ids up to 5000 but config.json's "
+                "vocab_size is 3072", args);
+    with_tokenizer(drop_im_start);
+    expect_fail("no <|im_start|>", 3, "tokenizer.json has no <|im_start|> token", args);
+    with_tokenizer(backtracking_regex);
+    snprintf(args, sizeof args, "generate -m %s -p aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaab -n 1 --raw", g_dir);
+    expect_fail("backtracking regex", 3, "pre-tokenizer regex failed on this text (PCRE2: match limit exceeded)", args);
+    copy_dir(MODEL, g_dir);
+    char file[4200];
+    snprintf(file, sizeof file, "%s/config.json", g_dir);
+    size_t n = 0;
+    char *cfg = omni_read_file(file, &n), *end = cfg ? strrchr(cfg, '}') : NULL;
+    CHECK(end != NULL, "read %s", file);
+    if (!end) return;
+    const size_t k = 9u << 20; /* 9M zeros: over the 8M-value limit */
+    char *big = malloc((size_t)(end - cfg) + 16 + 2 * k);
+    size_t o = (size_t)(end - cfg);
+    memcpy(big, cfg, o);
+    o += (size_t)sprintf(big + o, ", \"junk\": [");
+    for (size_t i = 0; i < k; i++) big[o++] = '0', big[o++] = ',';
+    big[o - 1] = ']', big[o++] = '}';
+    write_all(file, big, o);
+    free(big), free(cfg);
+    snprintf(args, sizeof args, "generate -m %s -p hi -n 1", g_dir);
+    expect_fail("9M values in config.json", 3, "config.json: about 9437", args);
+}
+
 int main(void) {
     char *t = make_tmpdir();
     snprintf(g_dir, sizeof g_dir, "%s/model", t);
@@ -210,6 +281,7 @@ int main(void) {
     special_files();
     nan_weights();
     omni_config_cases();
+    tokenizer_cases();
     char cmd[4300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", t);
     if (system(cmd)) {}
