@@ -85,6 +85,19 @@ omni_status media_check_support(const llm_model *m, int n_images, int n_audios) 
     return OMNI_OK;
 }
 
+/* preprocessor_config.json's patch geometry must be the tower's (pixel_values of another width, or another merge of
+ * the grid, were refused only at encode time as bad input, or with a placeholder count blaming the prompt). */
+static omni_status check_prep(const vision_prep_params *p, const vision_config *c) {
+    const struct { const char *key; int prep, tower; } v[] = {{"patch_size", p->patch_size, c->patch_size},
+        {"temporal_patch_size", p->temporal_patch_size, c->temporal_patch_size},
+        {"merge_size", p->merge_size, c->merge_size}};
+    for (int i = 0; i < 3; i++)
+        if (v[i].prep != v[i].tower)
+            return omni_fail(OMNI_ERR_MODEL, "preprocessor_config.json: %s %d but config.json's vision_config says %d "
+                             "(they disagree)", v[i].key, v[i].prep, v[i].tower);
+    return OMNI_OK;
+}
+
 static omni_status ensure_vision(media_encoder *e) {
     if (e->vt) return OMNI_OK;
     omni_status st = media_check_support(e->m, 1, 0);
@@ -104,6 +117,7 @@ static omni_status ensure_vision(media_encoder *e) {
     if (!st && vision_tower_config(e->vt)->out_hidden != e->cfg->hidden)
         st = omni_fail(OMNI_ERR_MODEL, "vision out_hidden_size %d != text hidden %d",
                        vision_tower_config(e->vt)->out_hidden, e->cfg->hidden);
+    if (!st) st = check_prep(&e->prep, vision_tower_config(e->vt));
 #ifdef OMNI_HAVE_CUDA_TOWERS
     if (!st && e->p.gpu) { /* workspace for the largest image the pixel limits allow (a multiple of 4 patches) */
         vision_cuda_params vp = vision_cuda_default_params();

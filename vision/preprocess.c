@@ -33,11 +33,12 @@ vision_prep_params vision_prep_default_params(void) {
 static omni_status read_prep(const cJSON *root, const char *file, vision_prep_params *p) {
     omni_json_ctx j = {file, "", OMNI_ERR_MODEL}, js = {file, "size", OMNI_ERR_MODEL};
     const cJSON *size = NULL;
-    const int64_t max_px = (int64_t)1 << 40;
+    const int64_t max_px = (int64_t)1 << 40, max_min = (int64_t)1 << 28; /* a minimum above 268 MP upscales every
+                                                                             image past any limit */
     omni_status st = omni_json_object(&j, root, "size", OMNI_JSON_OPTIONAL, &size);
-    if (!st) st = omni_json_i64(&js, size, "shortest_edge", OMNI_JSON_OPTIONAL, 0, max_px, &p->min_pixels);
+    if (!st) st = omni_json_i64(&js, size, "shortest_edge", OMNI_JSON_OPTIONAL, 0, max_min, &p->min_pixels);
     if (!st) st = omni_json_i64(&js, size, "longest_edge", OMNI_JSON_OPTIONAL, 1, max_px, &p->max_pixels);
-    if (!st) st = omni_json_i64(&j, root, "min_pixels", OMNI_JSON_OPTIONAL, 0, max_px, &p->min_pixels);
+    if (!st) st = omni_json_i64(&j, root, "min_pixels", OMNI_JSON_OPTIONAL, 0, max_min, &p->min_pixels);
     if (!st) st = omni_json_i64(&j, root, "max_pixels", OMNI_JSON_OPTIONAL, 1, max_px, &p->max_pixels);
     if (!st) st = omni_json_int(&j, root, "patch_size", OMNI_JSON_OPTIONAL, 1, 64, &p->patch_size);
     if (!st) st = omni_json_int(&j, root, "temporal_patch_size", OMNI_JSON_OPTIONAL, 1, 8, &p->temporal_patch_size);
@@ -45,6 +46,17 @@ static omni_status read_prep(const cJSON *root, const char *file, vision_prep_pa
     if (!st) st = omni_json_floats(&j, root, "image_mean", OMNI_JSON_OPTIONAL, 3, -1e3, 1e3, p->mean);
     if (!st) st = omni_json_floats(&j, root, "image_std", OMNI_JSON_OPTIONAL, 3, 1e-6, 1e3, p->std);
     if (!st) st = omni_json_double(&j, root, "rescale_factor", OMNI_JSON_OPTIONAL, 1e-9, 1e3, &p->rescale_factor);
+    /* steps the processor can skip or do otherwise, which this pipeline always does one way: refused rather than
+     * preprocessed differently from transformers (do_convert_rgb only matters for non-RGB input: ours is RGB) */
+    static const char *steps[] = {"do_resize", "do_rescale", "do_normalize"};
+    for (int i = 0; !st && i < 3; i++) {
+        int on = 1;
+        if (!(st = omni_json_bool(&j, root, steps[i], OMNI_JSON_OPTIONAL, &on)) && !on)
+            st = omni_fail(OMNI_ERR_UNSUPPORTED, "%s: %s false is not supported", file, steps[i]);
+    }
+    int resample = 3; /* PIL.Image.BICUBIC */
+    if (!st && !(st = omni_json_int(&j, root, "resample", OMNI_JSON_OPTIONAL, 0, 5, &resample)) && resample != 3)
+        st = omni_fail(OMNI_ERR_UNSUPPORTED, "%s: resample %d is not supported (3, bicubic)", file, resample);
     if (!st && p->min_pixels > p->max_pixels)
         st = omni_fail(OMNI_ERR_MODEL, "%s: min_pixels %lld is above max_pixels %lld", file,
                        (long long)p->min_pixels, (long long)p->max_pixels);

@@ -274,6 +274,25 @@ static void tokenizer_cases(void) {
     expect_fail("9M values in config.json", 3, "config.json: about 9437", args);
 }
 
+/* preprocessor_config.json's patch geometry against the vision tower's: a patch_size of 14 was "pixel_values have
+ * 1176 columns, the tower expects 1536" and merge_size 4 a placeholder count blaming the prompt, both exit 2 after
+ * the image was read; now the model is refused (exit 3) naming both files. */
+static void prep_geometry(void) {
+    static const struct { const char *json, *needle; } cs[] = {
+        {"{\"patch_size\": 14}", "preprocessor_config.json: patch_size 14 but config.json's vision_config says 16"},
+        {"{\"merge_size\": 4}", "preprocessor_config.json: merge_size 4 but config.json's vision_config says 2"},
+        {"{\"temporal_patch_size\": 1}", "temporal_patch_size 1 but config.json's vision_config says 2"},
+    };
+    char args[8400], file[4200];
+    snprintf(args, sizeof args, "generate -m %s -p hi -n 1 --image %s", g_dir, PATTERN);
+    snprintf(file, sizeof file, "%s/preprocessor_config.json", g_dir);
+    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
+        copy_dir(MODEL, g_dir);
+        write_all(file, cs[i].json, strlen(cs[i].json));
+        expect_fail(cs[i].json, 3, cs[i].needle, args);
+    }
+}
+
 int main(void) {
     char *t = make_tmpdir();
     snprintf(g_dir, sizeof g_dir, "%s/model", t);
@@ -282,6 +301,7 @@ int main(void) {
     nan_weights();
     omni_config_cases();
     tokenizer_cases();
+    prep_geometry();
     char cmd[4300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", t);
     if (system(cmd)) {}
