@@ -9,6 +9,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "kvcache/kvcache.h"
+
 /* Option groups; a command takes the union of its groups. */
 enum {
     G_MODEL = 1 << 0,   /* -m, -v */
@@ -311,6 +313,15 @@ static omni_status kv_window(const char *v, const char *o, int *out) {
     return st;
 }
 
+/* Options that carry the user's text or name a text input: a second one would silently replace the first. */
+static omni_status set_once(const char **slot, const char *name, const char *v) {
+    if (*slot)
+        return omni_fail(OMNI_ERR_USAGE, "%s is given twice ('%.60s' and '%.60s'); give it once%s", name, *slot, v,
+                         !strcmp(name, "-p") ? " (the words after the options are added to its text)" : "");
+    *slot = v;
+    return OMNI_OK;
+}
+
 /* Store the value of option `o` (spelled `name`). */
 static omni_status set_value(omni_args *a, const opt_info *o, const char *name, const char *v) {
     switch (o->id) {
@@ -321,9 +332,9 @@ static omni_status set_value(omni_args *a, const opt_info *o, const char *name, 
         a->device = v;
         return OMNI_OK;
     case O_THREADS: return to_int(v, name, 1, 1024, &a->threads);
-    case O_PROMPT: a->prompt = v; return OMNI_OK;
-    case O_FILE: a->prompt_file = v; return OMNI_OK;
-    case O_SYSTEM: a->system = v; return OMNI_OK;
+    case O_PROMPT: return set_once(&a->prompt, name, v);
+    case O_FILE: return set_once(&a->prompt_file, name, v);
+    case O_SYSTEM: return set_once(&a->system, name, v);
     case O_NPREDICT: return to_int(v, name, -1, 1 << 30, &a->n_predict);
     case O_TEMP: return to_float(v, name, 0.f, 100.f, &a->temp);
     case O_TOPK: return to_int(v, name, 0, 1 << 30, &a->top_k);
@@ -343,7 +354,7 @@ static omni_status set_value(omni_args *a, const opt_info *o, const char *name, 
     case O_IMGMAX: a->image_budget_preferred = 0; return to_int(v, name, 1, 1 << 20, &a->image_max_tokens);
     case O_OUT: a->out = v; return OMNI_OK;
     case O_TOP: return to_int(v, name, 1, 1 << 24, &a->top_n);
-    case O_TEXT: a->text_file = v; return OMNI_OK;
+    case O_TEXT: return set_once(&a->text_file, name, v);
     case O_CHUNK: return to_int(v, name, 1, 1 << 16, &a->chunk);
     case O_MAXTEXT: return to_i64(v, name, 1, (int64_t)1 << 40, &a->max_text_bytes);
     case O_MAXAUDIO: return to_double(v, name, 0.01, 1e6, &a->max_audio_s);
@@ -458,6 +469,29 @@ static omni_status image_budget(omni_args *a, int min_given, int max_given) {
     return OMNI_OK;
 }
 
+/* The KV formats named on the command line (--kv, --kv-layers, --compare, --kv-a, --kv-b) are checked now, not
+ * after the model has loaded and the media are encoded. bench's --kv is a list (cmd_bench.c checks it); the layer
+ * numbers of --kv-layers are checked against the model once it is loaded. */
+static omni_status check_kv(const omni_args *a, const cmd_info *c) {
+    if (!strcmp(c->name, "bench")) return OMNI_OK;
+    const char *names[] = {"--kv", "--compare", "--kv-a", "--kv-b"};
+    const char *modes[] = {a->kv_set ? a->kv : NULL, a->compare, a->kv_a, a->kv_b};
+    kv_format f;
+    for (int i = 0; i < 4; i++)
+        if (modes[i] && kv_parse_mode(modes[i], &f))
+            return omni_fail(OMNI_ERR_USAGE, "%s: %s", names[i], omni_last_error());
+    if (!a->kv_layers) return OMNI_OK;
+    enum { MAX_LAYERS = 1024 }; /* the most kv_parse_layer_overrides takes */
+    kv_format *layers = malloc(sizeof *layers * MAX_LAYERS);
+    if (!layers) return omni_fail(OMNI_ERR_NOMEM, "out of memory");
+    kv_parse_mode("f32", &f);
+    omni_status st = kv_parse_layer_overrides(a->kv_layers, &f, MAX_LAYERS, layers);
+    free(layers);
+    if (st && !strstr(omni_last_error(), "out of range")) /* a layer range: against the model, once loaded */
+        return omni_fail(st, "--kv-layers: %s", omni_last_error());
+    return OMNI_OK;
+}
+
 /* Combinations that cannot mean what the user wants: fail, or warn when the result is still well defined. */
 static omni_status check_combination(omni_args *a, const cmd_info *c, const char **words, int n_words) {
     if (a->prompt && a->prompt_file)
@@ -470,6 +504,8 @@ static omni_status check_combination(omni_args *a, const cmd_info *c, const char
         if (st) return st;
     }
     if (a->owned_prompt) a->prompt = a->owned_prompt;
+    omni_status st = check_kv(a, c);
+    if (st) return st;
     if (a->raw && a->system) fprintf(stderr, "warning: --system has no effect with --raw (the prompt is used as it is)\n");
     if (c->pos == POS_SUBCOMMAND) {
         if (a->n_positional < 1 || strcmp(a->positional[0], "kl"))

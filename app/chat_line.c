@@ -5,7 +5,7 @@
 #include <string.h>
 
 chat_read chat_read_line(FILE *f, char *buf, size_t cap, size_t *len) {
-    size_t n = 0, total = 0;
+    size_t n = 0, total = 0, nul = (size_t)-1;
     int c, any = 0;
     buf[0] = 0;
     for (;;) {
@@ -23,12 +23,19 @@ chat_read chat_read_line(FILE *f, char *buf, size_t cap, size_t *len) {
         }
         any = 1;
         if (c == '\n') break;
+        if (c == 0 && nul == (size_t)-1) nul = total;
         if (n + 1 < cap) buf[n++] = (char)c;
         total++;
     }
     buf[n] = 0;
     *len = total;
-    return total + 1 > cap ? CHAT_READ_TOO_LONG : CHAT_READ_OK;
+    if (total + 1 > cap) return CHAT_READ_TOO_LONG;
+    if (nul != (size_t)-1) {
+        buf[0] = 0;
+        *len = nul;
+        return CHAT_READ_BINARY;
+    }
+    return CHAT_READ_OK;
 }
 
 static int is_space(char c) { return c == ' ' || c == '\t' || c == '\r'; }

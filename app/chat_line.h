@@ -8,10 +8,18 @@
 
 #define CHAT_MAX_LINE ((size_t)1 << 20) /* longest message in bytes */
 
-typedef enum { CHAT_READ_OK, CHAT_READ_EOF, CHAT_READ_TOO_LONG, CHAT_READ_INTERRUPTED, CHAT_READ_ERROR } chat_read;
+typedef enum {
+    CHAT_READ_OK,
+    CHAT_READ_EOF,
+    CHAT_READ_TOO_LONG,
+    CHAT_READ_INTERRUPTED,
+    CHAT_READ_ERROR,
+    CHAT_READ_BINARY, /* the line holds a NUL byte: binary data, dropped whole (a C string would cut it there) */
+} chat_read;
 
 /* Read one line (up to and without its '\n') into buf[cap] (NUL-terminated; cap - 1 bytes at most). A longer
- * line is read to its end and dropped: CHAT_READ_TOO_LONG (*len = its length). A signal (Ctrl+C) while
+ * line is read to its end and dropped: CHAT_READ_TOO_LONG (*len = its length); so is a line with a NUL byte:
+ * CHAT_READ_BINARY (*len = the NUL's offset). A signal (Ctrl+C) while
  * waiting: CHAT_READ_INTERRUPTED. End of input with nothing read: CHAT_READ_EOF. */
 chat_read chat_read_line(FILE *f, char *buf, size_t cap, size_t *len);
 

@@ -153,8 +153,8 @@ omni_status cmd_chat(const omni_args *a, volatile int *intr) {
                     "not sent\n", len, CHAT_MAX_LINE - 1);
             continue;
         }
-        if (strlen(line) != len) { /* a NUL byte (binary input) would cut the message there without a word */
-            fprintf(stderr, "error: the message holds a NUL byte at byte %zu; not sent\n", strlen(line));
+        if (r == CHAT_READ_BINARY) { /* a NUL byte (binary input) would cut the message there without a word */
+            fprintf(stderr, "error: the message holds a NUL byte at byte %zu; not sent\n", len);
             continue;
         }
         chat_cmd c = chat_parse_line(line);

@@ -2,9 +2,11 @@
 #define _POSIX_C_SOURCE 200809L
 #include "app/commands.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "llm/config.h"
 
@@ -35,6 +37,39 @@ const omni_command *omni_find_command(const char *name) {
     for (size_t i = 0; i < sizeof g_commands / sizeof g_commands[0]; i++)
         if (!strcmp(g_commands[i].name, name)) return &g_commands[i];
     return NULL;
+}
+
+/* Edit distance of a and b (case-insensitive), capped at 3. */
+static int distance(const char *a, const char *b) {
+    size_t na = strlen(a), nb = strlen(b);
+    if (na > 32 || nb > 32) return 3;
+    int row[33];
+    for (size_t j = 0; j <= nb; j++) row[j] = (int)j;
+    for (size_t i = 1; i <= na; i++) {
+        int diag = row[0];
+        row[0] = (int)i;
+        for (size_t j = 1; j <= nb; j++) {
+            int up = row[j], same = tolower((unsigned char)a[i - 1]) == tolower((unsigned char)b[j - 1]);
+            int best = diag + !same;
+            if (up + 1 < best) best = up + 1;
+            if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
+            diag = up;
+            row[j] = best;
+        }
+    }
+    return row[nb] < 3 ? row[nb] : 3;
+}
+
+const char *omni_suggest_command(const char *word) {
+    const char *best = NULL;
+    int best_d = 3;
+    for (size_t i = 0; word && i < sizeof g_commands / sizeof g_commands[0]; i++) {
+        const char *name = g_commands[i].name;
+        int d = distance(word, name);
+        if (strlen(word) >= 3 && !strncasecmp(name, word, strlen(word))) d = 1; /* a prefix: "gen" */
+        if (d < best_d) best = name, best_d = d;
+    }
+    return best;
 }
 
 omni_status omni_args_prompt(const omni_args *a, char **out) {

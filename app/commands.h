@@ -13,6 +13,8 @@ typedef struct {
 } omni_command;
 
 const omni_command *omni_find_command(const char *name);
+/* The command a mistyped word most likely meant ("generat", "Chat", "gen"), or NULL. */
+const char *omni_suggest_command(const char *word);
 
 /* Prompt text from -p, -f or the first positional argument (malloc'ed); NULL + message if none. */
 omni_status omni_args_prompt(const omni_args *a, char **out);

@@ -110,20 +110,40 @@ static int stdout_failed(void) {
     return 1;
 }
 
+/* One error line for a first word that is not a command: an option typed before the command, or a near miss. */
+static int unknown_command(int argc, char **argv, int at) {
+    const char *w = argv[at], *cmd = NULL, *like = omni_suggest_command(w);
+    if (w[0] == '-' && w[1]) {
+        for (int i = at + 1; i < argc && !cmd; i++)
+            if (omni_find_command(argv[i])) cmd = argv[i];
+        if (cmd) fprintf(stderr, "error: the command comes first: omni %s %s ... (see omni %s --help)\n", cmd, w, cmd);
+        else fprintf(stderr, "error: '%s' is an option; the command comes first: omni COMMAND [options] (see omni "
+                     "--help)\n", w);
+    } else if (like) {
+        fprintf(stderr, "error: unknown command '%s'; did you mean '%s'? (see omni --help)\n", w, like);
+    } else {
+        fprintf(stderr, "error: unknown command '%s' (see omni --help)\n", w);
+    }
+    return 1;
+}
+
+static int extra_word(const char *w, const char *why) {
+    fprintf(stderr, "error: unexpected argument '%s' (%s)\n", w, why);
+    return 1;
+}
+
 int main(int argc, char **argv) {
     hold_std_fds();
     if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) {
         if (argc >= 3 && omni_args_known_command(argv[2]) && omni_find_command(argv[2])) { /* omni help CMD */
+            if (argc > 3) return extra_word(argv[3], "omni help takes one command");
             omni_args d;
             omni_args_defaults(&d);
             omni_find_command(argv[2])->defaults(&d);
             omni_args_usage(stdout, argv[2], &d);
             return stdout_failed() ? 4 : 0;
         }
-        if (argc >= 3) {
-            fprintf(stderr, "error: unknown command '%s' (see omni --help)\n", argv[2]);
-            return 1;
-        }
+        if (argc >= 3) return unknown_command(argc, argv, 2);
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? 1 : stdout_failed() ? 4 : 0;
     }
@@ -133,14 +153,12 @@ int main(int argc, char **argv) {
     sigaction(SIGINT, &sa, NULL);
 
     if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "version")) {
+        if (argc > 2) return extra_word(argv[2], "omni --version takes no arguments");
         printf("omni %s\n", OMNI_VERSION);
         return stdout_failed() ? 4 : 0;
     }
     const omni_command *cmd = omni_find_command(argv[1]);
-    if (!cmd) {
-        fprintf(stderr, "error: unknown command '%s' (see omni --help)\n", argv[1]);
-        return 1;
-    }
+    if (!cmd) return unknown_command(argc, argv, 1);
     omni_args a;
     omni_args_defaults(&a);
     cmd->defaults(&a);

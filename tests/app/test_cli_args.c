@@ -4,7 +4,8 @@
  * -f - (stdin), text inputs that never end (/dev/zero, /dev/urandom) or are too large, and the passive OpenMP
  * wait policy set without re-executing the program (works through ld.so and other wrappers); options a command
  * would ignore refused (bench --temp, serve -n, demo --kv), -p --help taken as the prompt, -s -1 (a random seed,
- * printed), --top-p 0. */
+ * printed), --top-p 0; session 7: KV format names checked before the model loads, -p/-f/--system/--text given
+ * twice refused, hints for a mistyped command or an option before the command. */
 #define _DEFAULT_SOURCE
 #include <stdio.h>
 #include <stdlib.h>
@@ -220,6 +221,54 @@ static void test_help_values(void) {
                 "logits -m " TEXT_MODEL " -p hi -o /nonexistent/x.f32");
 }
 
+/* Session 7: a KV format name is checked while parsing, before the model loads (a typo used to cost the whole
+ * load, and ocr's image encoding, before the error): with a missing model the KV error comes first. */
+static void test_kv_early(void) {
+    expect_fail("--kv typo", 1, "--kv: unknown KV cache mode 'int3'", "generate -m /nonexistent/model -p hi --kv int3");
+    expect_fail("--kv-layers typo", 1, "--kv-layers: unknown KV cache mode 'in2'",
+                "generate -m /nonexistent/model -p hi --kv-layers 0:in2");
+    expect_fail("--kv-layers syntax", 1, "--kv-layers: bad KV layer override",
+                "chat -m /nonexistent/model --kv-layers 0-:int4");
+    expect_fail("--compare typo", 1, "--compare: unknown KV cache mode", "generate -m /nonexistent/model -p hi --compare k3");
+    expect_fail("chat --kv", 1, "--kv: unknown KV cache mode", "chat -m /nonexistent/model --kv bogus");
+    expect_fail("ocr --kv", 1, "--kv: unknown KV cache mode", "ocr " VIS "/a_exact.png -m /nonexistent/model --kv x");
+    expect_fail("eval --kv", 1, "--kv: unknown KV cache mode",
+                "eval kl -m /nonexistent/model --kv int8 --text /dev/null");
+    expect_fail("serve --kv", 1, "--kv: unknown KV cache mode", "serve -m /nonexistent/model --kv bf8");
+    expect_fail("demo --kv-b", 1, "--kv-b: unknown KV cache mode", "demo -m /nonexistent/model --kv-b int3");
+    /* a layer number is checked against the model once it is loaded */
+    expect_fail("--kv-layers range", 1, "out of range (model has",
+                "generate -m " TEXT_MODEL " -p hi --kv-layers 2000:int2");
+}
+
+/* Session 7: -p, -f, --system and --text given twice: the first used to be dropped without a word. */
+static void test_repeated(void) {
+    expect_fail("-p twice", 1, "-p is given twice ('hello' and 'world')", "generate -m " TEXT_MODEL " -p hello -p world");
+    expect_fail("--prompt twice", 1, "-p is given twice", "tokenize -m " TEXT_MODEL " --prompt=a --prompt b");
+    expect_fail("-f twice", 1, "-f is given twice", "generate -m " TEXT_MODEL " -f a.txt -f b.txt");
+    expect_fail("--system twice", 1, "--system is given twice", "generate -m " TEXT_MODEL " -p x --system a --system b");
+    expect_fail("--text twice", 1, "--text is given twice",
+                "eval kl -m " TEXT_MODEL " --kv int2 --text /dev/null --text /dev/null");
+    /* repeatable inputs and flags stay as they were */
+    char *a = ok_out("--no-perf twice", "tokenize -m " TEXT_MODEL " -p hi --no-perf --no-perf");
+    CHECK(a[0] >= '0' && a[0] <= '9', "a repeated flag: '%s'", a);
+    free(a);
+}
+
+/* Session 7: a first word that is not a command gets a hint (a near miss, an option before the command); words
+ * after --version or `help CMD` are refused, not ignored. */
+static void test_commands(void) {
+    expect_fail("near miss", 1, "unknown command 'generat'; did you mean 'generate'?", "generat -p hi");
+    expect_fail("capitalised", 1, "did you mean 'chat'?", "Chat");
+    expect_fail("prefix", 1, "did you mean 'tokenize'?", "tok");
+    expect_fail("option first", 1, "the command comes first: omni generate -m", "-m x generate -p hi");
+    expect_fail("option alone", 1, "'-v' is an option; the command comes first", "-v");
+    expect_fail("far word", 1, "unknown command 'zzzzzz' (see omni --help)", "zzzzzz");
+    expect_fail("help near miss", 1, "did you mean 'ocr'?", "help ocrr");
+    expect_fail("help extra", 1, "unexpected argument 'extra'", "help generate extra");
+    expect_fail("--version extra", 1, "unexpected argument 'x'", "--version x");
+}
+
 /* -s: 0..2^64-1, -1 draws one and prints it (the printed seed reproduces the answer, llama.cpp's convention);
  * --top-p 0 keeps only the most likely token (= greedy). */
 static void test_seed_top_p(void) {
@@ -298,6 +347,9 @@ int main(void) {
     test_help_values();
     test_eval_perf();
     test_seed_top_p();
+    test_kv_early();
+    test_repeated();
+    test_commands();
     test_omp_policy();
     char cmd[4300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_tmp);

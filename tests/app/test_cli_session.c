@@ -2,7 +2,7 @@
  * and ocr from item 15): -c is a hard cap decided before any encoder or prefill; Ctrl+C during prefill stops
  * within a chunk with the perf block and exit 130, a second one leaves at once saying so; Ctrl+C in chat stops
  * the answer and keeps the REPL and its history; one chat line is one message however long (or one clear error);
- * a failed first turn keeps --system;
+ * a failed first turn keeps --system; a chat line with a NUL byte is refused whole;
  * /image checks its file when given and keeps the other attachments; ocr reads every good image of a list, with
  * "==> FILE <==" headers on stdout, and exits with the first failure's code. */
 #define _DEFAULT_SOURCE
@@ -282,6 +282,19 @@ static void chat_lines(void) {
     cli_free(&b);
 }
 
+/* Session 7: a line with a NUL byte is refused whole (it used to be cut at the NUL and the rest dropped). */
+static void chat_nul(void) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/chat_nul.txt", g_tmp);
+    static const char in[] = "say a\0 and b\n/quit\n";
+    write_all(path, in, sizeof in - 1);
+    cli_result r = cli_run_prefix(GUARD, "chat -m %s -n 2 --temp 0 < %s", TEXT_MODEL, path);
+    CHECK(r.code == 0 && count(r.err, "error:") == 1 && strstr(r.err, "NUL byte at byte 5") &&
+              strstr(r.err, "prompt eval time =       0.00 ms /     0 tokens") && !r.out[0],
+          "NUL line: exit %d, out '%s':\n%s", r.code, r.out, r.err);
+    cli_free(&r);
+}
+
 /* Item 10: /image checks the file at once; the good attachments stay. */
 static void chat_attach(void) {
     char script[9000];
@@ -321,6 +334,7 @@ int main(void) {
     CHECK(system(cmd) == 0, "copy tokenizer");
     context_cap();
     chat_lines();
+    chat_nul();
     chat_attach();
     ocr_list();
     interrupt_prefill();
