@@ -176,6 +176,8 @@ omni_status cmd_eval(const omni_args *a, volatile int *intr) {
         llm_engine_cache_stats(s.engine, mode, &cs);
         report(&args, cs.format, &k, n, chunk);
         session_print_perf(&s);
+    } else if (!st) {
+        session_print_perf(&s); /* Ctrl+C: what was done (exit 130) */
     }
     free(k.kl);
     free(ids);

@@ -4,7 +4,8 @@
  * the answer and keeps the REPL and its history; one chat line is one message however long (or one clear error);
  * a failed first turn keeps --system; a chat line with a NUL byte is refused whole;
  * /image checks its file when given and keeps the other attachments; ocr reads every good image of a list, with
- * "==> FILE <==" headers on stdout, and exits with the first failure's code. */
+ * "==> FILE <==" headers on stdout, and exits with the first failure's code; eval kl stopped by Ctrl+C prints its perf
+ * block. */
 #define _DEFAULT_SOURCE
 #include <fcntl.h>
 #include <poll.h>
@@ -194,6 +195,21 @@ static void interrupt_twice(void) {
           p.ebuf);
 }
 
+/* Session 7: Ctrl+C stops eval kl with its perf block and exit 130 (it printed no perf block). Sent as soon as the
+ * handler is in place: from the load on, every phase ends in the perf block. */
+static void interrupt_eval(void) {
+    char *argv[] = {"omni", "eval", "kl", "-m", TEXT_MODEL, "--kv", "int2", "--text",
+                    (char *)words_file("eval.txt", 4000), NULL};
+    proc p;
+    spawn(&p, argv);
+    double t0 = omni_time_ms();
+    while (!catches_sigint(p.pid) && omni_time_ms() - t0 < 30000) usleep(10000);
+    kill(p.pid, SIGINT);
+    int code = finish(&p, 120000);
+    CHECK(code == 130 && strstr(p.ebuf, "prompt eval time") && strstr(p.ebuf, "Interrupted by user") && !p.obuf[0],
+          "eval kl + Ctrl+C: exit %d, out '%s':\n%s", code, p.obuf, p.ebuf);
+}
+
 /* Item 2: Ctrl+C in chat stops the answer; the REPL goes on with its history. */
 static void interrupt_chat(void) {
     char *argv[] = {"omni", "chat", "-m", TEXT_MODEL, "-n", "-1", "-c", "4096", "--temp", "1", "--top-k", "0",
@@ -340,6 +356,7 @@ int main(void) {
     interrupt_prefill();
     interrupt_twice();
     interrupt_chat();
+    interrupt_eval();
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_tmp);
     if (system(cmd)) {}
     return check_exit();
