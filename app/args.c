@@ -322,8 +322,19 @@ static omni_status set_once(const char **slot, const char *name, const char *v) 
     return OMNI_OK;
 }
 
+/* Options whose value names a file (or the model): an empty one is a usage error, not a file "" to look for. */
+static int names_file(opt_id id) {
+    static const opt_id ids[] = {O_MODEL, O_FILE, O_OUT, O_TEXT, O_IMAGE, O_AUDIO, O_RANDOM, O_CSV, O_PNG, O_REPORT,
+                                 O_BASELINE, O_SCRIPT, O_SCREENSHOT, O_FONT};
+    for (size_t i = 0; i < sizeof ids / sizeof ids[0]; i++)
+        if (ids[i] == id) return 1;
+    return 0;
+}
+
 /* Store the value of option `o` (spelled `name`). */
 static omni_status set_value(omni_args *a, const opt_info *o, const char *name, const char *v) {
+    if (!v[0] && names_file(o->id))
+        return omni_fail(OMNI_ERR_USAGE, "%s: empty %s name", name, o->id == O_MODEL ? "model" : "file");
     switch (o->id) {
     case O_MODEL: a->model = v; return OMNI_OK;
     case O_DEVICE:

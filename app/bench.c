@@ -289,7 +289,8 @@ omni_status bench_write_csv(const char *path, const bench_results *r) {
                 r->bw_gb_s, x->kv_mem_gib, x->seq_kv_mib, eng, x->fits_budget, x->reserve_mib, lim);
     }
     int bad = ferror(f);
-    if (fclose(f) || bad) return omni_fail(OMNI_ERR_RUNTIME, "write failed: %s", path);
+    if (fclose(f) || bad)
+        return omni_fail(OMNI_ERR_RUNTIME, "cannot write %s: %s", path, strerror(errno ? errno : EIO));
     return OMNI_OK;
 }
 

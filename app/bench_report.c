@@ -289,6 +289,7 @@ omni_status bench_write_report(const char *path, const bench_results *r, const b
     if (in->png) fprintf(f, "![omni bench chart](%s)\n\n", in->png);
     if (in->csv) fprintf(f, "Raw numbers: [%s](%s) (columns: bench/README.md).\n", in->csv, in->csv);
     int bad = ferror(f);
-    if (fclose(f) || bad) return omni_fail(OMNI_ERR_RUNTIME, "write failed: %s", path);
+    if (fclose(f) || bad)
+        return omni_fail(OMNI_ERR_RUNTIME, "cannot write %s: %s", path, strerror(errno ? errno : EIO));
     return OMNI_OK;
 }

@@ -9,6 +9,7 @@
  * decode steps, each of which must produce exactly B tokens (all sequences decoding together at context C + the
  * few tokens decoded while the others were still prefilling); then the requests are cancelled. */
 #define _POSIX_C_SOURCE 200809L
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -54,7 +55,7 @@ void bench_defaults(omni_args *a) {
 static omni_status check_output(const char *path) {
     if (!path) return OMNI_OK;
     FILE *f = fopen(path, "w");
-    if (!f) return omni_fail(OMNI_ERR_INPUT, "cannot write %s", path);
+    if (!f) return omni_fail(OMNI_ERR_INPUT, "cannot write %s: %s", path, strerror(errno));
     fclose(f);
     return OMNI_OK;
 }

@@ -153,6 +153,11 @@ omni_status cmd_chat(const omni_args *a, volatile int *intr) {
                     "not sent\n", len, CHAT_MAX_LINE - 1);
             continue;
         }
+        if (r == CHAT_READ_ENDLESS) {
+            st = omni_fail(OMNI_ERR_INPUT, "standard input: a line of more than %zu bytes with no end (binary data?); "
+                           "stopping", len);
+            break;
+        }
         if (r == CHAT_READ_BINARY) { /* a NUL byte (binary input) would cut the message there without a word */
             fprintf(stderr, "error: the message holds a NUL byte at byte %zu; not sent\n", len);
             continue;
@@ -161,7 +166,7 @@ omni_status cmd_chat(const omni_args *a, volatile int *intr) {
         if (c.kind == CHAT_EMPTY) continue;
         if (c.kind == CHAT_QUIT) break;
         if (c.kind == CHAT_HELP) print_help();
-        else if (c.kind == CHAT_BAD) fprintf(stderr, "error: %s\n", c.arg);
+        else if (c.kind == CHAT_BAD) fprintf(stderr, "error: '%.60s': %s\n", line + strspn(line, " \t"), c.arg);
         else if (c.kind == CHAT_IMAGE || c.kind == CHAT_AUDIO) attach(&s, &pm, c.kind == CHAT_IMAGE, c.arg);
         else if (c.kind == CHAT_CLEAR) {
             llm_engine_conv_clear(s.engine, s.conv);

@@ -7,6 +7,7 @@
  *   compare: KV A bf16 1.23 MiB, B int2 0.25 MiB (0.203x); tokens identical up to 12 (A 16, B 16);
  *            B teacher-forced on A: mean KL 0.012345, top-1 agreement 93.75% over 16 positions
  * (one line). KL is KL(A || B) of the softmax distributions in double precision. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +20,9 @@
 typedef struct {
     int32_t *toks;
     int n, cap, stream, failed;
+    int out_errno;    /* A's answer could not be written (a full disk, a closed pipe): every request is cancelled */
+    llm_engine *engine;
+    const int *ids;   /* the three requests, to cancel */
     char *text;       /* B's answer, printed after A's */
     size_t len, tcap;
     llm_request_stats st;
@@ -59,8 +63,11 @@ static void on_token(void *user, int id, int32_t tok, const char *piece, int len
     answer *a = user;
     (void)id;
     if (a->stream && len > 0) {
-        fwrite(piece, 1, (size_t)len, stdout);
-        fflush(stdout);
+        errno = 0;
+        if (!a->out_errno && (fwrite(piece, 1, (size_t)len, stdout) != (size_t)len || fflush(stdout) != 0)) {
+            a->out_errno = errno ? errno : EIO; /* nobody reads the answers: stop computing them */
+            for (int i = 0; i < 3; i++) llm_engine_cancel(a->engine, a->ids[i]);
+        }
     } else if (len > 0 && push_text(a, piece, len)) {
         a->failed = 1;
     }
@@ -148,7 +155,7 @@ omni_status cmd_generate_compare(const omni_args *a, volatile int *intr) {
     if (!st) {
         d.V = s.cfg->vocab;
         for (int i = 0; i < RING; i++) d.ring_pos[i] = -1;
-        A.ans.stream = 1, A.lc = &lc;
+        A.ans.stream = 1, A.lc = &lc, A.ans.engine = s.engine, A.ans.ids = ids;
         llm_request r[3];
         r[0] = llm_request_default_params(); /* A: the --kv cache, streamed */
         media_prompt_request(&p, &r[0]);
@@ -168,7 +175,9 @@ omni_status cmd_generate_compare(const omni_args *a, volatile int *intr) {
         lc.a_id = ids[0];
         session_run(&s, ids, 3);
         session_add_stats(&s, &A.ans.st);
-        for (const llm_request_stats *x = &A.ans.st; x; x = x == &A.ans.st ? &B.st : NULL)
+        if (A.ans.out_errno)
+            st = omni_fail(OMNI_ERR_RUNTIME, "cannot write the answer to standard output: %s", strerror(A.ans.out_errno));
+        for (const llm_request_stats *x = &A.ans.st; x && !st; x = x == &A.ans.st ? &B.st : NULL)
             if (x->status) st = omni_fail(x->status, "%s", x->error);
         if (!st && (A.ans.failed || B.failed)) st = omni_fail(OMNI_ERR_NOMEM, "out of memory");
         if (!st && d.lost) st = omni_fail(OMNI_ERR_RUNTIME, "internal: %d positions lost A's distribution", d.lost);

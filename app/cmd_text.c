@@ -137,8 +137,11 @@ static omni_status write_logits(const omni_args *a, const float *lg, int V) {
     if (a->out) {
         FILE *f = fopen(a->out, "wb");
         if (!f) return omni_fail(OMNI_ERR_INPUT, "cannot write %s: %s", a->out, strerror(errno));
-        if (fwrite(lg, sizeof(float), (size_t)V, f) != (size_t)V) st = omni_fail(OMNI_ERR_RUNTIME, "write failed: %s", a->out);
-        if (fclose(f) != 0 && !st) st = omni_fail(OMNI_ERR_RUNTIME, "write failed: %s", a->out);
+        errno = 0;
+        if (fwrite(lg, sizeof(float), (size_t)V, f) != (size_t)V || fflush(f) != 0)
+            st = omni_fail(OMNI_ERR_RUNTIME, "cannot write %s: %s", a->out, strerror(errno ? errno : EIO));
+        if (fclose(f) != 0 && !st)
+            st = omni_fail(OMNI_ERR_RUNTIME, "cannot write %s: %s", a->out, strerror(errno ? errno : EIO));
     }
     if (!st && a->top_n > 0) {
         int k = a->top_n < V ? a->top_n : V;
@@ -189,7 +192,6 @@ omni_status cmd_logits(const omni_args *a, volatile int *intr) {
 }
 
 omni_status cmd_tokenize(const omni_args *a, volatile int *intr) {
-    (void)intr;
     char dir[4096], path[4200], *text = NULL;
     llm_tokenizer *tok = NULL;
     int32_t *ids = NULL;
@@ -201,7 +203,7 @@ omni_status cmd_tokenize(const omni_args *a, volatile int *intr) {
         st = llm_tokenizer_load(path, &tok);
     }
     if (!st) st = llm_tokenizer_encode(tok, text, strlen(text), 1, &ids, &n, &bad);
-    if (!st) {
+    if (!st && !*intr) { /* Ctrl+C while encoding (a large -f): no ids, exit 130 */
         if (bad) fprintf(stderr, "warning: input contains %d invalid UTF-8 sequence(s), replaced by U+FFFD\n", bad);
         for (int i = 0; i < n; i++) printf(i ? " %d" : "%d", ids[i]);
         printf("\n");

@@ -5,7 +5,7 @@
  * wait policy set without re-executing the program (works through ld.so and other wrappers); options a command
  * would ignore refused (bench --temp, serve -n, demo --kv), -p --help taken as the prompt, -s -1 (a random seed,
  * printed), --top-p 0; session 7: KV format names checked before the model loads, -p/-f/--system/--text given
- * twice refused, hints for a mistyped command or an option before the command. */
+ * twice refused, hints for a mistyped command or an option before the command, empty file names refused. */
 #define _DEFAULT_SOURCE
 #include <stdio.h>
 #include <stdlib.h>
@@ -255,6 +255,20 @@ static void test_repeated(void) {
     free(a);
 }
 
+/* Session 7: an empty file or model name is a usage error naming the option (it was "no file name given", exit 2,
+ * or "cannot write : No such file"); a logits file that cannot be written says why. */
+static void test_empty_names(void) {
+    expect_fail("-f ''", 1, "-f: empty file name", "generate -m " TEXT_MODEL " -f ''");
+    expect_fail("--image ''", 1, "--image: empty file name", "ocr --image '' -m " TEXT_MODEL);
+    expect_fail("-o ''", 1, "-o: empty file name", "logits -m " TEXT_MODEL " -p hi -o ''");
+    expect_fail("--text ''", 1, "--text: empty file name", "eval kl -m " TEXT_MODEL " --kv int2 --text ''");
+    expect_fail("-m ''", 1, "-m: empty model name", "ocr x.png -m ''");
+    cli_result r = cli_run("logits -m %s -p hi -o /dev/full", TEXT_MODEL);
+    CHECK(r.code == 4 && strstr(r.err, "error: cannot write /dev/full: No space left on device"),
+          "logits -o /dev/full: exit %d: %s", r.code, r.err);
+    cli_free(&r);
+}
+
 /* Session 7: a first word that is not a command gets a hint (a near miss, an option before the command); words
  * after --version or `help CMD` are refused, not ignored. */
 static void test_commands(void) {
@@ -350,6 +364,7 @@ int main(void) {
     test_kv_early();
     test_repeated();
     test_commands();
+    test_empty_names();
     test_omp_policy();
     char cmd[4300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_tmp);

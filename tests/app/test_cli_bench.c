@@ -46,8 +46,13 @@ static void test_bad_args(const char *dir) {
     }
     expect_usage("--random /nonexistent/config.json --batch 1 --ctx 8", 2, "/nonexistent/config.json");
     snprintf(a, sizeof a, "-m %s --csv %s/no/such/dir/b.csv", g_model, dir);
-    expect_usage(a, 2, "cannot write");
+    expect_usage(a, 2, "b.csv: No such file or directory");
     expect_usage("-m /nonexistent/model", 3, "/nonexistent/model");
+    /* session 7: a CSV that cannot be written says why (it said "write failed: /dev/full") */
+    cli_result r = cli_run("bench -m %s --kv f32 --batch 1 --ctx 16 -n 1 --csv /dev/full", g_model);
+    CHECK(r.code == 4 && strstr(r.err, "error: cannot write /dev/full: No space left on device"),
+          "--csv /dev/full: exit %d: %s", r.code, r.err);
+    cli_free(&r);
 }
 
 /* Every fits-count against kv_budget_of for the same format, computed here (window: --kv-window or -1); a budget

@@ -2,10 +2,11 @@
  * and ocr from item 15): -c is a hard cap decided before any encoder or prefill; Ctrl+C during prefill stops
  * within a chunk with the perf block and exit 130, a second one leaves at once saying so; Ctrl+C in chat stops
  * the answer and keeps the REPL and its history; one chat line is one message however long (or one clear error);
- * a failed first turn keeps --system; a chat line with a NUL byte is refused whole;
+ * a failed first turn keeps --system; a chat line with a NUL byte is refused whole, so are mistyped commands;
+ * endless input (/dev/zero) stops chat;
  * /image checks its file when given and keeps the other attachments; ocr reads every good image of a list, with
  * "==> FILE <==" headers on stdout, and exits with the first failure's code; eval kl stopped by Ctrl+C prints its perf
- * block. */
+ * block; tokenize stopped by Ctrl+C prints no ids. */
 #define _DEFAULT_SOURCE
 #include <fcntl.h>
 #include <poll.h>
@@ -210,6 +211,19 @@ static void interrupt_eval(void) {
           "eval kl + Ctrl+C: exit %d, out '%s':\n%s", code, p.obuf, p.ebuf);
 }
 
+/* Session 7: Ctrl+C while tokenize encodes a large file: exit 130 and no ids (it printed every id, then 130). */
+static void interrupt_tokenize(void) {
+    char *argv[] = {"omni", "tokenize", "-m", TEXT_MODEL, "-f", (char *)words_file("tok.txt", 150000), NULL};
+    proc p;
+    spawn(&p, argv);
+    double t0 = omni_time_ms();
+    while (!catches_sigint(p.pid) && omni_time_ms() - t0 < 30000) usleep(10000);
+    kill(p.pid, SIGINT);
+    int code = finish(&p, 120000);
+    CHECK(code == 130 && !p.obuf[0] && strstr(p.ebuf, "Interrupted by user"), "tokenize + Ctrl+C: exit %d, out '%.60s'",
+          code, p.obuf);
+}
+
 /* Item 2: Ctrl+C in chat stops the answer; the REPL goes on with its history. */
 static void interrupt_chat(void) {
     char *argv[] = {"omni", "chat", "-m", TEXT_MODEL, "-n", "-1", "-c", "4096", "--temp", "1", "--top-k", "0",
@@ -309,6 +323,21 @@ static void chat_nul(void) {
               strstr(r.err, "prompt eval time =       0.00 ms /     0 tokens") && !r.out[0],
           "NUL line: exit %d, out '%s':\n%s", r.code, r.out, r.err);
     cli_free(&r);
+    /* input with no end of line (/dev/zero) stops with one error, exit 2 (it was read for ever at 100% CPU, and
+     * Ctrl+C could not stop it) */
+    r = cli_run_prefix(GUARD, "chat -m %s -n 2 --temp 0 < /dev/zero", TEXT_MODEL);
+    CHECK(r.code == 2 && count(r.err, "error:") == 1 && strstr(r.err, "with no end"), "chat < /dev/zero: exit %d:\n%s",
+          r.code, r.err);
+    cli_free(&r);
+    /* words after /clear, /quit or /help, and a lone mistyped command, are errors: not ignored, not sent to the
+     * model (/quit now used to quit; /Quit was answered as a message) */
+    r = chat(TEXT_MODEL, "/Quit\n/exti\n/clear all\n/help me\n/quit now\n/quit\n", "");
+    CHECK(r.code == 0 && count(r.err, "error:") == 5 && strstr(r.err, "'/Quit': unknown command") &&
+              strstr(r.err, "'/quit now': /quit takes no argument") &&
+              strstr(r.err, "prompt eval time =       0.00 ms /     0 tokens") && !r.out[0] &&
+              !strstr(r.err, "Chat history cleared"),
+          "mistyped commands: exit %d, out '%s':\n%s", r.code, r.out, r.err);
+    cli_free(&r);
 }
 
 /* Item 10: /image checks the file at once; the good attachments stay. */
@@ -357,6 +386,7 @@ int main(void) {
     interrupt_twice();
     interrupt_chat();
     interrupt_eval();
+    interrupt_tokenize();
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_tmp);
     if (system(cmd)) {}
     return check_exit();
