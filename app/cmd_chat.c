@@ -3,6 +3,7 @@
  * are given (header only) and attach it to the next message; /clear forgets the history; /quit, /exit or end of
  * input leave. Ctrl+C during an answer stops that answer and keeps the history; at the prompt it leaves (130). */
 #define _POSIX_C_SOURCE 200809L
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -147,7 +148,11 @@ omni_status cmd_chat(const omni_args *a, volatile int *intr) {
         fflush(stderr);
         size_t len = 0;
         chat_read r = chat_read_line(stdin, line, CHAT_MAX_LINE, &len);
-        if (r == CHAT_READ_EOF || r == CHAT_READ_INTERRUPTED || r == CHAT_READ_ERROR) break;
+        if (r == CHAT_READ_ERROR) { /* stdin a directory, a read error: not a quiet end of input */
+            st = omni_fail(OMNI_ERR_INPUT, "cannot read standard input: %s", strerror(errno ? errno : EIO));
+            break;
+        }
+        if (r == CHAT_READ_EOF || r == CHAT_READ_INTERRUPTED) break;
         if (r == CHAT_READ_TOO_LONG) {
             fprintf(stderr, "error: the message is %zu bytes, over the limit of %zu (one line is one message); "
                     "not sent\n", len, CHAT_MAX_LINE - 1);

@@ -28,11 +28,11 @@ static omni_status build_prompt(const omni_args *a, char **text) {
 
 /* Encode every --image and --audio of the args: images first, then audio (all clips as one batch, as
  * transformers' processor takes them), each in the order given. */
-static omni_status encode_args(omni_session *s, media_item *items) {
+static omni_status encode_args(omni_session *s, const omni_args *a, media_item *items) {
     omni_status st = OMNI_OK;
     int k = 0;
-    for (int i = 0; !st && i < s->args.n_images; i++) st = media_encode_image(s->media, s->args.images[i], &items[k++]);
-    if (!st) st = media_encode_audios(s->media, (const char *const *)s->args.audios, s->args.n_audios, &items[k]);
+    for (int i = 0; !st && i < a->n_images; i++) st = media_encode_image(s->media, a->images[i], &items[k++]);
+    if (!st) st = media_encode_audios(s->media, (const char *const *)a->audios, a->n_audios, &items[k]);
     return st;
 }
 
@@ -63,30 +63,47 @@ static omni_status count_prompt(omni_session *s, const omni_args *a, int n_ids, 
     return st;
 }
 
+/* The prompt `text` of `a` on an open session: tokenized, checked against the context (media counted from their
+ * headers first), media encoded, expanded into *p; the main cache made on the first prompt, else its conversation
+ * cleared (the next image of omni ocr). */
+static omni_status session_prompt(omni_session *s, const omni_args *a, const char *text, int extra, media_prompt *p,
+                                  media_item *items) {
+    int32_t *ids = NULL;
+    int n = 0, total = 0;
+    omni_status st = media_check_support(s->model, a->n_images, a->n_audios);
+    if (!st) st = session_tokenize(s, text, &ids, &n);
+    if (!st && n == 0) st = omni_fail(OMNI_ERR_USAGE, "empty prompt");
+    if (!st) st = media_check_placeholders(s->model, ids, n, a->n_images, a->n_audios);
+    if (!st) st = count_prompt(s, a, n, &total);
+    if (!st) st = check_context(total, a->ctx, extra != 0);
+    if (!st) st = encode_args(s, a, items);
+    if (!st) st = media_prompt_build(s->media, ids, n, items, a->n_images + a->n_audios, p);
+    if (!st) st = check_context(p->n_tokens, a->ctx, extra != 0);
+    if (!st) st = s->cache < 0 ? session_kv_init(s, a->ctx) : llm_engine_conv_clear(s->engine, s->conv);
+    free(ids);
+    return st;
+}
+
 omni_status omni_open_prompt(omni_session *s, const omni_args *a, int extra, int n_seqs, volatile int *intr,
                              media_prompt *p, media_item *items) {
     char *text = NULL;
-    int32_t *ids = NULL;
-    int n = 0;
     memset(p, 0, sizeof *p);
     memset(s, 0, sizeof *s); /* session_close must be safe when the prompt fails before session_open */
     omni_status st = build_prompt(a, &text);
     if (!st) st = session_open(s, a, n_seqs, 0, 0);
     s->interrupted = intr;
     if (!st) media_encoder_set_interrupt(s->media, intr);
-    if (!st) st = media_check_support(s->model, a->n_images, a->n_audios);
-    if (!st) st = session_tokenize(s, text, &ids, &n);
-    if (!st && n == 0) st = omni_fail(OMNI_ERR_USAGE, "empty prompt");
-    if (!st) st = media_check_placeholders(s->model, ids, n, a->n_images, a->n_audios);
-    int total = 0;
-    if (!st) st = count_prompt(s, a, n, &total);
-    if (!st) st = check_context(total, a->ctx, extra != 0);
-    if (!st) st = encode_args(s, items);
-    if (!st) st = media_prompt_build(s->media, ids, n, items, a->n_images + a->n_audios, p);
-    if (!st) st = check_context(p->n_tokens, a->ctx, extra != 0);
-    if (!st) st = session_kv_init(s, a->ctx);
+    if (!st) st = session_prompt(s, a, text, extra, p, items);
     free(text);
-    free(ids);
+    return st;
+}
+
+omni_status omni_next_prompt(omni_session *s, const omni_args *a, int extra, media_prompt *p, media_item *items) {
+    char *text = NULL;
+    memset(p, 0, sizeof *p);
+    omni_status st = build_prompt(a, &text);
+    if (!st) st = session_prompt(s, a, text, extra, p, items);
+    free(text);
     return st;
 }
 

@@ -24,6 +24,9 @@ omni_status omni_args_prompt(const omni_args *a, char **out);
  * cache made for the prompt + `extra` tokens (at least -c). The caller frees p, the items and the session. */
 omni_status omni_open_prompt(omni_session *s, const omni_args *a, int extra, int n_seqs, volatile int *interrupted,
                              media_prompt *p, media_item *items);
+/* The next prompt of `a` on a session omni_open_prompt opened (same model, media settings and -c; omni ocr's next
+ * image): the main cache's conversation is cleared first. */
+omni_status omni_next_prompt(omni_session *s, const omni_args *a, int extra, media_prompt *p, media_item *items);
 void omni_free_items(media_item *items, int n);
 
 omni_status cmd_generate(const omni_args *a, volatile int *interrupted);

@@ -156,6 +156,8 @@ void session_add_stats(omni_session *s, const llm_request_stats *st) {
 }
 
 void session_reset_perf(omni_session *s) {
+    s->t_start = omni_time_ms();
+    s->t_load_ms = 0; /* the model loaded once, before the first block */
     s->t_prompt_ms = s->t_eval_ms = 0;
     s->n_prompt = s->n_eval = 0;
     s->t_encode0_ms = media_encoder_ms(s->media);

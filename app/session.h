@@ -52,7 +52,7 @@ void session_run(omni_session *s, const int *ids, int n_ids);
 
 /* Add one finished request's timings to the perf block. */
 void session_add_stats(omni_session *s, const llm_request_stats *st);
-/* Zero the prompt/eval counters (omni ocr: one perf block per image). */
+/* Start a new perf block (omni ocr: one per image): counters and the clock restart, load time 0. */
 void session_reset_perf(omni_session *s);
 
 /* llama.cpp-shaped perf block and the KV line on stderr. */

@@ -3,10 +3,10 @@
  * within a chunk with the perf block and exit 130, a second one leaves at once saying so; Ctrl+C in chat stops
  * the answer and keeps the REPL and its history; one chat line is one message however long (or one clear error);
  * a failed first turn keeps --system; a chat line with a NUL byte is refused whole, so are mistyped commands;
- * endless input (/dev/zero) stops chat;
+ * endless input (/dev/zero) stops chat, so does unreadable input (a directory);
  * /image checks its file when given and keeps the other attachments; ocr reads every good image of a list, with
  * "==> FILE <==" headers on stdout, and exits with the first failure's code; eval kl stopped by Ctrl+C prints its perf
- * block; tokenize stopped by Ctrl+C prints no ids. */
+ * block; tokenize stopped by Ctrl+C prints no ids; ocr of several images loads the model once. */
 #define _DEFAULT_SOURCE
 #include <fcntl.h>
 #include <poll.h>
@@ -329,6 +329,11 @@ static void chat_nul(void) {
     CHECK(r.code == 2 && count(r.err, "error:") == 1 && strstr(r.err, "with no end"), "chat < /dev/zero: exit %d:\n%s",
           r.code, r.err);
     cli_free(&r);
+    /* standard input that cannot be read (a directory) is an error, not a quiet end of input with exit 0 */
+    r = cli_run_prefix(GUARD, "chat -m %s -n 2 < /", TEXT_MODEL);
+    CHECK(r.code == 2 && count(r.err, "error:") == 1 && strstr(r.err, "cannot read standard input: Is a directory"),
+          "chat < /: exit %d:\n%s", r.code, r.err);
+    cli_free(&r);
     /* words after /clear, /quit or /help, and a lone mistyped command, are errors: not ignored, not sent to the
      * model (/quit now used to quit; /Quit was answered as a message) */
     r = chat(TEXT_MODEL, "/Quit\n/exti\n/clear all\n/help me\n/quit now\n/quit\n", "");
@@ -366,6 +371,36 @@ static void ocr_list(void) {
     expect_fail("ocr one bad image", 2, "cannot read /nonexistent.png", "ocr /nonexistent.png -m " TEXT_MODEL);
 }
 
+/* The answer after the `n`-th "==> ... <==" header line of ocr's stdout (malloc'ed). */
+static char *section(const char *out, int n) {
+    const char *p = out;
+    for (int i = 0; i <= n && p; i++)
+        if ((p = strstr(p, "==> "))) p = strchr(p, '\n');
+    if (!p) return strdup("");
+    const char *end = strstr(++p, "\n==> ");
+    return strndup(p, end ? (size_t)(end - p) : strlen(p));
+}
+
+/* Session 7: ocr of several images loads the model once (it was loaded again for every image) and reads -f - once
+ * (the second image got an empty prompt); the same image twice answers the same (nothing of the first image's
+ * conversation is left in the cache), and as it does alone. */
+static void ocr_once(void) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/ocr_prompt.txt", g_tmp);
+    write_all(path, "Read it.", 8);
+    cli_result r = cli_run_prefix(GUARD, "ocr %s/a_exact.png %s/b_down.png %s/a_exact.png -m %s -n 6 -v -f - < %s", VIS,
+                                  VIS, VIS, g_vl, path);
+    cli_result one = cli_run_prefix(GUARD, "ocr %s/a_exact.png -m %s -n 6 -f - < %s", VIS, g_vl, path);
+    char *a = section(r.out, 0), *c = section(r.out, 2);
+    CHECK(r.code == 0 && count(r.err, "layers, hidden") == 1 && count(r.out, "==> ") == 3 &&
+              count(r.err, "prompt eval time") == 3 && count(r.err, "load time") == 3,
+          "ocr of 3 images: exit %d, %d model loads:\n%s", r.code, count(r.err, "layers, hidden"), r.err);
+    CHECK(one.code == 0 && a[0] && !strcmp(a, c) && !strcmp(a, one.out), "answers '%s', '%s', alone '%s'", a, c, one.out);
+    free(a), free(c);
+    cli_free(&r);
+    cli_free(&one);
+}
+
 int main(void) {
     signal(SIGPIPE, SIG_IGN); /* an omni that exited early must fail a check, not kill the test */
     char *t = make_tmpdir();
@@ -382,6 +417,7 @@ int main(void) {
     chat_nul();
     chat_attach();
     ocr_list();
+    ocr_once();
     interrupt_prefill();
     interrupt_twice();
     interrupt_chat();
