@@ -385,7 +385,10 @@ static omni_status set_value(omni_args *a, const opt_info *o, const char *name, 
     case O_DEVNAME: a->device_name = v; return OMNI_OK;
     case O_HOST: a->host = v; return OMNI_OK;
     case O_PORT: return to_int(v, name, 0, 65535, &a->port);
-    case O_APIKEY: a->api_key = v; return OMNI_OK;
+    case O_APIKEY: /* --api-key "$UNSET_VAR" must not open the server to everyone */
+        if (!v[0]) return omni_fail(OMNI_ERR_USAGE, "%s: the key is empty (the server would take every request)", name);
+        a->api_key = v;
+        return OMNI_OK;
     case O_ALIAS: a->alias = v; return OMNI_OK;
     case O_MAXSEQS: return to_int(v, name, 1, 1024, &a->max_seqs);
     case O_MAXQUEUE: return to_int(v, name, 0, 1 << 20, &a->max_queue);

@@ -77,13 +77,15 @@ chat_cmd chat_parse_line(char *line) {
     } bare[] = {{"/quit", CHAT_QUIT, "/quit takes no argument"}, {"/exit", CHAT_QUIT, "/exit takes no argument"},
                 {"/clear", CHAT_CLEAR, "/clear takes no argument"}, {"/help", CHAT_HELP, "/help takes no argument"}};
     for (size_t i = 0; i < sizeof bare / sizeof bare[0]; i++)
-        if (command(s, bare[i].word, &rest)) return (chat_cmd){*rest ? CHAT_BAD : bare[i].kind, *rest ? bare[i].extra : rest};
+        if (command(s, bare[i].word, &rest))
+            return (chat_cmd){*rest ? CHAT_BAD : bare[i].kind, *rest ? bare[i].extra : rest};
     int img = command(s, "/image", &rest), aud = !img && command(s, "/audio", &rest);
     if (img || aud) {
         if (!*rest) return (chat_cmd){CHAT_BAD, img ? "missing file name (/image FILE)" : "missing file name (/audio FILE)"};
         return (chat_cmd){img ? CHAT_IMAGE : CHAT_AUDIO, rest};
     }
     if (is_command_word(s))
-        return (chat_cmd){CHAT_BAD, "unknown command (/help lists them; a message that starts with / needs more words)"};
+        return (chat_cmd){CHAT_BAD,
+                          "unknown command (/help lists them; a message that starts with / needs more words)"};
     return (chat_cmd){CHAT_MESSAGE, line};
 }

@@ -127,7 +127,7 @@ static omni_status serve(const omni_args *a, serve_state *s, srv_engine_backend 
     srv_params p = srv_default_params();
     p.host = a->host;
     p.port = a->port;
-    p.api_key = a->api_key && a->api_key[0] ? a->api_key : getenv("OMNI_API_KEY");
+    p.api_key = a->api_key ? a->api_key : getenv("OMNI_API_KEY"); /* neither empty (cmd_serve) */
     p.model_id = a->alias ? a->alias : s->name;
     p.model_alias = a->alias ? s->name : NULL;
     p.parse.max_tokens = a->max_tokens;
@@ -157,6 +157,10 @@ static omni_status serve(const omni_args *a, serve_state *s, srv_engine_backend 
 
 omni_status cmd_serve(const omni_args *a, volatile int *intr) {
     if (!a->model) return omni_fail(OMNI_ERR_USAGE, "usage: omni serve -m MODEL [--host H] [--port N] ...");
+    const char *env_key = getenv("OMNI_API_KEY");
+    if (!a->api_key && env_key && !env_key[0]) /* set but empty: the key meant to guard the server is missing */
+        return omni_fail(OMNI_ERR_USAGE, "OMNI_API_KEY is set but empty (the server would take every request; unset "
+                         "it to serve without a key)");
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_sigterm;

@@ -255,14 +255,21 @@ static void test_repeated(void) {
     free(a);
 }
 
-/* Session 7: an empty file or model name is a usage error naming the option (it was "no file name given", exit 2,
- * or "cannot write : No such file"); a logits file that cannot be written says why. */
+/* Session 7: an empty file or model name (or API key) is a usage error naming the option (it was "no file name
+ * given", exit 2, or "cannot write : No such file"); a logits file that cannot be written says why. */
 static void test_empty_names(void) {
     expect_fail("-f ''", 1, "-f: empty file name", "generate -m " TEXT_MODEL " -f ''");
     expect_fail("--image ''", 1, "--image: empty file name", "ocr --image '' -m " TEXT_MODEL);
     expect_fail("-o ''", 1, "-o: empty file name", "logits -m " TEXT_MODEL " -p hi -o ''");
     expect_fail("--text ''", 1, "--text: empty file name", "eval kl -m " TEXT_MODEL " --kv int2 --text ''");
     expect_fail("-m ''", 1, "-m: empty model name", "ocr x.png -m ''");
+    /* an empty API key (--api-key "$UNSET", or OMNI_API_KEY="") opened the server to every client, the log said
+     * "(API key required)" for the empty variable */
+    expect_fail("--api-key ''", 1, "--api-key: the key is empty", "serve -m /nonexistent/model --api-key ''");
+    cli_result k = cli_run_prefix("OMNI_API_KEY=", "serve -m /nonexistent/model");
+    CHECK(k.code == 1 && cli_lines(k.err) == 1 && strstr(k.err, "OMNI_API_KEY is set but empty"),
+          "OMNI_API_KEY='': exit %d: %s", k.code, k.err);
+    cli_free(&k);
     cli_result r = cli_run("logits -m %s -p hi -o /dev/full", TEXT_MODEL);
     CHECK(r.code == 4 && strstr(r.err, "error: cannot write /dev/full: No space left on device"),
           "logits -o /dev/full: exit %d: %s", r.code, r.err);
