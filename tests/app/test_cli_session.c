@@ -196,17 +196,22 @@ static void interrupt_twice(void) {
           p.ebuf);
 }
 
-/* Session 7: Ctrl+C stops eval kl with its perf block and exit 130 (it printed no perf block). Sent as soon as the
- * handler is in place: from the load on, every phase ends in the perf block. */
+/* Run argv with Ctrl+C sent as soon as its handler is in place; the exit code (what it wrote in *p). */
+static int interrupt_early(proc *p, char *const argv[]) {
+    spawn(p, argv);
+    double t0 = omni_time_ms();
+    while (!catches_sigint(p->pid) && omni_time_ms() - t0 < 30000) usleep(10000);
+    kill(p->pid, SIGINT);
+    return finish(p, 120000);
+}
+
+/* Session 7: Ctrl+C stops eval kl with its perf block and exit 130 (it printed no perf block); from the load on,
+ * every phase ends in the perf block. */
 static void interrupt_eval(void) {
     char *argv[] = {"omni", "eval", "kl", "-m", TEXT_MODEL, "--kv", "int2", "--text",
                     (char *)words_file("eval.txt", 4000), NULL};
     proc p;
-    spawn(&p, argv);
-    double t0 = omni_time_ms();
-    while (!catches_sigint(p.pid) && omni_time_ms() - t0 < 30000) usleep(10000);
-    kill(p.pid, SIGINT);
-    int code = finish(&p, 120000);
+    int code = interrupt_early(&p, argv);
     CHECK(code == 130 && strstr(p.ebuf, "prompt eval time") && strstr(p.ebuf, "Interrupted by user") && !p.obuf[0],
           "eval kl + Ctrl+C: exit %d, out '%s':\n%s", code, p.obuf, p.ebuf);
 }
@@ -215,11 +220,7 @@ static void interrupt_eval(void) {
 static void interrupt_tokenize(void) {
     char *argv[] = {"omni", "tokenize", "-m", TEXT_MODEL, "-f", (char *)words_file("tok.txt", 150000), NULL};
     proc p;
-    spawn(&p, argv);
-    double t0 = omni_time_ms();
-    while (!catches_sigint(p.pid) && omni_time_ms() - t0 < 30000) usleep(10000);
-    kill(p.pid, SIGINT);
-    int code = finish(&p, 120000);
+    int code = interrupt_early(&p, argv);
     CHECK(code == 130 && !p.obuf[0] && strstr(p.ebuf, "Interrupted by user"), "tokenize + Ctrl+C: exit %d, out '%.60s'",
           code, p.obuf);
 }
