@@ -1,5 +1,6 @@
 /* fuzz_chat_line.c - the chat REPL's input (app/chat_line.c): reading lines of any length with a small buffer
- * (too-long lines dropped whole) and parsing each into a message or a command. */
+ * (too-long lines and lines with a NUL byte dropped whole, endless input stopped) and parsing each into a message
+ * or a command. */
 #include "fuzz_util.h"
 
 #include "app/chat_line.h"
@@ -16,11 +17,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n) {
     char line[64];
     size_t len, lines = 0;
     chat_read r;
-    while ((r = chat_read_line(f, line, sizeof line, &len)) == CHAT_READ_OK || r == CHAT_READ_TOO_LONG) {
-        FUZZ_ASSERT(r == CHAT_READ_TOO_LONG ? len >= sizeof line - 1 : strlen(line) <= len);
+    while ((r = chat_read_line(f, line, sizeof line, &len)) == CHAT_READ_OK || r == CHAT_READ_TOO_LONG ||
+           r == CHAT_READ_BINARY) {
+        if (r == CHAT_READ_TOO_LONG) FUZZ_ASSERT(len >= sizeof line - 1);
+        if (r == CHAT_READ_OK) FUZZ_ASSERT(strlen(line) == len); /* a line read whole holds no NUL */
         if (r == CHAT_READ_OK) chat_parse_line(line);
         if (++lines > n + 1) abort(); /* every call consumes input */
     }
+    FUZZ_ASSERT(r == CHAT_READ_EOF || r == CHAT_READ_ENDLESS); /* (a memory stream has no errors or signals) */
     fclose(f);
     return 0;
 }
