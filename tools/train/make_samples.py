@@ -27,7 +27,7 @@ OUT = os.path.join(util.ROOT, "assets", "samples")
 # outside the list poorly (23.9%): it misread the first samples ("Total: $38.50 Paid 2026-11-30", "Hello from omni, on
 # 2 CPU cores!", "def area(r): return 3.14 * r * r") for that reason, so session 6 picked these three from 12
 # candidate lines in the same fonts, of which it read 8 exactly. The committed model (session 7, trained on half
-# out-of-list text) reads word-list text at held-out exact 90.6% and out-of-list text at 68.6% (CER 2.67%;
+# out-of-list text) reads word-list text at held-out exact 90.9% and out-of-list text at 72.6% (CER 2.25%;
 # bench/QUALITY.md); of the first samples it reads the receipt and code lines exactly and "omni" still as "omi".
 IMAGES = [  # file, one line (the OCR model reads single lines), font, size px, background, text colour
     ("receipt.png", "Total: $38.50 Date: 2026-11-30", "DejaVuSans.ttf", 24, (250, 250, 245), (20, 20, 20)),
