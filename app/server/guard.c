@@ -68,6 +68,18 @@ static void shut(srv_guard *g, srv_conn *c, int say_408) {
     g->live--;
 }
 
+void srv_cond_wait_ms(pthread_cond_t *cv, pthread_mutex_t *mu, int ms) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += ms / 1000;
+    ts.tv_nsec += (ms % 1000) * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    pthread_cond_timedwait(cv, mu, &ts);
+}
+
 static void *watchdog(void *arg) {
     srv_guard *g = arg;
     pthread_mutex_lock(&g->mu);
@@ -80,14 +92,7 @@ static void *watchdog(void *arg) {
                 shut(g, c, c->ph == PH_BODY);
             }
         }
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += WATCH_MS * 1000000L;
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
-        pthread_cond_timedwait(&g->cv, &g->mu, &ts);
+        srv_cond_wait_ms(&g->cv, &g->mu, WATCH_MS);
     }
     pthread_mutex_unlock(&g->mu);
     return NULL;

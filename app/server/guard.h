@@ -13,6 +13,7 @@
 #ifndef OMNI_SERVER_GUARD_H
 #define OMNI_SERVER_GUARD_H
 
+#include <pthread.h>
 #include <stddef.h>
 
 #include "kernels/status.h"
@@ -54,5 +55,8 @@ typedef struct {
     long slow, evicted;   /* connections closed for a slow head or body / to make room */
 } srv_guard_stats;
 void srv_guard_get_stats(srv_guard *g, srv_guard_stats *out);
+
+/* pthread_cond_timedwait for at most `ms` milliseconds (mu held). */
+void srv_cond_wait_ms(pthread_cond_t *cv, pthread_mutex_t *mu, int ms);
 
 #endif

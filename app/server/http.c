@@ -312,14 +312,7 @@ static wait_result wait_job(srv_job *j, int (*ready)(const srv_job *)) {
             continue;
         }
         if (ready(j)) return WAIT_PROGRESS;
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += WAIT_SLICE_MS * 1000000L;
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
-        pthread_cond_timedwait(&j->cv, &j->mu, &ts);
+        srv_cond_wait_ms(&j->cv, &j->mu, WAIT_SLICE_MS);
         if (ready(j) || j->want_cancel || !client_gone(j->fd)) continue;
         pthread_mutex_unlock(&j->mu);
         cancel_job(j);
