@@ -827,6 +827,26 @@ static int refuse_now(const srv_server *s, struct MHD_Connection *c, const conn_
     return (ex && strcasestr(ex, "100-continue")) || (cl && strtoull(cl, NULL, 10) > body_cap(s));
 }
 
+/* Room for n more body bytes, reserved before it is allocated (the buffer never holds more than is reserved): a
+ * declared length at once, a chunked body by doubling. -1: refused (cs->err). */
+static int body_room(srv_server *s, conn_state *cs, size_t n) {
+    size_t need = cs->body.n + n + 1;
+    if (need <= cs->body.cap) return 0;
+    size_t want = cs->held + 1 > need ? cs->held + 1 : 2 * need < s->p.max_body + 1 ? 2 * need : s->p.max_body + 1;
+    if (want < need) want = need;
+    if (hold_total(s, cs, want)) return -1;
+    char *b = realloc(cs->body.s, want);
+    if (!b) {
+        cs->error = 1;
+        srv_error_set(&cs->err, 500, "server_error", NULL, NULL, "out of memory");
+        release_all(s, cs);
+        return -1;
+    }
+    cs->body.s = b;
+    cs->body.cap = want;
+    return 0;
+}
+
 /* Body bytes: kept up to the limit (each chunk reserved with the guard), then only counted (413 at the end); a body
  * far over the limit closes the connection, and so does a body still arriving at shutdown. Returns 0 to go on, -1
  * to close. */
@@ -842,10 +862,7 @@ static int take_body(srv_server *s, conn_state *cs, const char *data, size_t n) 
         release_all(s, cs);
         return 0;
     }
-    if (cs->body.n + n > cs->held) { /* a body of no declared length (chunked): reserve as it comes, 64 KiB at once */
-        size_t want = cs->body.n + n + 65536;
-        if (hold_total(s, cs, want < s->p.max_body ? want : s->p.max_body)) return 0;
-    }
+    if (body_room(s, cs, n)) return 0;
     if (buf_add(&cs->body, data, n)) {
         cs->error = 1;
         srv_error_set(&cs->err, 500, "server_error", NULL, NULL, "out of memory");

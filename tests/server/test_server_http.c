@@ -868,16 +868,19 @@ static void test_held(fake_backend *fb, srv_params p) {
     int fd[4];
     for (int i = 0; i < 4; i++) fd[i] = partial_body(7000);
     long held = 0;
-    for (int w = 0; w < 500 && held != 28000; w++) { /* 4 x 7000 */
+    for (int w = 0; w < 500 && held != 28004; w++) { /* 4 x 7000 and their NULs */
         held = metric("omni_request_bytes_held ");
-        if (held != 28000) usleep(10000);
+        if (held != 28004) usleep(10000);
     }
-    CHECK(held == 28000, "bytes held with 4 bodies of 7000 on the way: %ld", held);
+    CHECK(held == 28004, "bytes held with 4 bodies of 7000 on the way: %ld", held);
     char *b = padded_body(7000);
     expect_error("a body past the memory cap", request("POST", "/v1/chat/completions", KEY, b), 503, "server_busy");
-    char raw[4096];
-    exchange("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " KEY "\r\n"
-             "Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n10\r\n{\"messages\":[   \r\n0\r\n\r\n", raw, sizeof raw);
+    char raw[4096], chunked[4096]; /* a chunk of 3000 bytes: past the 1996 left */
+    int n = snprintf(chunked, sizeof chunked, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: "
+                     "Bearer " KEY "\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\nbb8\r\n");
+    memset(chunked + n, ' ', 3000);
+    strcpy(chunked + n + 3000, "\r\n0\r\n\r\n");
+    exchange(chunked, raw, sizeof raw);
     CHECK(!strncmp(raw, "HTTP/1.1 503", 12) && strstr(raw, "server_busy") && strstr(raw, "Retry-After: 1"),
           "a chunked body past the memory cap: %.300s", raw);
     expect_health("the memory cap");
