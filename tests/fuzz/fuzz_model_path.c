@@ -8,19 +8,12 @@
  * snapshots/ folder (refs/main cannot lead elsewhere), and it is the snapshot refs/main names when that exists.
  * The layout is rebuilt only when its part of the input (flags, REFS, NAMES) differs from the previous input's: the
  * file system work dominates, and mutations of ARG alone need none. */
-#define _GNU_SOURCE /* nftw, FTW_PHYS */
 #include "fuzz_util.h"
 
-#include <ftw.h>
 #include <limits.h>
 #include <sys/stat.h>
 
 #include "app/model_path.h"
-
-static int rm_one(const char *p, const struct stat *st, int flag, struct FTW *f) {
-    (void)st, (void)flag, (void)f;
-    return remove(p);
-}
 
 /* The next part of [*d, end) up to "\n#\n" (or the end). */
 static const uint8_t *part(const uint8_t **d, const uint8_t *end, size_t *len) {
@@ -66,7 +59,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n) {
     const uint8_t *refs = part(&at, end, &rl), *names = part(&at, end, &sl), *arg = part(&at, end, &al);
     int rebuild = !same_layout(d, (size_t)(names + sl - d));
     if (rebuild) {
-        nftw(root, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+        nftw(root, fuzz_rm_one, 16, FTW_DEPTH | FTW_PHYS);
         snprintf(p, sizeof p, "%s/refs", cache);
         if (mkdir(root, 0700) || mkdir(hub, 0700) || mkdir(cache, 0700) || mkdir(p, 0700) || mkdir(snaps, 0700))
             abort();

@@ -10,6 +10,7 @@
  * {"content"} JSON checked). Every body: srv_json_measure bounds what cJSON builds (values, depth). The tokenizer:
  * as fuzz_tokenizer_encode finds it ($OMNI_FUZZ_TOKENIZER, data/tokenizer.json beside the binary, the fixture). */
 #include "fuzz_util.h"
+#include "fuzz_tokenizer.h"
 
 #include <cjson/cJSON.h>
 
@@ -17,22 +18,10 @@
 #include "app/server/response.h"
 #include "llm/tokenizer.h"
 
-#include <libgen.h>
-
 static llm_tokenizer *g_tok;
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
-    char beside[4096], exe[4096];
-    const char *env = getenv("OMNI_FUZZ_TOKENIZER");
-    snprintf(exe, sizeof exe, "%s", (*argv)[0]);
-    snprintf(beside, sizeof beside, "%s/data/tokenizer.json", dirname(exe));
-    const char *paths[] = {env, beside, OMNI_FIXTURES "/tok-small/tokenizer.json"};
-    for (int i = 0; i < 3 && !g_tok; i++)
-        if (paths[i] && access(paths[i], R_OK) == 0 && llm_tokenizer_load(paths[i], &g_tok) != OMNI_OK) g_tok = NULL;
-    if (!g_tok) {
-        fprintf(stderr, "fuzz_server_request: no tokenizer.json (set OMNI_FUZZ_TOKENIZER)\n");
-        abort();
-    }
+    g_tok = fuzz_tokenizer((*argv)[0], "fuzz_server_request");
     (void)argc;
     return 0;
 }

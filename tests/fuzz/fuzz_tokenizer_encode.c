@@ -5,25 +5,14 @@
  * The tokenizer: $OMNI_FUZZ_TOKENIZER, else data/tokenizer.json beside the binary (the GPU-host pack), else the
  * source tree's tests/fixtures/tok-small/tokenizer.json. Byte 0 of the input: bit 0 = parse special tokens. */
 #include "fuzz_util.h"
-
-#include <libgen.h>
+#include "fuzz_tokenizer.h"
 
 #include "llm/tokenizer.h"
 
 static llm_tokenizer *g_tok;
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
-    char beside[4096], exe[4096];
-    const char *env = getenv("OMNI_FUZZ_TOKENIZER");
-    snprintf(exe, sizeof exe, "%s", (*argv)[0]);
-    snprintf(beside, sizeof beside, "%s/data/tokenizer.json", dirname(exe));
-    const char *paths[] = {env, beside, OMNI_FIXTURES "/tok-small/tokenizer.json"};
-    for (int i = 0; i < 3 && !g_tok; i++)
-        if (paths[i] && access(paths[i], R_OK) == 0 && llm_tokenizer_load(paths[i], &g_tok) != OMNI_OK) g_tok = NULL;
-    if (!g_tok) {
-        fprintf(stderr, "fuzz_tokenizer_encode: no tokenizer.json (set OMNI_FUZZ_TOKENIZER)\n");
-        abort();
-    }
+    g_tok = fuzz_tokenizer((*argv)[0], "fuzz_tokenizer_encode");
     (void)argc;
     return 0;
 }

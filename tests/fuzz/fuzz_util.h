@@ -3,6 +3,10 @@
 #define OMNI_FUZZ_UTIL_H
 
 #define _DEFAULT_SOURCE
+#ifndef _XOPEN_SOURCE
+#define _XOPEN_SOURCE 700 /* nftw */
+#endif
+#include <ftw.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -12,15 +16,25 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-/* A private directory for targets that need files (under $TMPDIR or /tmp; made once per process). */
+static char g_fuzz_dir[512];
+
+static inline int fuzz_rm_one(const char *p, const struct stat *st, int flag, struct FTW *f) {
+    (void)st, (void)flag, (void)f;
+    return remove(p);
+}
+
+static inline void fuzz_dir_remove(void) { nftw(g_fuzz_dir, fuzz_rm_one, 16, FTW_DEPTH | FTW_PHYS); }
+
+/* A private directory for targets that need files (under $TMPDIR or /tmp; made once per process, removed with
+ * everything in it when the process exits normally: replays and libFuzzer's jobs). */
 static inline const char *fuzz_dir(void) {
-    static char dir[512];
-    if (!dir[0]) {
+    if (!g_fuzz_dir[0]) {
         const char *t = getenv("TMPDIR");
-        snprintf(dir, sizeof dir, "%s/omni_fuzz_XXXXXX", t && t[0] ? t : "/tmp");
-        if (!mkdtemp(dir)) abort();
+        snprintf(g_fuzz_dir, sizeof g_fuzz_dir, "%s/omni_fuzz_XXXXXX", t && t[0] ? t : "/tmp");
+        if (!mkdtemp(g_fuzz_dir)) abort();
+        atexit(fuzz_dir_remove);
     }
-    return dir;
+    return g_fuzz_dir;
 }
 
 /* Write n bytes to dir/name (replacing it); 0 on success. */
