@@ -70,9 +70,9 @@ static const cmd_info g_cmds[] = {
      "Print the token ids of TEXT as it is (no template; special tokens are recognised)."},
     {"logits", (GEN_GROUPS & ~G_SAMPLING) | G_LOGITS, POS_PROMPT, "-m MODEL -p TEXT (-o FILE | --top N) [options]",
      "Run the prompt and write the last position's logits (float32) to -o FILE and/or the N best to stdout."},
-    {"ocr", GEN_GROUPS & ~(G_AUDIO | G_AUDLIM | G_RAW), POS_IMAGES, "IMAGE... -m MODEL [--prompt TEXT] [options]",
+    {"ocr", GEN_GROUPS & ~(G_AUDIO | G_AUDLIM | G_RAW), POS_IMAGES, "IMAGE... [-m MODEL] [--prompt TEXT] [options]",
      "Read the text in each image (greedy, 1024-2048 visual tokens, up to 2048 new tokens)."},
-    {"ask", GEN_GROUPS, POS_PROMPT, "-m MODEL --audio FILE [options] \"question\"",
+    {"ask", GEN_GROUPS, POS_PROMPT, "[-m MODEL] --audio FILE [options] \"question\"",
      "Answer a question about an audio file with a Qwen3-Omni model (audio first, then the question)."},
     {"eval", G_MODEL | G_RUN | G_DEVICE | G_CTX | G_KVALL | G_EVAL | G_PERF | G_TEXTLIM, POS_SUBCOMMAND,
      "kl -m MODEL --kv MODE --text FILE [--ctx N] [--chunk N] [--json]",
@@ -110,12 +110,12 @@ typedef struct {
 } opt_info;
 
 static const opt_info g_opts[] = {
-    {O_MODEL, {"-m", "--model"}, "MODEL", G_MODEL, "model directory, models--Org--Name cache dir, or Org/Name"},
+    {O_MODEL, {"-m", "--model"}, "MODEL", G_MODEL, "model directory, models--Org--Name cache dir, or Org/Name[@REV]"},
     {O_VERBOSE, {"-v", "--verbose"}, NULL, G_MODEL, "more logs on stderr (also library messages)"},
     {O_HELP, {"-h", "--help"}, NULL, G_ALL, "this help"},
     {O_THREADS, {"-t", "--threads"}, "N", G_RUN, "CPU threads"},
     {O_DEVICE, {"--device"}, "cpu|cuda", G_DEVICE, "where to run (default: cuda when a GPU is present and the KV format runs "
-                                                   "there, else cpu; bench: cpu)"},
+                                                   "there, else cpu)"},
     {O_PROMPT, {"-p", "--prompt"}, "TEXT", G_PROMPT, "prompt text"},
     {O_FILE, {"-f", "--file"}, "FILE", G_PROMPT, "read the prompt from FILE (- = standard input)"},
     {O_SYSTEM, {"--system", "-sys"}, "TEXT", G_SYSTEM, "system message"},
@@ -154,7 +154,8 @@ static const opt_info g_opts[] = {
     {O_CSV, {"--csv"}, "FILE", G_BENCH, "write the results as CSV"},
     {O_PNG, {"--png"}, "FILE", G_BENCH, "write the chart as PNG"},
     {O_PNGSIZE, {"--png-size"}, "WxH", G_BENCH, "chart size in pixels (64..16384 each)"},
-    {O_KVMEM, {"--kv-mem"}, "GiB", G_KVMEM, "KV memory budget"},
+    {O_KVMEM, {"--kv-mem"}, "GiB", G_KVMEM,
+     "KV memory budget (bench: default 4; serve: room for --max-seqs sequences of -c tokens)"},
     {O_BWMIB, {"--bw-mib"}, "N", G_BENCH, "buffer of the memory-copy bandwidth measurement (MiB)"},
     {O_REPORT, {"--report"}, "FILE", G_BENCH, "write REPORT.md"},
     {O_BASELINE, {"--baseline"}, "FILE", G_BENCH, "transformers baseline CSV (bench/hf_generate.py)"},
@@ -163,11 +164,11 @@ static const opt_info g_opts[] = {
     {O_PORT, {"--port"}, "N", G_SERVE, "port (default 8080)"},
     {O_APIKEY, {"--api-key"}, "K", G_SERVE, "required bearer key (or $OMNI_API_KEY)"},
     {O_ALIAS, {"--alias"}, "NAME", G_SERVE, "model id shown to clients"},
-    {O_MAXSEQS, {"--max-seqs"}, "N", G_SERVE, "sequences run at once"},
-    {O_MAXQUEUE, {"--max-queue"}, "N", G_SERVE, "requests waiting before 503"},
-    {O_MAXTOKENS, {"--max-tokens"}, "N", G_SERVE, "largest max_tokens of a request"},
-    {O_MAXBODY, {"--max-body"}, "MiB", G_SERVE, "largest request body"},
-    {O_TIMEOUT, {"--timeout"}, "S", G_SERVE, "request timeout in seconds"},
+    {O_MAXSEQS, {"--max-seqs"}, "N", G_SERVE, "sequences run at once (default 8)"},
+    {O_MAXQUEUE, {"--max-queue"}, "N", G_SERVE, "requests waiting before 503 (default 64)"},
+    {O_MAXTOKENS, {"--max-tokens"}, "N", G_SERVE, "largest max_tokens of a request (default 2048)"},
+    {O_MAXBODY, {"--max-body"}, "MiB", G_SERVE, "largest request body (default 64)"},
+    {O_TIMEOUT, {"--timeout"}, "S", G_SERVE, "request timeout in seconds (default 600)"},
     {O_ALLOWFILES, {"--allow-files"}, NULL, G_SERVE, "let requests name local image files"},
     {O_KVA, {"--kv-a"}, "MODE", G_DEMO, "KV format of pane A (default bf16)"},
     {O_KVB, {"--kv-b"}, "MODE", G_DEMO, "KV format of pane B (default int2)"},
@@ -583,6 +584,15 @@ static void default_note(const opt_info *o, const omni_args *d, char *buf, size_
     else if (o->id == O_TOPP) snprintf(buf, cap, " (default %g)", d->top_p);
 }
 
+/* The help of an option where a command gives it another meaning (bench measures: its -n, -s and --device). */
+static const char *opt_help(const cmd_info *c, const opt_info *o) {
+    if (strcmp(c->name, "bench")) return o->help;
+    if (o->id == O_DEVICE) return "where to run (default cpu)";
+    if (o->id == O_NPREDICT) return "decode steps timed per point, 1..100000";
+    if (o->id == O_SEED) return "seed of --random's weights, 0..2^64-1 (default 0)";
+    return o->help;
+}
+
 void omni_args_usage(FILE *f, const char *cmd, const omni_args *defaults) {
     const cmd_info *c = find_cmd(cmd);
     if (!c) return;
@@ -592,8 +602,9 @@ void omni_args_usage(FILE *f, const char *cmd, const omni_args *defaults) {
                    "  /image FILE      attach an image to the next message (checked now)\n"
                    "  /audio FILE      attach an audio file to the next message (checked now)\n"
                    "  /clear           forget the history (and pending attachments)\n"
+                   "  /help            this list\n"
                    "  /quit or /exit   leave (also Ctrl+D)\n"
-                   "  Ctrl+C           stop the current answer; the history is kept\n"
+                   "  Ctrl+C           stop the current answer; the history is kept (at the prompt: leave, 130)\n"
                    "A message is one line (at most %d bytes).\n", 1 << 20);
     fprintf(f, "\noptions:\n");
     for (int i = 0; i < N_OPTS; i++) {
@@ -604,7 +615,7 @@ void omni_args_usage(FILE *f, const char *cmd, const omni_args *defaults) {
                  o->meta ? " " : "", o->meta ? o->meta : "");
         char note[64];
         default_note(o, defaults, note, sizeof note);
-        fprintf(f, "  %-26s %s%s\n", names, o->help, note);
+        fprintf(f, "  %-26s %s%s\n", names, opt_help(c, o), note);
     }
     fprintf(f, "\nexit codes: 0 ok, 1 usage, 2 bad input file, 3 bad/unsupported model, 4 runtime error, 130 interrupted\n");
 }

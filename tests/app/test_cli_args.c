@@ -76,6 +76,30 @@ static void test_help(void) {
     r = cli_run("generate --help");
     CHECK(strstr(r.out, "(default 0.7)") && strstr(r.out, "(default 0.8)") && strstr(r.out, "(default 256)"),
           "generate's defaults: %s", r.out);
+    CHECK(!strstr(r.out, "bench") && strstr(r.out, "Org/Name[@REV]"), "generate's --device / -m help: %s", r.out);
+    cli_free(&r);
+    /* help as the commands behave (docs6): ocr and ask take the embedded model without -m; chat has /help and
+     * Ctrl+C at the prompt leaves; serve shows its limits' defaults; bench's -n / -s / --device mean its own */
+    r = cli_run("ocr --help");
+    CHECK(strstr(r.out, "usage: omni ocr IMAGE... [-m MODEL]"), "ocr: -m is optional: %s", r.out);
+    cli_free(&r);
+    r = cli_run("ask --help");
+    CHECK(strstr(r.out, "usage: omni ask [-m MODEL]"), "ask: -m is optional: %s", r.out);
+    cli_free(&r);
+    r = cli_run("chat --help");
+    CHECK(strstr(r.out, "/help") && strstr(r.out, "at the prompt: leave, 130"), "chat's /help and Ctrl+C: %s", r.out);
+    cli_free(&r);
+    r = cli_run("serve --help");
+    CHECK(strstr(r.out, "once (default 8)") && strstr(r.out, "503 (default 64)") &&
+              strstr(r.out, "request (default 2048)") && strstr(r.out, "body (default 64)") &&
+              strstr(r.out, "seconds (default 600)"),
+          "serve's limits' defaults: %s", r.out);
+    cli_free(&r);
+    r = cli_run("bench --help");
+    CHECK(strstr(r.out, "decode steps timed per point, 1..100000 (default 32)") &&
+              strstr(r.out, "where to run (default cpu)") && strstr(r.out, "seed of --random's weights") &&
+              !strstr(r.out, "until EOS"),
+          "bench's -n / -s / --device: %s", r.out);
     cli_free(&r);
 }
 
