@@ -18,6 +18,16 @@ static volatile int g_interrupted = 0;
 /* First Ctrl+C: the running command stops within one prefill chunk, decode step, or encoder block/layer,
  * prints what it did (perf block) and the program exits 130 (chat: only the current answer stops). A second
  * Ctrl+C before that leaves at once, saying so. */
+/* The checkpoint is mapped, not read: a model file truncated (or replaced in place) while omni runs makes the next
+ * read of a missing page a bus error. One line and the model's exit code instead of a core dump. */
+static void on_sigbus(int sig) {
+    (void)sig;
+    static const char msg[] = "\nerror: a memory-mapped model file was truncated or changed while omni used it "
+                              "(bus error); restore the file and run again\n";
+    if (write(STDERR_FILENO, msg, sizeof msg - 1) < 0) {}
+    _exit(3);
+}
+
 static void on_sigint(int sig) {
     (void)sig;
     if (g_interrupted) {
@@ -151,6 +161,8 @@ int main(int argc, char **argv) {
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_sigint;
     sigaction(SIGINT, &sa, NULL);
+    sa.sa_handler = on_sigbus;
+    sigaction(SIGBUS, &sa, NULL);
 
     if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "version")) {
         if (argc > 2) return extra_word(argv[2], "omni --version takes no arguments");
