@@ -26,7 +26,12 @@
  *       its raw page, the new ones from k/v rotated and rounded as the window stores them) are quantized into
  *       quant page quant_tab[slot][b] (or copied in raw layout for a layer that does not quantize).
  *   CTAs beyond the step's n_tok / n_flush do nothing, so a launch sized for t_cap tokens serves every step of at
- *   most t_cap tokens (CUDA graphs). */
+ *   most t_cap tokens (CUDA graphs).
+ * Early flush (kv_dev: on unless OMNI_KV_EARLY_FLUSH=0): the flush items whose 32 rows were all committed before
+ * the step run for every layer at once, right after the table update (a decode step's block leaving the window is
+ * such an item: its quantization then costs one CTA's time per step instead of one per layer on the chain of
+ * layers); the append of each layer skips them (args.flush, below). The attention of the step reads a flushing
+ * block from its window page either way (or, kvc_decode, from the quant page: written before any layer now). */
 #ifndef OMNI_KV_APPEND_H
 #define OMNI_KV_APPEND_H
 
@@ -91,6 +96,14 @@ KV_HD void kvd_apply_phase(const kvd_step *s, int32_t *tab, int32_t *len, int ta
 }
 
 /* ---- append of one layer */
+/* Which flush items a launch runs. A block whose 32 rows were all committed before the step (every decode flush
+ * of a cache with a window of 32 or more) needs nothing of the step: kvd_flush_old_kernel runs those of every
+ * layer in one launch at the upload (KVD_FLUSH_OLD), and the per-layer append then runs only the flush items that
+ * hold rows of the step (KVD_FLUSH_NEW); KVD_FLUSH_ALL: the append runs every flush item (no early launch). */
+#define KVD_FLUSH_ALL 0
+#define KVD_FLUSH_NEW 1
+#define KVD_FLUSH_OLD 2
+
 typedef struct {
     kv_layer_view v;           /* pools, tables (device pointers on the device) */
     const kvd_step *step;      /* the step record (device copy) */
@@ -98,7 +111,22 @@ typedef struct {
     int t_cap, f_cap;          /* CTAs: t_cap * Hkv raw items, then f_cap * Hkv flush items */
     float rs;                  /* FWHT normalization (float)(1 / sqrt((double)D)) */
     int log2d;                 /* log2(D) when the layer rotates, else 0 */
+    int flush;                 /* KVD_FLUSH_ALL / _NEW / _OLD: the flush items this launch runs */
 } kvd_append_args;
+
+/* Committed rows of block b of a sequence of committed length L0 (0..32). */
+KV_HD int kvd_old_rows(int64_t L0, int b) {
+    int64_t old = L0 - (int64_t)b * KV_BLOCK;
+    return old <= 0 ? 0 : old >= KV_BLOCK ? KV_BLOCK : (int)old;
+}
+
+/* Flush items of step record s whose rows were all committed before the step (KVD_FLUSH_OLD's work). */
+KV_HD int kvd_old_flushes(const kvd_step *s) {
+    const int32_t *fseq = kvd_arr(s, s->o_fseq), *fblk = kvd_arr(s, s->o_fblk), *len0 = kvd_arr(s, s->o_len0);
+    int n = 0;
+    for (int f = 0; f < s->n_flush; f++) n += kvd_old_rows(len0[fseq[f]], fblk[f]) == KV_BLOCK;
+    return n;
+}
 
 typedef struct {               /* uniform state of one CTA */
     int kind;                  /* 0 nothing, 1 raw item, 2 flush item */
@@ -152,8 +180,8 @@ KV_HD void kvd_cta_setup(const kvd_append_args *a, int cta, kvd_cta *c) {
     c->L0 = kvd_arr(s, s->o_len0)[c->i];
     c->n = kvd_arr(s, s->o_new)[c->i];
     c->row0 = kvd_arr(s, s->o_row0)[c->i];
-    int64_t old = c->L0 - (int64_t)c->b * KV_BLOCK;
-    c->n_old = old <= 0 ? 0 : old >= KV_BLOCK ? KV_BLOCK : (int)old;
+    c->n_old = kvd_old_rows(c->L0, c->b);
+    if (a->flush == (c->n_old == KV_BLOCK ? KVD_FLUSH_NEW : KVD_FLUSH_OLD)) return; /* the other launch's item */
     c->rpage = c->n_old ? kv_view_raw_page(v, c->slot, c->b) : -1;
     c->qpage = kv_view_quant_page(v, c->slot, c->b);
     c->t0 = c->b == 0 ? v->n_sink : 0;

@@ -70,6 +70,7 @@ extern "C" omni_status omni_cuda_ctx_init(omni_cuda_ctx **out, int device) {
         omni_cuda_ctx_free(c);
         return st;
     }
+    omni_gemv_init(); /* kernel attributes, before any graph capture */
     *out = c;
     return OMNI_OK;
 }

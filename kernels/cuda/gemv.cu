@@ -9,8 +9,18 @@
  * the second in L2 before the wait for x (see omni_pdl_wait).
  * Version 3 (fused prologues): after the wait each block builds x itself in shared memory from the op before the
  * linear (residual add + RMSNorm, or SwiGLU) with that op's arithmetic, so the decode chain loses a kernel and
- * its boundary per fusion; the redundant prologue reads a few KB per block from L2. */
+ * its boundary per fusion; the redundant prologue reads a few KB per block from L2.
+ * Version 4 (bulk, sm_90; batch 1, no selections, M <= 4, a weight row <= 32 KB): one block per SM streams W
+ * through a ring of GB_NS shared-memory stages with the copy engine (cp.async.bulk, completing on an mbarrier per
+ * stage); a stage is `sr` whole consecutive rows (<= 32 KB), block b takes stages b, b + grid, ... The block's
+ * first GB_NS stages are requested before the PDL wait (W is nobody's output), so W streams from the kernel's first
+ * instruction while the kernel before finishes, and the ring keeps GB_NS stages in flight per SM after that
+ * (version 1-3 issue one step of loads per warp, then compute: a round trip per step). Per stage the 8 warps split
+ * the rows (8 / sr warps per row, lanes on consecutive 16-byte chunks), sum in fp32, reduce over the warp, and the
+ * row's partials are added in warp order. OFF by default: OMNI_CUDA_GEMV=4 at the first launch turns it on. Session 7
+ * call B (8B bs1/4K, graphs): 8% SLOWER than versions 1-3 (bf16 186.2 vs 203.1 tok/s; bench/NOTES.md). */
 #include <stdint.h>
+#include <string.h>
 
 #include "common.cuh"
 #include "cuda_check.h"
@@ -182,6 +192,222 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32, MINB) gemv_kernel(omni_gemv_a
 /* The prologue's rows in shared memory: at most the default 48 KiB of dynamic shared memory per block. */
 #define GEMV_PRO_SMEM 49152
 
+/* ---- version 4: bulk copies into a shared-memory ring */
+#define GB_NS 3           /* stages in flight per block */
+#define GB_STAGE 32768    /* bytes per stage (at most; sr whole rows) */
+#define GB_HEAD 512       /* mbarriers [GB_NS] (64 bytes) | partial sums [2][GEMV_WARPS][4] f32 (256 bytes) */
+
+#if !defined(KVC_EMU) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define GB_DEVICE 1
+__device__ __forceinline__ uint32_t gb_smem(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
+__device__ __forceinline__ void gb_bar_init(uint64_t *bar) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(gb_smem(bar)) : "memory");
+}
+/* bytes from global src to shared dst by the copy engine; completes a phase of bar (one arrival + the bytes). */
+__device__ __forceinline__ void gb_copy(void *dst, const void *src, uint32_t bytes, uint64_t *bar) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(gb_smem(bar)), "r"(bytes) : "memory");
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                     gb_smem(dst)),
+                 "l"(src), "r"(bytes), "r"(gb_smem(bar))
+                 : "memory");
+}
+/* Wait for the phase of bar with the given parity. A copy that never lands (a bad address) traps after ~2^24 polls
+ * (seconds) instead of hanging the stream: the launch fails and the caller sees the error. */
+__device__ __forceinline__ void gb_wait(uint64_t *bar, uint32_t parity) {
+    for (uint32_t n = 0;; n++) {
+        uint32_t done;
+        asm volatile("{\n\t.reg .pred p;\n\t"
+                     "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
+                     "selp.u32 %0, 1, 0, p;\n}"
+                     : "=r"(done)
+                     : "r"(gb_smem(bar)), "r"(parity)
+                     : "memory");
+        if (done) return;
+        if (n > (1u << 24)) __trap();
+    }
+}
+#else
+#define GB_DEVICE 0
+#endif
+
+/* Stage i of this block (rows t·sr .. of W, t = blockIdx.x + i·gridDim.x) into ring slot i % GB_NS. */
+__device__ __forceinline__ void gb_issue(const omni_gemv_args &a, int sr, int i, uint8_t *ring, uint64_t *bar) {
+#if GB_DEVICE
+    const int64_t r0 = ((int64_t)blockIdx.x + (int64_t)i * gridDim.x) * sr;
+    const int nr = a.N - r0 < sr ? (int)(a.N - r0) : sr;
+    gb_copy(ring + (size_t)(i % GB_NS) * GB_STAGE, a.w + r0 * a.K, (uint32_t)nr * a.K * 2, &bar[i % GB_NS]);
+#else
+    (void)a, (void)sr, (void)i, (void)ring, (void)bar;
+#endif
+}
+
+template <int M, bool F32OUT, int PRO>
+__global__ void __launch_bounds__(GEMV_WARPS * 32, 1) gemv_bulk_kernel(omni_gemv_args a, int sr) {
+#if GB_DEVICE
+    OMNI_DYN_SMEM(uint8_t, sm);
+    uint64_t *bar = (uint64_t *)sm;
+    float *red = (float *)(sm + 64);                           /* [2][GEMV_WARPS][M] */
+    uint16_t *xs = (uint16_t *)(sm + GB_HEAD);                 /* [M][K] */
+    uint8_t *ring = sm + GB_HEAD + (((size_t)M * a.K * 2 + 127) & ~(size_t)127);
+    const int K = a.K, nc = K / 8, tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int64_t n_st = ((int64_t)a.N + sr - 1) / sr;
+    const int mine = (int)((n_st - 1 - blockIdx.x) / gridDim.x) + 1; /* the grid has at most n_st blocks */
+    if (tid == 0) {
+        for (int i = 0; i < GB_NS; i++) gb_bar_init(&bar[i]);
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        for (int i = 0; i < GB_NS && i < mine; i++) gb_issue(a, sr, i, ring, bar); /* before the wait: W is constant */
+    }
+    omni_pdl_wait();
+    omni_pdl_trigger();
+    if (PRO == 1) gemv_pro_add_norm<M>(a, xs);
+    if (PRO == 2) gemv_pro_swiglu<M>(a, xs);
+    if (PRO == 0) {
+        for (int i = tid; i < M * nc; i += blockDim.x)
+            ((uint4 *)xs)[i] = ld_ro((const uint4 *)(a.x + (int64_t)(i / nc) * a.ldx) + i % nc);
+        __syncthreads();
+    }
+    const int wpr = GEMV_WARPS / sr, row = warp / wpr, part = warp % wpr;
+    for (int i = 0; i < mine; i++) {
+        const int64_t r0 = ((int64_t)blockIdx.x + (int64_t)i * gridDim.x) * sr;
+        const int nr = a.N - r0 < sr ? (int)(a.N - r0) : sr;
+        float *rd = red + (i & 1) * GEMV_WARPS * M;
+        gb_wait(&bar[i % GB_NS], (uint32_t)(i / GB_NS) & 1u);
+        float acc[M];
+#pragma unroll
+        for (int m = 0; m < M; m++) acc[m] = 0.f;
+        if (row < nr) {
+            const uint4 *wrow = (const uint4 *)(ring + (size_t)(i % GB_NS) * GB_STAGE + (size_t)row * K * 2);
+#pragma unroll 4
+            for (int c = part * 32 + lane; c < nc; c += 32 * wpr) {
+                const uint4 wv = wrow[c];
+#pragma unroll
+                for (int m = 0; m < M; m++) acc[m] = dot8(acc[m], ((const uint4 *)(xs + (size_t)m * K))[c], wv);
+            }
+        }
+#pragma unroll
+        for (int m = 0; m < M; m++)
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) acc[m] += __shfl_xor_sync(0xffffffffu, acc[m], o);
+        if (lane == 0)
+#pragma unroll
+            for (int m = 0; m < M; m++) rd[warp * M + m] = acc[m];
+        __syncthreads(); /* the slot is read and the partials written */
+        if (tid == 0 && i + GB_NS < mine) {
+            asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+            gb_issue(a, sr, i + GB_NS, ring, bar);
+        }
+        if (tid < sr * M) { /* (row, m): the partials of the row's warps in warp order */
+            const int rr = tid / M, m = tid % M;
+            if (rr < nr) {
+                float v = 0.f;
+                for (int p = 0; p < wpr; p++) v += rd[(rr * wpr + p) * M + m];
+                if (a.bias) v += __bfloat162float(((const bf16 *)a.bias)[r0 + rr]);
+                const int64_t off = (int64_t)m * a.ldy + r0 + rr;
+                if (F32OUT)
+                    ((float *)a.y)[off] = v;
+                else
+                    ((bf16 *)a.y)[off] = __float2bfloat16_rn(v);
+            }
+        }
+    }
+#else
+    (void)a, (void)sr; /* host pass / the emulator: never launched (gb_takes) */
+#endif
+}
+
+/* Rows per bulk stage for K (0: no bulk path): 8, 4, 2 or 1 whole rows within GB_STAGE. */
+static int gb_rows(int K) {
+    for (int sr = GEMV_WARPS; sr >= 1; sr /= 2)
+        if ((int64_t)sr * K * 2 <= GB_STAGE) return sr;
+    return 0;
+}
+
+/* The largest dynamic shared memory of a version-4 launch: head, M = 4 rows of the prologue limit, the ring. */
+#define GB_SMEM_MAX (GB_HEAD + GEMV_PRO_SMEM + GB_NS * GB_STAGE)
+
+/* Version 4 only with OMNI_CUDA_GEMV=4 (read once per process, like a build option) on an sm_90+ device (a build for
+ * several architectures compiles the kernel empty for older ones). */
+#ifndef KVC_EMU
+static int gb_enabled(void) {
+    static int on = -1;
+    if (on < 0) {
+        const char *e = getenv("OMNI_CUDA_GEMV");
+        int dev = 0, major = 0;
+        if (cudaGetDevice(&dev) != cudaSuccess ||
+            cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) {
+            major = 0;
+            (void)cudaGetLastError(); /* no device: the launches report it */
+        }
+        on = e && !strcmp(e, "4") && major >= 9;
+    }
+    return on;
+}
+#endif
+
+template <int M, bool F32OUT, int PRO> static void gb_launch_k(const omni_gemv_args *a, int sr, cudaStream_t s) {
+#ifdef KVC_EMU
+    (void)a, (void)sr, (void)s; /* not taken under the emulator (gb_takes) */
+#else
+    int dev = 0, sms = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    const int64_t n_st = ((int64_t)a->N + sr - 1) / sr;
+    const int grid = (int)(n_st < sms ? n_st : sms > 0 ? sms : 1);
+    const size_t smem = GB_HEAD + (((size_t)M * a->K * 2 + 127) & ~(size_t)127) + (size_t)GB_NS * GB_STAGE;
+    omni_launch_pdl(gemv_bulk_kernel<M, F32OUT, PRO>, grid, GEMV_WARPS * 32, smem, s, *a, sr);
+#endif
+}
+
+template <int M, bool F32OUT, int PRO> static int gb_attr_k(void) {
+#ifndef KVC_EMU
+    return cudaFuncSetAttribute(gemv_bulk_kernel<M, F32OUT, PRO>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                GB_SMEM_MAX) != cudaSuccess ||
+           cudaFuncSetAttribute(gemv_bulk_kernel<M, F32OUT, PRO>, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                100) != cudaSuccess;
+#else
+    return 0;
+#endif
+}
+
+template <int M> static int gb_attr_m(void) {
+    return gb_attr_k<M, false, 0>() | gb_attr_k<M, true, 0>() | gb_attr_k<M, false, 1>() | gb_attr_k<M, false, 2>();
+}
+
+/* Kernel attributes of version 4 (more than 48 KB of dynamic shared memory; the largest carveout), set once per
+ * process before its first launch: omni_cuda_ctx_init calls it, so a launch inside a graph capture finds them set;
+ * a launch without a context sets them itself. Idempotent (a second call sets the same values). */
+static int g_gb_attr; /* the attributes are set (process-wide, like the kernels they belong to) */
+void omni_gemv_init(void) {
+#ifndef KVC_EMU
+    if (!gb_enabled()) return;
+#endif
+    if (gb_attr_m<1>() | gb_attr_m<2>() | gb_attr_m<3>() | gb_attr_m<4>())
+        (void)cudaGetLastError(); /* no device: the launches fail later with their own message */
+    g_gb_attr = 1;
+}
+
+template <int M> static void gb_launch_m(const omni_gemv_args *a, int sr, cudaStream_t s) {
+    if (a->pro == 1)
+        gb_launch_k<M, false, 1>(a, sr, s);
+    else if (a->pro == 2)
+        gb_launch_k<M, false, 2>(a, sr, s);
+    else if (a->f32_out)
+        gb_launch_k<M, true, 0>(a, sr, s);
+    else
+        gb_launch_k<M, false, 0>(a, sr, s);
+}
+
+/* 1 when version 4 takes the call (the same answer for a fused linear and the plain one of its shape). */
+static int gb_takes(const omni_gemv_args *a) {
+#ifdef KVC_EMU
+    (void)a;
+    return 0;
+#else
+    return gb_enabled() && a->batch == 1 && !a->wsel && !a->xsel && a->M >= 1 && a->M <= 4 && gb_rows(a->K) > 0 &&
+           (size_t)a->M * a->K * 2 <= GEMV_PRO_SMEM;
+#endif
+}
+
 int omni_gemv_ok(int M, int K, const void *x, int64_t ldx, const void *w) {
     return M >= 1 && M <= 8 && K > 0 && K % 8 == 0 && ldx % 8 == 0 && is_aligned(x, 16) && is_aligned(w, 16);
 }
@@ -209,7 +435,16 @@ omni_status omni_gemv_launch(const omni_gemv_args *a, cudaStream_t s) {
         a->batch > 65535 || !pro_ok)
         return omni_fail(OMNI_ERR_USAGE, "omni_gemv_launch: M %d N %d K %d batch %d prologue %d", a->M, a->N, a->K,
                          a->batch, a->pro);
-    if (a->pro) switch (a->M) { /* the rows come from shared memory: M <= 4 */
+    if (gb_takes(a)) {
+        const int sr = gb_rows(a->K);
+        if (!g_gb_attr) omni_gemv_init();
+        switch (a->M) {
+        case 1: gb_launch_m<1>(a, sr, s); break;
+        case 2: gb_launch_m<2>(a, sr, s); break;
+        case 3: gb_launch_m<3>(a, sr, s); break;
+        default: gb_launch_m<4>(a, sr, s); break;
+        }
+    } else if (a->pro) switch (a->M) { /* the rows come from shared memory: M <= 4 */
         case 1: launch_m<1, 2, 4, 3>(a, s); break;
         case 2: launch_m<2, 2, 4, 3>(a, s); break;
         case 3: launch_m<3, 2, 2, 3>(a, s); break;

@@ -39,5 +39,7 @@ typedef struct {
 int omni_gemv_ok(int M, int K, const void *x, int64_t ldx, const void *w);
 /* Enqueue the kernel on stream s (no allocation, no sync). */
 omni_status omni_gemv_launch(const omni_gemv_args *a, cudaStream_t s);
+/* Kernel attributes of the bulk-copy version (once per process, before a graph capture: omni_cuda_ctx_init). */
+void omni_gemv_init(void);
 
 #endif

@@ -4,8 +4,13 @@
  * the CPU cache): `for each phase: program(phase, threadIdx.x); __syncthreads()`.
  *
  * Device memory (one cudaMalloc, regions 256-byte aligned): raw pool | quant pool | tables [2][max_seqs][stride]
- * | lengths [max_seqs] | step record. Host: a pinned copy of the step record (staging) and an event recorded after
- * each upload's copy (kv_dev_step waits on it before it rewrites the staging). */
+ * | lengths [max_seqs] | step record | early-flush arguments [n_layers]. Host: a pinned copy of the step record
+ * (staging) and an event recorded after each upload's copy (kv_dev_step waits on it before it rewrites the staging).
+ * Launches: the upload's table update (plain) and, when the step flushes blocks whose rows were all committed,
+ * kvd_flush_old_kernel for every layer at once (plain; kv_append.h "Early flush"); each layer's append is a
+ * programmatic dependent launch (it waits for the kernel before it, q/k norm + RoPE, before reading anything).
+ * OMNI_KV_EARLY_FLUSH=0 / OMNI_KV_APPEND_PDL=0 (or OMNI_CUDA_PDL=0) at kv_dev_init: every flush in the per-layer
+ * append / a plain append launch, the session-5 behaviour (A/B timing). */
 #ifndef KVC_EMU
 #include <cuda_runtime.h>
 #endif
@@ -19,6 +24,8 @@
 #include "kvc_ptx.cuh"
 
 #define KVD_APPLY_THREADS 1024
+#define KVD_OLD_THREADS 256 /* threads per CTA of the early flush (the programs take any count) */
+#define KVD_OLD_ITEMS 16    /* flush items per layer in the grid of a captured early flush (CTAs loop over more) */
 
 struct kv_dev {
     kv_pages *pages;
@@ -29,10 +36,19 @@ struct kv_dev {
     kvd_step *staging;         /* pinned host step record */
     int64_t step_bytes, mem_bytes;
     cudaEvent_t uploaded;      /* recorded after each upload's copy */
+    kvd_append_args *dargs;    /* device: early-flush arguments of each layer (KVD_FLUSH_OLD, t_cap 0) */
+    int n_layers, n_kv_heads;
+    int early, pdl;            /* early flush at the upload; append as a programmatic dependent launch */
     int n_seq, *ids, *n_new;   /* the step in flight (host) */
     int t_step;                /* its tokens; -1 = no step */
     int n_flush_step;          /* its flushes */
+    int n_old_step;            /* of which all rows were committed before the step */
 };
+
+static int env_off(const char *name) {
+    const char *e = getenv(name);
+    return e && e[0] == '0';
+}
 
 #define KVD_CHECK(call)                                                                                        \
     do {                                                                                                       \
@@ -52,11 +68,32 @@ __global__ void __launch_bounds__(KVD_APPLY_THREADS) kvd_apply_kernel(const kvd_
 
 __global__ void __launch_bounds__(KVD_THREADS) kvd_append_kernel(const kvd_append_args a) {
     KVC_DYN_SMEM(float, kvd_sm);
+    /* The setup reads the step record and the tables, written by the upload at the step's start: complete before
+     * the kernel before this one started (every kernel of the decode chain waits before it triggers its
+     * dependents), so its dependent loads overlap that kernel. k and v come from it: read after the wait. */
     kvd_cta c;
     kvd_cta_setup(&a, (int)blockIdx.x, &c);
+    kvc_pdl_wait();
+    kvc_pdl_launch(); /* the attention may be scheduled; it waits for this grid to complete */
     for (int ph = 0; ph < c.nph; ph++) { /* nph is the same for every thread of the CTA */
         kvd_cta_phase(&a, &c, ph, (int)threadIdx.x, (int)blockDim.x, kvd_sm);
         __syncthreads();
+    }
+}
+
+/* The early flush: CTA (x, layer blockIdx.y) runs flush items x, x + gridDim.x, ... below n_items * Hkv of that
+ * layer's KVD_FLUSH_OLD program (items of other kinds and beyond the step's flushes do nothing). */
+__global__ void __launch_bounds__(KVD_OLD_THREADS) kvd_flush_old_kernel(const kvd_append_args *args, int n_items) {
+    KVC_DYN_SMEM(float, kvd_sm);
+    const kvd_append_args *a = args + blockIdx.y;
+    const int n_cta = n_items * a->v.n_kv_heads;
+    for (int cta = (int)blockIdx.x; cta < n_cta; cta += (int)gridDim.x) {
+        kvd_cta c;
+        kvd_cta_setup(a, cta, &c);
+        for (int ph = 0; ph < c.nph; ph++) {
+            kvd_cta_phase(a, &c, ph, (int)threadIdx.x, (int)blockDim.x, kvd_sm);
+            __syncthreads();
+        }
     }
 }
 
@@ -89,8 +126,11 @@ extern "C" omni_status kv_dev_init(const kv_params *p, kv_dev **out) {
     int64_t rb, qb, ntab = 2 * (int64_t)p->max_seqs * v.tab_stride;
     kv_pages_pool_bytes(pages, &rb, &qb);
     const int64_t o_quant = align256(rb), o_tab = o_quant + align256(qb), o_len = o_tab + align256(ntab * 4);
-    const int64_t o_step = o_len + align256((int64_t)p->max_seqs * 4);
-    d->mem_bytes = o_step + align256(d->step_bytes);
+    const int64_t o_step = o_len + align256((int64_t)p->max_seqs * 4), o_args = o_step + align256(d->step_bytes);
+    d->n_layers = p->n_layers, d->n_kv_heads = p->n_kv_heads;
+    d->early = !env_off("OMNI_KV_EARLY_FLUSH");
+    d->pdl = !env_off("OMNI_KV_APPEND_PDL") && !env_off("OMNI_CUDA_PDL");
+    d->mem_bytes = o_args + align256((int64_t)p->n_layers * (int64_t)sizeof(kvd_append_args));
     cudaError_t e = cudaMalloc((void **)&d->mem, (size_t)d->mem_bytes);
     if (e != cudaSuccess) {
         size_t free_b = 0, total_b = 0;
@@ -107,6 +147,7 @@ extern "C" omni_status kv_dev_init(const kv_params *p, kv_dev **out) {
     d->tab = (int32_t *)(d->mem + o_tab);
     d->len = (int32_t *)(d->mem + o_len);
     d->dstep = (kvd_step *)(d->mem + o_step);
+    d->dargs = (kvd_append_args *)(d->mem + o_args);
     if ((e = cudaHostAlloc((void **)&d->staging, (size_t)d->step_bytes, cudaHostAllocDefault)) != cudaSuccess) {
         d->staging = NULL;
         kv_dev_free(d);
@@ -115,7 +156,20 @@ extern "C" omni_status kv_dev_init(const kv_params *p, kv_dev **out) {
     }
     memset(d->staging, 0, (size_t)d->step_bytes);
     *d->staging = layout;
-    if ((e = cudaEventCreateWithFlags(&d->uploaded, cudaEventDisableTiming)) != cudaSuccess ||
+    kvd_append_args *hargs = (kvd_append_args *)calloc((size_t)p->n_layers, sizeof *hargs);
+    if (!hargs) {
+        kv_dev_free(d);
+        return omni_fail(OMNI_ERR_NOMEM, "kv dev: out of memory");
+    }
+    for (int l = 0; l < p->n_layers; l++) {
+        kv_layer_view lv;
+        kv_dev_layer_view(d, l, &lv);
+        kvd_append_setup(&hargs[l], &lv, d->dstep, NULL, NULL, 0, layout.cap_flush);
+        hargs[l].flush = KVD_FLUSH_OLD;
+    }
+    e = cudaMemcpy(d->dargs, hargs, (size_t)p->n_layers * sizeof *hargs, cudaMemcpyHostToDevice);
+    free(hargs);
+    if (e != cudaSuccess || (e = cudaEventCreateWithFlags(&d->uploaded, cudaEventDisableTiming)) != cudaSuccess ||
         (e = cudaMemset(d->tab, 0xff, (size_t)ntab * 4)) != cudaSuccess ||
         (e = cudaMemset(d->len, 0, (size_t)p->max_seqs * 4)) != cudaSuccess ||
         (e = cudaMemcpy(d->dstep, d->staging, (size_t)d->step_bytes, cudaMemcpyHostToDevice)) != cudaSuccess) {
@@ -162,6 +216,7 @@ extern "C" omni_status kv_dev_step(kv_dev *d, int n_seq, const int *seq_ids, con
         memcpy(d->n_new, n_new, (size_t)n_seq * sizeof(int));
         d->t_step = d->staging->n_tok;
         d->n_flush_step = d->staging->n_flush;
+        d->n_old_step = d->early ? kvd_old_flushes(d->staging) : 0;
     }
     return OMNI_OK;
 }
@@ -180,6 +235,17 @@ extern "C" omni_status kv_dev_upload(kv_dev *d, void *stream) {
     kv_pages_layer_view(d->pages, 0, NULL, NULL, &v);
     KVD_CHECK(kvc_launch(kvd_apply_kernel, dim3(1), dim3(KVD_APPLY_THREADS), 0, st, 0, (const kvd_step *)d->dstep,
                          d->tab, d->len, v.tab_stride, v.max_seqs));
+    /* the early flush: sized for this step, or (captured: any replayed step) for the record's flush capacity */
+    const size_t smem = (size_t)kvd_smem_floats(v.head_dim) * 4;
+    if (d->early && cap == cudaStreamCaptureStatusActive && d->staging->cap_flush > 0) {
+        const int n = d->staging->cap_flush, x = n < KVD_OLD_ITEMS ? n : KVD_OLD_ITEMS;
+        KVD_CHECK(kvc_launch(kvd_flush_old_kernel, dim3((unsigned)(x * d->n_kv_heads), (unsigned)d->n_layers),
+                             dim3(KVD_OLD_THREADS), smem, st, 0, (const kvd_append_args *)d->dargs, n));
+    } else if (d->early && cap == cudaStreamCaptureStatusNone && d->t_step >= 0 && d->n_old_step > 0) {
+        const int n = d->n_flush_step;
+        KVD_CHECK(kvc_launch(kvd_flush_old_kernel, dim3((unsigned)(n * d->n_kv_heads), (unsigned)d->n_layers),
+                             dim3(KVD_OLD_THREADS), smem, st, 0, (const kvd_append_args *)d->dargs, n));
+    }
     return OMNI_OK;
 }
 
@@ -210,13 +276,16 @@ extern "C" omni_status kv_dev_append(kv_dev *d, int layer, const void *k, const 
     kv_layer_view view;
     omni_status s = kv_dev_layer_view(d, layer, &view);
     if (s) return s;
-    const int tc = t_cap ? t_cap : d->t_step, fc = t_cap ? kvd_flush_cap(d->pages, t_cap) : d->n_flush_step;
+    /* eager: the step's flush items (none when the upload ran them all) */
+    const int tc = t_cap ? t_cap : d->t_step;
+    const int fc = t_cap ? kvd_flush_cap(d->pages, t_cap) : d->n_old_step == d->n_flush_step ? 0 : d->n_flush_step;
     const int64_t n_cta = (int64_t)(tc + fc) * view.n_kv_heads;
     if (n_cta == 0) return OMNI_OK;
     kvd_append_args a;
     kvd_append_setup(&a, &view, d->dstep, k, v, tc, fc);
+    a.flush = d->early ? KVD_FLUSH_NEW : KVD_FLUSH_ALL;
     KVD_CHECK(kvc_launch(kvd_append_kernel, dim3((unsigned)n_cta), dim3(KVD_THREADS),
-                         (size_t)kvd_smem_floats(view.head_dim) * 4, st, 0, a));
+                         (size_t)kvd_smem_floats(view.head_dim) * 4, st, d->pdl, a));
     return OMNI_OK;
 }
 
@@ -232,6 +301,7 @@ extern "C" omni_status kv_dev_abort(kv_dev *d, void *stream) {
     if (!d || d->t_step < 0) return OMNI_OK;
     for (int i = 0; i < d->n_seq; i++) kv_pages_seq_clear(d->pages, d->ids[i]);
     d->t_step = -1;
+    d->staging->n_seq = d->staging->n_tok = d->staging->n_flush = 0; /* the re-sent record carries no step */
     return kv_dev_upload(d, stream);
 }
 

@@ -30,7 +30,13 @@
  * finishes; kernels/cuda/common.cuh). Decode-sized steps (T <= max_seqs) also fork a side branch (stream s2,
  * after the qkv GEMV, joined before o_proj) that prefetches o_proj's weights into L2 while a short-context attention leaves
  * HBM idle (omni_cuda_l2_prefetch) when OMNI_CUDA_PREFETCH=1 at init: OFF by default since session 5 call B (8B bs1/4K:
- * bf16 -2.4%, int2 -15%: its reads compete with the attention's). */
+ * bf16 -2.4%, int2 -15%: its reads compete with the attention's).
+ * Decode steps of a quantized layer run its append on the side stream (kvc_decode_step reads the new token from
+ * k/v and the history as committed, so nothing of this step waits for the append): forked after q/k norm + RoPE,
+ * joined before the next layer's q/k norm + RoPE (it rewrites k/v) and at the end of the step, so the append leaves
+ * the chain of dependent kernels (OMNI_CUDA_SIDE_APPEND=0 at init: in the chain, A/B timing; profiled steps keep
+ * it in the chain). OMNI_CUDA_SIDE_APPEND=2: bf16 layers too, their attention through kvc_decode_step (the new
+ * token from k/v in f32 instead of from the pages; the split family instead of a dedicated bf16 kernel). */
 #include "llm/cuda/llm_cuda.h"
 
 #include <math.h>
@@ -98,6 +104,9 @@ struct llm_cuda {
     cudaStream_t s;
     cudaStream_t s2;            /* side stream: L2 prefetch of o_proj's weights beside the attention (decode) */
     cudaEvent_t ev_fork, ev_join;
+    cudaEvent_t ev_afork, ev_ajoin; /* the side append's fork and join */
+    int side_append;            /* decode layers that append on s2: 0 none, 1 quantized (default), 2 all */
+    int apend;                  /* a side append is in flight: join before k/v are rewritten and at the step's end */
     int prefetch;               /* OMNI_CUDA_PREFETCH=1 at init turns the side-stream prefetch on (A/B timing) */
     int fuse;                   /* decode: norms / SwiGLU in the GEMVs' prologues (OMNI_CUDA_FUSE=0 at init: off) */
     uint16_t *xc;               /* the step's residual: x or x2 (a fused add writes the other buffer) */
@@ -287,6 +296,10 @@ static omni_status init_common(llm_cuda *r, size_t weight_bytes) {
     OMNI_CUDA_TRY(cudaStreamCreateWithFlags(&r->s2, cudaStreamNonBlocking));
     OMNI_CUDA_TRY(cudaEventCreateWithFlags(&r->ev_fork, cudaEventDisableTiming));
     OMNI_CUDA_TRY(cudaEventCreateWithFlags(&r->ev_join, cudaEventDisableTiming));
+    OMNI_CUDA_TRY(cudaEventCreateWithFlags(&r->ev_afork, cudaEventDisableTiming));
+    OMNI_CUDA_TRY(cudaEventCreateWithFlags(&r->ev_ajoin, cudaEventDisableTiming));
+    const char *sa = getenv("OMNI_CUDA_SIDE_APPEND");
+    r->side_append = sa && !strcmp(sa, "0") ? 0 : sa && !strcmp(sa, "2") ? 2 : 1;
     const char *pf = getenv("OMNI_CUDA_PREFETCH");
     r->prefetch = pf && !strcmp(pf, "1");
     const char *fu = getenv("OMNI_CUDA_FUSE");
@@ -388,6 +401,8 @@ void llm_cuda_free(llm_cuda *r) {
     free(r->ev);
     if (r->ev_fork) cudaEventDestroy(r->ev_fork);
     if (r->ev_join) cudaEventDestroy(r->ev_join);
+    if (r->ev_afork) cudaEventDestroy(r->ev_afork);
+    if (r->ev_ajoin) cudaEventDestroy(r->ev_ajoin);
     if (r->s2) cudaStreamDestroy(r->s2);
     omni_cuda_ctx_free(r->ctx);
     free(r->ent_cache), free(r->order), free(r->grp_seq), free(r->grp_new), free(r->out_ent);
@@ -771,6 +786,22 @@ static void simt_splits(const llm_cuda *r, const step_shape *sh, int graph, int 
     *split_len = ((sh->max_len + sp - 1) / sp + 31) / 32 * 32;
 }
 
+/* The append of a quantized decode layer on the side stream (see the top); joined by join_append. */
+static omni_status side_append(llm_cuda *r, dev_cache *c, int l, const uint16_t *k, const uint16_t *vv, int t_cap) {
+    OMNI_CUDA_TRY(cudaEventRecord(r->ev_afork, r->s));
+    OMNI_CUDA_TRY(cudaStreamWaitEvent(r->s2, r->ev_afork, 0));
+    RUN(kv_dev_append(c->dev, l, k, vv, t_cap, r->s2));
+    OMNI_CUDA_TRY(cudaEventRecord(r->ev_ajoin, r->s2));
+    r->apend = 1;
+    return OMNI_OK;
+}
+
+static omni_status join_append(llm_cuda *r) {
+    if (r->apend) OMNI_CUDA_TRY(cudaStreamWaitEvent(r->s, r->ev_ajoin, 0));
+    r->apend = 0;
+    return OMNI_OK;
+}
+
 /* Attention of layer l for every cache group of the step: append the new k/v and attend (see the top). */
 static omni_status attention(llm_cuda *r, int l, const step_in *in, const step_shape *sh, int graph) {
     const int qd = r->Hq * r->D, kd = r->Hkv * r->D;
@@ -784,8 +815,11 @@ static omni_status attention(llm_cuda *r, int l, const step_in *in, const step_s
             OP(r, P_ATTN, kvc_prefill_hist(v, ne, in->eslot + e0, in->erow0 + e0, r->grp_maxq[g], r->q, r->k, r->v,
                                            r->att, r->Hq, scale, c->hist, c->hist_tokens, r->s));
             OP(r, P_APPEND, kv_dev_append(c->dev, l, k, vv, 0, r->s));
-        } else if (c->fast && v->quant) { /* decode of a quantized layer: committed pages + the own rows */
-            OP(r, P_APPEND, kv_dev_append(c->dev, l, k, vv, graph ? sh->T : 0, r->s));
+        } else if (c->fast && (v->quant || r->side_append == 2)) { /* decode: committed pages + the own rows */
+            if (r->side_append && !r->prof_on)
+                RUN(side_append(r, c, l, k, vv, graph ? sh->T : 0));
+            else
+                OP(r, P_APPEND, kv_dev_append(c->dev, l, k, vv, graph ? sh->T : 0, r->s));
             OP(r, P_ATTN, kvc_decode_step(r->attn, v, graph ? sh->T : ne, in->eslot + e0, in->enew + e0,
                                           r->q + (size_t)r0 * qd, k, vv, r->att + (size_t)r0 * qd, scale, r->s));
         } else if (c->fast) { /* decode of a bf16 layer: the new token goes into the pages first */
@@ -846,6 +880,7 @@ static omni_status layer(llm_cuda *r, int l, const step_in *in, const step_shape
     }
     const int pf = r->prefetch && T <= r->S; /* decode-sized steps: o_proj's weights into L2 beside the attention (a side branch) */
     if (pf) RUN(prefetch_o(r, L, in, T));
+    RUN(join_append(r)); /* the previous layer's side append reads k/v */
     OP(r, P_QKR, omni_cuda_qkv_norm_rope_bf16(r->qkv, r->Q, r->q, r->k, r->v, T, r->Hq, r->Hkv, r->D, L->q_norm,
                                               L->k_norm, r->eps, in->pos, T, r->w.inv_freq, r->w.slot_stream, r->s));
     RUN(attention(r, l, in, sh, graph));
@@ -903,14 +938,14 @@ static omni_status head(llm_cuda *r, const int32_t *out_rows, int T, int n) {
 static omni_status forward(llm_cuda *r, const step_shape *sh, int graph) {
     const int T = sh->T, H = r->H;
     step_in in = in_views(r->in_dev, T);
-    r->xc = r->x, r->pend = 0;
+    r->xc = r->x, r->pend = 0, r->apend = 0;
     OP(r, P_EMBED, omni_cuda_embed_rows_bf16(r->x, r->w.embed, r->V, H, in.ids, in.src, r->rows_dev, T, r->s));
     OP(r, P_NORM, omni_cuda_rmsnorm_bf16(r->ha, r->x, r->w.layers[0].in_norm, T, H, r->eps, r->s));
     for (int l = 0; l < r->L; l++) RUN(layer(r, l, &in, sh, graph));
-    if (!sh->n_out) return OMNI_OK;
+    if (!sh->n_out) return join_append(r);
     RUN(head(r, in.out, T, sh->n_out));
     OP(r, P_SAMPLE, omni_cuda_sample(r->tok, r->logits, r->V, sh->n_out, r->V, r->sp_dev, r->u_dev, r->s));
-    return OMNI_OK;
+    return join_append(r);
 }
 
 /* ---- graphs ---------------------------------------------------------------------------------------------------- */
@@ -1100,6 +1135,7 @@ void llm_cuda_inject_failure(llm_cuda *r, int n) {
 /* A failed step: let the stream drain (a non-sticky error such as out of memory leaves the context usable) and
  * drop the step on every device cache that began it. */
 static void abort_step(llm_cuda *r) {
+    cudaStreamSynchronize(r->s2); /* a side append of the failed step */
     cudaStreamSynchronize(r->s);
     (void)cudaGetLastError();
     for (int g = 0; g < r->n_grp; g++)

@@ -477,11 +477,15 @@ static void linear_case(int M, int N, int K, int bias, omni_dtype ydt) {
 }
 
 /* M <= 8 with K % 8 == 0 runs the GEMV kernel (every M, N tails of its 2-row warps, K tails of its 4-chunk
- * steps), everything else cuBLAS. */
+ * steps), everything else cuBLAS. With OMNI_CUDA_GEMV=4, M <= 4 with rows of at most 32 KB (K <= 16384) takes the
+ * bulk-copy version (off by default): stages of 8 / 4 / 1 rows (K 2048, 4096, 12288), a partial last stage (N 151, 3,
+ * 20001), one row of exactly 32 KB (K 16384), more stages per block than ring slots (the ring wraps: 4096 and
+ * 20001 rows over the SMs), and K 16392 falls back to version 1. */
 static void test_linear(void) {
     const int shapes[][3] = {{1, 19, 33},   {19, 127, 1025}, {33, 1025, 128},  {1, 1, 1},     {1, 4096, 4096},
                              {127, 259, 4096}, {5, 12288, 4096}, {2, 19, 12288}, {3, 1, 8},     {7, 33, 264},
-                             {8, 1025, 4104}, {4, 3, 2056},    {6, 19, 48},     {9, 127, 1024}, {1, 151, 2048}};
+                             {8, 1025, 4104}, {4, 3, 2056},    {6, 19, 48},     {9, 127, 1024}, {1, 151, 2048},
+                             {1, 20001, 1032}, {2, 300, 16384}, {1, 37, 16392}};
     for (int s = 0; s < (int)(sizeof shapes / sizeof shapes[0]); s++)
         for (int v = 0; v < 4; v++)
             linear_case(shapes[s][0], shapes[s][1], shapes[s][2], v & 1, v & 2 ? OMNI_F32 : OMNI_BF16);

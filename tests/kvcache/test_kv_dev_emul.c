@@ -4,7 +4,10 @@
  * blocks, untouched pages). The emulation is what the CUDA kernels of kvcache/cuda/kv_dev.cu run, phase by phase:
  * all threads of a phase run (in a shuffled order, with varying thread counts, since a phase must not depend on
  * it) before the next phase; the host part of each step (kv_pages + kvd_step_fill) is the real one; the launch is
- * sized for the step (t_cap = T) or larger (a graph-style launch with idle CTAs). No GPU needed. */
+ * sized for the step (t_cap = T) or larger (a graph-style launch with idle CTAs). Steps pick at random whether the
+ * blocks whose rows were all committed are flushed early for every layer at the upload (kvd_flush_old_kernel,
+ * KVD_FLUSH_OLD, CTAs looping over items) and the appends run the rest (KVD_FLUSH_NEW), or the appends run every
+ * flush (KVD_FLUSH_ALL); both kinds of item must occur. No GPU needed. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +26,9 @@ typedef struct {
     float *sm;                  /* shared memory of one CTA */
     int n_seq, ids[64], nn[64]; /* the step in flight */
     int nthr, extra_cap, calls;
+    int early;                  /* this step flushes its fully committed blocks at the upload */
+    int64_t n_early, n_late;    /* flush items run by the early program / by the appends */
+    kvd_append_args *old_args;  /* per layer: the early program's arguments */
     rng_t r;
     int *order;                 /* thread order of a phase */
 } emu;
@@ -30,6 +36,9 @@ typedef struct {
 static omni_status emu_seq_add(void *x, int *id) { return kv_pages_seq_add(((emu *)x)->a, id); }
 static void emu_seq_remove(void *x, int id) { kv_pages_seq_remove(((emu *)x)->a, id); }
 static void emu_seq_clear(void *x, int id) { kv_pages_seq_clear(((emu *)x)->a, id); }
+
+static void emu_view(const emu *e, int layer, kv_layer_view *v);
+static void emu_flush_old(emu *e, int n_items, int x);
 
 /* Threads of one phase in a random order. */
 static void shuffle_order(emu *e) {
@@ -56,7 +65,38 @@ static omni_status emu_step(void *x, int n_seq, const int *ids, const int *n_new
     }
     e->n_seq = n_seq;
     for (int i = 0; i < n_seq; i++) e->ids[i] = ids[i], e->nn[i] = n_new[i];
+    e->early = (int)(rng_next(&e->r) % 3) != 0;
+    if (e->early && kvd_old_flushes(e->dev) > 0) { /* sized for the step, or for the capacity (a captured upload) */
+        const int cap = e->dev->cap_flush, graph = (int)(rng_next(&e->r) & 1);
+        const int n = graph ? cap : e->dev->n_flush, x = graph ? (cap < 3 ? cap : 3) : n;
+        emu_flush_old(e, n, x);
+    }
     return OMNI_OK;
+}
+
+/* One CTA of a program: every phase, its threads in a shuffled order; returns its kind (kvd_cta.kind). */
+static int emu_cta(emu *e, const kvd_append_args *a, int cta) {
+    kvd_cta c;
+    kvd_cta_setup(a, cta, &c);
+    for (int ph = 0; ph < c.nph; ph++) {
+        shuffle_order(e);
+        for (int i = 0; i < e->nthr; i++) kvd_cta_phase(a, &c, ph, e->order[i], e->nthr, e->sm);
+    }
+    return c.kind;
+}
+
+/* The early flush as kvd_flush_old_kernel runs it: per layer, a grid of x CTAs looping over n_items * Hkv. */
+static void emu_flush_old(emu *e, int n_items, int x) {
+    const kv_params *p = kv_pages_params(e->a);
+    for (int l = 0; l < p->n_layers; l++) {
+        kvd_append_args *a = &e->old_args[l];
+        kv_layer_view v;
+        emu_view(e, l, &v);
+        kvd_append_setup(a, &v, e->dev, NULL, NULL, 0, e->dev->cap_flush);
+        a->flush = KVD_FLUSH_OLD;
+        for (int b = 0; b < x; b++)
+            for (int cta = b; cta < n_items * v.n_kv_heads; cta += x) e->n_early += emu_cta(e, a, cta) == 2;
+    }
 }
 
 static void emu_view(const emu *e, int layer, kv_layer_view *v) {
@@ -75,15 +115,9 @@ static omni_status emu_append(void *x, int layer, const uint16_t *k, const uint1
     if (t_cap == T && e->dev->n_flush < f_cap) f_cap = e->dev->n_flush;
     kvd_append_args args;
     kvd_append_setup(&args, &v, e->dev, k, vv, t_cap, f_cap);
+    args.flush = e->early ? KVD_FLUSH_NEW : KVD_FLUSH_ALL;
     const int n_cta = (t_cap + f_cap) * v.n_kv_heads;
-    for (int cta = 0; cta < n_cta; cta++) {
-        kvd_cta c;
-        kvd_cta_setup(&args, cta, &c);
-        for (int ph = 0; ph < c.nph; ph++) {
-            shuffle_order(e);
-            for (int i = 0; i < e->nthr; i++) kvd_cta_phase(&args, &c, ph, e->order[i], e->nthr, e->sm);
-        }
-    }
+    for (int cta = 0; cta < n_cta; cta++) e->n_late += emu_cta(e, &args, cta) == 2;
     return OMNI_OK;
 }
 
@@ -123,6 +157,7 @@ static emu *emu_make(const kv_params *p, int nthr, int extra_cap, uint64_t seed)
     e->sm = malloc((size_t)kvd_smem_floats(p->head_dim) * 4);
     e->nthr = nthr, e->extra_cap = extra_cap;
     e->order = malloc((size_t)nthr * sizeof(int));
+    e->old_args = malloc((size_t)p->n_layers * sizeof *e->old_args);
     e->r.s = seed;
     return e;
 }
@@ -130,7 +165,7 @@ static emu *emu_make(const kv_params *p, int nthr, int extra_cap, uint64_t seed)
 static void emu_free(emu *e) {
     if (!e) return;
     kv_pages_free(e->a);
-    free(e->mem), free(e->tab), free(e->len), free(e->staging), free(e->dev), free(e->sm), free(e->order);
+    free(e->mem), free(e->tab), free(e->len), free(e->staging), free(e->dev), free(e->sm), free(e->order), free(e->old_args);
     free(e);
 }
 
@@ -157,6 +192,7 @@ static void test_record(void) {
 int main(void) {
     test_record();
     int flushed = 0;
+    int64_t n_early = 0, n_late = 0;
     const int nthr[3] = {128, 37, 256};
     for (int i = 0; i < KVDC_NCFG; i++) {
         kv_format lf[4];
@@ -169,9 +205,13 @@ int main(void) {
         char extra[32];
         snprintf(extra, sizeof extra, " (%d threads)", nthr[i % 3]);
         kvdc_print(&kvdc_cfgs[i], bad, extra);
+        n_early += e->n_early, n_late += e->n_late;
         emu_free(e);
     }
-    printf("%d blocks flushed by the emulated kernels, all compared\n", flushed);
+    printf("%d blocks flushed by the emulated kernels, all compared (flush items: %lld at the upload, %lld in the "
+           "appends)\n", flushed, (long long)n_early, (long long)n_late);
+    CHECK(n_early > 100 && n_late > 100, "flush items at the upload %lld / in the appends %lld: both must occur",
+          (long long)n_early, (long long)n_late);
     CHECK(flushed > 100, "too few flushes (%d) to test the quantizer", flushed);
     return check_exit();
 }
