@@ -393,7 +393,7 @@ static omni_status read_header(const uint8_t *data, size_t size, const char *nam
     if (size > (size_t)0x7fffffff) return omni_fail(OMNI_ERR_INPUT, "image '%s' is too large (%zu bytes)", name, size);
     int64_t hw, hh; /* up to 2^40 each: compared by division, never multiplied */
     if (header_dims(data, size, *fmt, &hw, &hh) && hw > 0 && hh > max_pixels / hw)
-        return omni_fail(OMNI_ERR_INPUT, "image '%s' is %lldx%lld = %.0f pixels, over the limit of %lld", name,
+        return omni_fail(OMNI_ERR_INPUT, "image '%s' is %lldx%lld = %.0f pixels, over the limit of %lld (--max-image-mpixels)", name,
                          (long long)hw, (long long)hh, (double)hw * (double)hh, (long long)max_pixels);
     if (!stbi_info_from_memory(data, (int)size, w, h, comp))
         return omni_fail(OMNI_ERR_INPUT, "image '%s': cannot read the %s header (%s)", name, format_name(*fmt),
@@ -401,7 +401,7 @@ static omni_status read_header(const uint8_t *data, size_t size, const char *nam
     if (*fmt == FMT_BMP && *h < 0 && *h > INT_MIN) *h = -*h; /* a top-down BMP: stb's info keeps the sign */
     if (*w <= 0 || *h <= 0) return omni_fail(OMNI_ERR_INPUT, "image '%s' has size %dx%d", name, *w, *h);
     if ((int64_t)*w * *h > max_pixels)
-        return omni_fail(OMNI_ERR_INPUT, "image '%s' is %dx%d = %lld pixels, over the limit of %lld", name, *w, *h,
+        return omni_fail(OMNI_ERR_INPUT, "image '%s' is %dx%d = %lld pixels, over the limit of %lld (--max-image-mpixels)", name, *w, *h,
                          (long long)*w * *h, (long long)max_pixels);
     return OMNI_OK;
 }

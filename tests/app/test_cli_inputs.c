@@ -89,7 +89,8 @@ static void special_files(void) {
     snprintf(args, sizeof args, "generate -m %s -p hi --image /dev/zero", OMNI_MODEL);
     expect_fail("image /dev/zero", 2, "not a regular file", args);
     snprintf(args, sizeof args, "generate -m %s -p hi --image %s/a_exact.png --max-image-mpixels 0.001", OMNI_MODEL, VIS);
-    expect_fail("--max-image-mpixels", 2, "128x96 = 12288 pixels, over the limit of 1000", args);
+    expect_fail("--max-image-mpixels", 2, "128x96 = 12288 pixels, over the limit of 1000 (--max-image-mpixels)",
+                args); /* the message names the option that sets the limit, as the audio and text limits do */
 }
 
 /* MP3-looking garbage: libmpg123 (inside libsndfile) used to print "Note: Illegal Audio-MPEG-Header" lines and
