@@ -51,10 +51,11 @@ void bench_defaults(omni_args *a) {
 
 /* ---- options ---------------------------------------------------------------------------------------------- */
 
-/* Create (truncate) an output file now, so that a bad path fails before a long run. */
+/* Open an output file now, so that a bad path fails before a long run; appending, so that an existing file keeps
+ * its bytes until the results are there to replace them (a failed run lost the last CSV / chart / report). */
 static omni_status check_output(const char *path) {
     if (!path) return OMNI_OK;
-    FILE *f = fopen(path, "w");
+    FILE *f = fopen(path, "a");
     if (!f) return omni_fail(OMNI_ERR_INPUT, "cannot write %s: %s", path, strerror(errno));
     fclose(f);
     return OMNI_OK;

@@ -4,6 +4,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "app/commands.h"
 #include "app/media.h"
@@ -177,7 +179,11 @@ static omni_status write_logits(const omni_args *a, const float *lg, int V) {
 
 omni_status cmd_logits(const omni_args *a, volatile int *intr) {
     if (!a->out && a->top_n <= 0) return omni_fail(OMNI_ERR_USAGE, "logits: give -o FILE and/or --top N");
-    FILE *probe = a->out ? fopen(a->out, "wb") : NULL; /* a bad -o path fails before the model runs */
+    /* A bad -o path fails before the model runs; the probe appends (an existing file keeps its bytes until the
+     * logits are there to replace them) and a file it created goes again when the run fails. */
+    struct stat sb;
+    int existed = a->out && stat(a->out, &sb) == 0;
+    FILE *probe = a->out ? fopen(a->out, "ab") : NULL;
     if (a->out && !probe) return omni_fail(OMNI_ERR_INPUT, "cannot write %s: %s", a->out, strerror(errno));
     if (probe) fclose(probe);
     omni_session s;
@@ -201,6 +207,7 @@ omni_status cmd_logits(const omni_args *a, volatile int *intr) {
     }
     if (!st && !*intr) st = l.got ? write_logits(a, l.logits, s.cfg->vocab) : omni_fail(OMNI_ERR_RUNTIME, "no logits");
     if (!st) session_print_perf(&s);
+    if ((st || *intr) && a->out && !existed) unlink(a->out); /* no logits: no new empty file left behind */
     free(l.logits);
     media_prompt_free(&p);
     omni_free_items(items, a->n_images + a->n_audios);

@@ -298,6 +298,25 @@ static void test_empty_names(void) {
     CHECK(r.code == 4 && strstr(r.err, "error: cannot write /dev/full: No space left on device"),
           "logits -o /dev/full: exit %d: %s", r.code, r.err);
     cli_free(&r);
+    /* a run that fails (here: no model) leaves an existing -o file as it was (the probe truncated it) and no new
+     * empty file */
+    char *t = make_tmpdir(), keep[4200], fresh[4200], cmd[9000];
+    snprintf(keep, sizeof keep, "%s/keep.f32", t);
+    snprintf(fresh, sizeof fresh, "%s/fresh.f32", t);
+    write_all(keep, "earlier logits", 14);
+    r = cli_run("logits -m /nonexistent/model -p hi -o %s", keep);
+    size_t n = 0;
+    char *back = omni_read_file(keep, &n);
+    CHECK(r.code == 3 && back && n == 14 && !memcmp(back, "earlier logits", 14),
+          "a failed logits run kept the -o file: exit %d, %zu bytes: %s", r.code, n, r.err);
+    free(back);
+    cli_free(&r);
+    r = cli_run("logits -m /nonexistent/model -p hi -o %s", fresh);
+    CHECK(r.code == 3 && access(fresh, F_OK) != 0, "a failed logits run left a new -o file: exit %d", r.code);
+    cli_free(&r);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", t);
+    if (system(cmd)) {}
+    free(t);
 }
 
 /* Session 7: a first word that is not a command gets a hint (a near miss, an option before the command); words

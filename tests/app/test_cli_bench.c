@@ -53,6 +53,16 @@ static void test_bad_args(const char *dir) {
     CHECK(r.code == 4 && strstr(r.err, "error: cannot write /dev/full: No space left on device"),
           "--csv /dev/full: exit %d: %s", r.code, r.err);
     cli_free(&r);
+    /* a run that fails leaves the last CSV as it was (the early path check truncated it) */
+    char keep[2048];
+    snprintf(keep, sizeof keep, "%.2000s/keep.csv", dir);
+    write_all(keep, "last,run\n", 9);
+    snprintf(a, sizeof a, "--random /nonexistent/config.json --batch 1 --ctx 8 --csv %s", keep);
+    expect_usage(a, 2, "/nonexistent/config.json");
+    size_t n = 0;
+    char *back = omni_read_file(keep, &n);
+    CHECK(back && n == 9 && !memcmp(back, "last,run\n", 9), "a failed bench kept the CSV: %zu bytes", n);
+    free(back);
 }
 
 /* Every fits-count against kv_budget_of for the same format, computed here (window: --kv-window or -1); a budget
